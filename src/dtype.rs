@@ -1,0 +1,229 @@
+//! Element types shared by MLX arrays, the kernel IR and the code generators.
+
+use std::fmt;
+
+/// An element type. The set is MLX's (minus complex), which also covers Triton's
+/// scalar types (`int1` is [`DType::Bool`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// `bool` / Triton `int1`.
+    Bool,
+    /// Signed 8-bit integer.
+    I8,
+    /// Signed 16-bit integer.
+    I16,
+    /// Signed 32-bit integer.
+    I32,
+    /// Signed 64-bit integer.
+    I64,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 64-bit integer.
+    U64,
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// IEEE single precision.
+    F32,
+    /// IEEE double precision (not available on Metal GPUs).
+    F64,
+}
+
+/// Short aliases in Triton's spelling (`tl.float32` ...), so kernels read like Triton.
+pub use DType::{
+    Bool as INT1, BF16 as BFLOAT16, F16 as FLOAT16, F32 as FLOAT32, F64 as FLOAT64, I16 as INT16,
+    I32 as INT32, I64 as INT64, I8 as INT8, U16 as UINT16, U32 as UINT32, U64 as UINT64,
+    U8 as UINT8,
+};
+
+impl DType {
+    /// Every dtype, in a fixed order.
+    pub const ALL: [DType; 13] = [
+        DType::Bool,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// Size of one element in bytes (`bool` takes one byte, as in MLX).
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::Bool | DType::I8 | DType::U8 => 1,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
+            DType::I32 | DType::U32 | DType::F32 => 4,
+            DType::I64 | DType::U64 | DType::F64 => 8,
+        }
+    }
+
+    /// Width in bits as Triton counts it (`int1` is 1 bit).
+    pub fn bits(self) -> u32 {
+        match self {
+            DType::Bool => 1,
+            other => other.size_bytes() as u32 * 8,
+        }
+    }
+
+    /// True for the floating point types.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+
+    /// True for signed and unsigned integers (not `bool`).
+    pub fn is_int(self) -> bool {
+        self.is_signed_int() || self.is_unsigned_int()
+    }
+
+    /// True for `i8` .. `i64`.
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    /// True for `u8` .. `u64`.
+    pub fn is_unsigned_int(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    }
+
+    /// True for `bool`.
+    pub fn is_bool(self) -> bool {
+        self == DType::Bool
+    }
+
+    /// Triton's name (`fp32`, `int32`, `int1`, ...).
+    pub fn triton_name(self) -> &'static str {
+        match self {
+            DType::Bool => "int1",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::F16 => "fp16",
+            DType::BF16 => "bf16",
+            DType::F32 => "fp32",
+            DType::F64 => "fp64",
+        }
+    }
+
+    /// MLX's name (`float32`, `int32`, `bool`, ...).
+    pub fn mlx_name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+        }
+    }
+
+    /// Parses either Triton's or MLX's name (also `f32`, `i32`, `half`, `float`).
+    pub fn parse(name: &str) -> Option<DType> {
+        let n = name.trim().to_ascii_lowercase();
+        DType::ALL
+            .into_iter()
+            .find(|d| d.triton_name() == n || d.mlx_name() == n || d.short_name() == n)
+            .or(match n.as_str() {
+                "half" => Some(DType::F16),
+                "float" => Some(DType::F32),
+                "double" => Some(DType::F64),
+                "int" => Some(DType::I32),
+                _ => None,
+            })
+    }
+
+    /// Rust-style short name (`f32`, `i32`, `bool`, `bf16`).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// Stable code shared with the C++ bridge (`cpp/bridge.cpp` maps it to `mlx::core::Dtype`).
+    pub(crate) fn code(self) -> u8 {
+        DType::ALL.iter().position(|d| *d == self).unwrap_or(0) as u8
+    }
+
+    /// Inverse of [`DType::code`].
+    pub(crate) fn from_code(code: u8) -> Option<DType> {
+        DType::ALL.get(code as usize).copied()
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short_name())
+    }
+}
+
+/// Rust element types that map to a [`DType`]; used for typed array access.
+///
+/// # Safety
+/// `DTYPE.size_bytes()` must equal `size_of::<Self>()` and every bit pattern MLX can
+/// store for `DTYPE` must be a valid `Self` (for `bool`: MLX stores only 0 and 1).
+pub unsafe trait Element: Copy + Send + Sync + 'static + fmt::Debug {
+    /// The matching dtype.
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        // SAFETY: sizes match and all bit patterns are valid (bool is 0/1 in MLX).
+        unsafe impl Element for $t { const DTYPE: DType = DType::$d; }
+    )*};
+}
+element!(bool => Bool, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
+    u32 => U32, u64 => U64, half::f16 => F16, half::bf16 => BF16, f32 => F32, f64 => F64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_names_parse() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_code(d.code()), Some(d));
+            assert_eq!(DType::parse(d.triton_name()), Some(d));
+            assert_eq!(DType::parse(d.mlx_name()), Some(d));
+            assert_eq!(DType::parse(d.short_name()), Some(d));
+        }
+        assert_eq!(DType::parse("complex64"), None);
+        assert_eq!(DType::Bool.bits(), 1);
+        assert_eq!(DType::BF16.size_bytes(), 2);
+    }
+}

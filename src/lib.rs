@@ -1,0 +1,12 @@
+//! # triton-metal
+//!
+//! Triton-style GPU kernels written in Rust, compiled to Metal Shading Language (or
+//! CUDA) and run through MLX; the same kernels run everywhere on a CPU executor that
+//! plugs into MLX as a custom primitive.
+#![deny(missing_docs)]
+
+pub mod dtype;
+pub mod error;
+
+pub use dtype::{DType, Element};
+pub use error::{Error, Result, SourceLoc};
