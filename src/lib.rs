@@ -10,3 +10,12 @@ pub mod error;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};
+
+pub mod array;
+pub(crate) mod ffi;
+pub mod device;
+pub mod mlx;
+pub mod runtime;
+
+pub use array::Array;
+pub use device::{Backend, Device, HardwareInfo};

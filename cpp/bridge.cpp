@@ -1,0 +1,507 @@
+// MLX calls behind the cxx bridge. Exceptions propagate to Rust as `Err` (every function
+// is declared `Result` in src/ffi.rs); nothing here may abort the process.
+#include "bridge.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+#include "mlx/export.h"
+#include "mlx/version.h"
+#include "triton-metal/src/ffi.rs.h"
+
+namespace mx = mlx::core;
+
+namespace triton_metal {
+namespace {
+
+// Must match `DType::ALL` in src/dtype.rs.
+mx::Dtype to_dtype(uint8_t code) {
+  switch (code) {
+    case 0: return mx::bool_;
+    case 1: return mx::int8;
+    case 2: return mx::int16;
+    case 3: return mx::int32;
+    case 4: return mx::int64;
+    case 5: return mx::uint8;
+    case 6: return mx::uint16;
+    case 7: return mx::uint32;
+    case 8: return mx::uint64;
+    case 9: return mx::float16;
+    case 10: return mx::bfloat16;
+    case 11: return mx::float32;
+    case 12: return mx::float64;
+    default: throw std::invalid_argument("unknown dtype code " + std::to_string(code));
+  }
+}
+
+uint8_t from_dtype(mx::Dtype d) {
+  switch (d) {
+    case mx::bool_: return 0;
+    case mx::int8: return 1;
+    case mx::int16: return 2;
+    case mx::int32: return 3;
+    case mx::int64: return 4;
+    case mx::uint8: return 5;
+    case mx::uint16: return 6;
+    case mx::uint32: return 7;
+    case mx::uint64: return 8;
+    case mx::float16: return 9;
+    case mx::bfloat16: return 10;
+    case mx::float32: return 11;
+    case mx::float64: return 12;
+    default: return 255;  // complex64: not exposed to Rust
+  }
+}
+
+mx::Shape to_shape(rust::Slice<const int32_t> s) {
+  return mx::Shape(s.begin(), s.end());
+}
+
+std::vector<int> to_ints(rust::Slice<const int32_t> s) {
+  return std::vector<int>(s.begin(), s.end());
+}
+
+ArrayPtr wrap(mx::array a) {
+  return std::make_unique<MlxArray>(std::move(a));
+}
+
+std::vector<mx::array> to_arrays(rust::Slice<const MlxArray* const> arrays) {
+  std::vector<mx::array> out;
+  out.reserve(arrays.size());
+  for (auto* a : arrays) out.push_back(a->a);
+  return out;
+}
+
+std::vector<mx::Shape> to_shapes(rust::Slice<const int32_t> flat, rust::Slice<const int32_t> ndims) {
+  std::vector<mx::Shape> shapes;
+  size_t pos = 0;
+  for (int32_t nd : ndims) {
+    if (nd < 0 || pos + nd > flat.size()) throw std::invalid_argument("bad output shape list");
+    shapes.emplace_back(flat.begin() + pos, flat.begin() + pos + nd);
+    pos += nd;
+  }
+  return shapes;
+}
+
+std::vector<mx::Dtype> to_dtypes(rust::Slice<const uint8_t> codes) {
+  std::vector<mx::Dtype> out;
+  for (auto c : codes) out.push_back(to_dtype(c));
+  return out;
+}
+
+std::unique_ptr<MlxArrayList> wrap_all(std::vector<mx::array> arrays) {
+  return std::make_unique<MlxArrayList>(MlxArrayList{std::move(arrays)});
+}
+
+std::string to_string(rust::Str s) {
+  return std::string(s.data(), s.size());
+}
+
+std::vector<std::string> to_strings(rust::Slice<const rust::String> names) {
+  std::vector<std::string> out;
+  for (auto& n : names) out.emplace_back(std::string(n));
+  return out;
+}
+
+// Runs a Rust CPU-executor launch as an MLX primitive, so kernel outputs are lazy
+// arrays scheduled by MLX like any other op.
+class RustCpuKernel : public mx::Primitive {
+ public:
+  RustCpuKernel(mx::Stream s, rust::Box<CpuLaunch> launch, std::string name)
+      : mx::Primitive(s),
+        launch_(std::make_shared<rust::Box<CpuLaunch>>(std::move(launch))),
+        name_("triton_metal::" + std::move(name)) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    std::vector<mx::array> ins;
+    for (auto& in : inputs) {
+      // The executor reads row-contiguous buffers; copy (lazily) the rare strided input.
+      ins.push_back(in);
+      encoder.set_input_array(in);
+    }
+    for (auto& out : outputs) {
+      out.set_data(mx::allocator::malloc(out.nbytes()));
+      encoder.set_output_array(out);
+    }
+    // Captured by value: the task runs later on MLX's worker thread.
+    encoder.dispatch([launch = launch_, ins = std::move(ins),
+                      outs = std::vector<mx::array>(outputs.begin(), outputs.end())]() mutable {
+      rust::Vec<uintptr_t> in_ptrs, out_ptrs;
+      rust::Vec<size_t> in_bytes, out_bytes;
+      for (auto& a : ins) {
+        in_ptrs.push_back(reinterpret_cast<uintptr_t>(a.data<uint8_t>()));
+        in_bytes.push_back(a.nbytes());
+      }
+      for (auto& a : outs) {
+        out_ptrs.push_back(reinterpret_cast<uintptr_t>(a.data<uint8_t>()));
+        out_bytes.push_back(a.nbytes());
+      }
+      // Never throws: errors are recorded on the Rust side and reported at eval.
+      run_cpu_launch(**launch, in_ptrs, in_bytes, out_ptrs, out_bytes);
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[" + name_ + "] the CPU executor cannot run on a GPU stream");
+  }
+
+  const char* name() const override { return name_.c_str(); }
+
+ private:
+  std::shared_ptr<rust::Box<CpuLaunch>> launch_;
+  std::string name_;
+};
+
+// Redirects fd 1 into a file while alive, so MLX's verbose `std::cout` output can be read.
+class StdoutCapture {
+ public:
+  explicit StdoutCapture(const std::string& path) : path_(path) {
+    std::fflush(stdout);
+    std::cout.flush();
+    saved_ = dup(1);
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (!f || saved_ < 0) throw std::runtime_error("cannot capture stdout to " + path);
+    dup2(fileno(f), 1);
+    std::fclose(f);
+  }
+  std::string finish() {
+    std::cout.flush();
+    std::fflush(stdout);
+    if (saved_ >= 0) {
+      dup2(saved_, 1);
+      close(saved_);
+      saved_ = -1;
+    }
+    std::ifstream in(path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  ~StdoutCapture() {
+    if (saved_ >= 0) finish();
+  }
+
+ private:
+  std::string path_;
+  int saved_ = -1;
+};
+
+}  // namespace
+
+ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype) {
+  auto dt = to_dtype(dtype);
+  auto shp = to_shape(shape);
+  size_t n = 1;
+  for (auto d : shp) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape");
+    n *= static_cast<size_t>(d);
+  }
+  if (n * dt.size() != data.size()) {
+    throw std::invalid_argument("data has " + std::to_string(data.size()) + " bytes but shape needs " +
+                                std::to_string(n * dt.size()));
+  }
+  auto buf = mx::allocator::malloc(data.size());
+  if (data.size() > 0) std::memcpy(buf.buffer().raw_ptr(), data.data(), data.size());
+  return wrap(mx::array(std::move(buf), std::move(shp), dt));
+}
+
+ArrayPtr array_clone(const MlxArray& a) { return wrap(a.a); }
+
+size_t list_len(const MlxArrayList& l) { return l.items.size(); }
+
+ArrayPtr list_get(const MlxArrayList& l, size_t i) {
+  if (i >= l.items.size()) throw std::out_of_range("array list index out of range");
+  return wrap(l.items[i]);
+}
+
+rust::Vec<int32_t> array_shape(const MlxArray& a) {
+  rust::Vec<int32_t> out;
+  for (auto d : a.a.shape()) out.push_back(d);
+  return out;
+}
+
+rust::Vec<int64_t> array_strides(const MlxArray& a) {
+  rust::Vec<int64_t> out;
+  // Strides are known only once data exists; report row-major strides before eval.
+  if (a.a.is_available()) {
+    for (auto s : a.a.strides()) out.push_back(s);
+  } else {
+    int64_t acc = 1;
+    std::vector<int64_t> tmp(a.a.ndim());
+    for (int i = static_cast<int>(a.a.ndim()) - 1; i >= 0; --i) {
+      tmp[i] = acc;
+      acc *= a.a.shape(i);
+    }
+    for (auto s : tmp) out.push_back(s);
+  }
+  return out;
+}
+
+uint8_t array_dtype(const MlxArray& a) { return from_dtype(a.a.dtype()); }
+size_t array_size(const MlxArray& a) { return a.a.size(); }
+uintptr_t array_id(const MlxArray& a) { return a.a.id(); }
+
+void array_eval(const MlxArray& a) {
+  auto copy = a.a;
+  copy.eval();
+}
+
+void array_eval_many(rust::Slice<const MlxArray* const> arrays) { mx::eval(to_arrays(arrays)); }
+
+rust::Vec<uint8_t> array_to_bytes(const MlxArray& a) {
+  auto c = mx::contiguous(a.a, false, mx::Device::cpu);
+  c.eval();
+  rust::Vec<uint8_t> out;
+  size_t n = c.nbytes();
+  out.reserve(n);
+  const uint8_t* p = c.data<uint8_t>();
+  for (size_t i = 0; i < n; ++i) out.push_back(p[i]);
+  return out;
+}
+
+ArrayPtr op_unary(rust::Str op_, const MlxArray& a) {
+  auto op = to_string(op_);
+  const auto& x = a.a;
+  if (op == "exp") return wrap(mx::exp(x));
+  if (op == "log") return wrap(mx::log(x));
+  if (op == "sqrt") return wrap(mx::sqrt(x));
+  if (op == "rsqrt") return wrap(mx::rsqrt(x));
+  if (op == "abs") return wrap(mx::abs(x));
+  if (op == "negative") return wrap(mx::negative(x));
+  if (op == "sin") return wrap(mx::sin(x));
+  if (op == "cos") return wrap(mx::cos(x));
+  if (op == "erf") return wrap(mx::erf(x));
+  if (op == "floor") return wrap(mx::floor(x));
+  if (op == "ceil") return wrap(mx::ceil(x));
+  if (op == "sigmoid") return wrap(mx::sigmoid(x));
+  if (op == "tanh") return wrap(mx::tanh(x));
+  if (op == "square") return wrap(mx::square(x));
+  if (op == "log2") return wrap(mx::log2(x));
+  throw std::invalid_argument("unknown unary op `" + op + "`");
+}
+
+ArrayPtr op_binary(rust::Str op_, const MlxArray& a, const MlxArray& b) {
+  auto op = to_string(op_);
+  const auto &x = a.a, &y = b.a;
+  if (op == "add") return wrap(mx::add(x, y));
+  if (op == "subtract") return wrap(mx::subtract(x, y));
+  if (op == "multiply") return wrap(mx::multiply(x, y));
+  if (op == "divide") return wrap(mx::divide(x, y));
+  if (op == "matmul") return wrap(mx::matmul(x, y));
+  if (op == "maximum") return wrap(mx::maximum(x, y));
+  if (op == "minimum") return wrap(mx::minimum(x, y));
+  if (op == "power") return wrap(mx::power(x, y));
+  if (op == "equal") return wrap(mx::equal(x, y));
+  if (op == "less") return wrap(mx::less(x, y));
+  if (op == "greater") return wrap(mx::greater(x, y));
+  throw std::invalid_argument("unknown binary op `" + op + "`");
+}
+
+ArrayPtr op_reduce(rust::Str op_, const MlxArray& a, rust::Slice<const int32_t> axes_, bool all_axes, bool keepdims) {
+  auto op = to_string(op_);
+  std::vector<int> axes = to_ints(axes_);
+  if (all_axes) {
+    axes.clear();
+    for (int i = 0; i < static_cast<int>(a.a.ndim()); ++i) axes.push_back(i);
+  }
+  const auto& x = a.a;
+  if (op == "sum") return wrap(mx::sum(x, axes, keepdims));
+  if (op == "max") return wrap(mx::max(x, axes, keepdims));
+  if (op == "min") return wrap(mx::min(x, axes, keepdims));
+  if (op == "mean") return wrap(mx::mean(x, axes, keepdims));
+  if (op == "prod") return wrap(mx::prod(x, axes, keepdims));
+  if (op == "argmax" || op == "argmin") {
+    if (all_axes) {
+      auto flat = mx::reshape(x, {-1});
+      auto r = op == "argmax" ? mx::argmax(flat, 0, false) : mx::argmin(flat, 0, false);
+      if (keepdims) r = mx::reshape(r, mx::Shape(x.ndim(), 1));
+      return wrap(r);
+    }
+    if (axes.size() != 1) throw std::invalid_argument(op + " takes exactly one axis");
+    return wrap(op == "argmax" ? mx::argmax(x, axes[0], keepdims) : mx::argmin(x, axes[0], keepdims));
+  }
+  if (op == "cumsum" || op == "cumprod") {
+    if (axes.size() != 1) throw std::invalid_argument(op + " takes exactly one axis");
+    return wrap(op == "cumsum" ? mx::cumsum(x, axes[0]) : mx::cumprod(x, axes[0]));
+  }
+  throw std::invalid_argument("unknown reduction `" + op + "`");
+}
+
+ArrayPtr op_where(const MlxArray& c, const MlxArray& x, const MlxArray& y) { return wrap(mx::where(c.a, x.a, y.a)); }
+
+ArrayPtr op_softmax(const MlxArray& a, rust::Slice<const int32_t> axes, bool precise) {
+  return wrap(mx::softmax(a.a, to_ints(axes), precise));
+}
+
+ArrayPtr op_layer_norm(const MlxArray& x, const MlxArray* w, const MlxArray* b, float eps) {
+  std::optional<mx::array> wo, bo;
+  if (w) wo = w->a;
+  if (b) bo = b->a;
+  return wrap(mx::fast::layer_norm(x.a, wo, bo, eps));
+}
+
+ArrayPtr op_rms_norm(const MlxArray& x, const MlxArray* w, float eps) {
+  std::optional<mx::array> wo;
+  if (w) wo = w->a;
+  return wrap(mx::fast::rms_norm(x.a, wo, eps));
+}
+
+ArrayPtr op_astype(const MlxArray& a, uint8_t dtype) { return wrap(mx::astype(a.a, to_dtype(dtype))); }
+ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.a, to_shape(shape))); }
+
+ArrayPtr op_transpose(const MlxArray& a, rust::Slice<const int32_t> axes, bool reverse) {
+  if (reverse) return wrap(mx::transpose(a.a));
+  return wrap(mx::transpose(a.a, to_ints(axes)));
+}
+
+ArrayPtr op_broadcast_to(const MlxArray& a, rust::Slice<const int32_t> shape) {
+  return wrap(mx::broadcast_to(a.a, to_shape(shape)));
+}
+
+ArrayPtr op_contiguous(const MlxArray& a) { return wrap(mx::contiguous(a.a)); }
+
+ArrayPtr op_full(rust::Slice<const int32_t> shape, double value, uint8_t dtype) {
+  return wrap(mx::full(to_shape(shape), mx::array(value, mx::float64), to_dtype(dtype), mx::Device::cpu));
+}
+
+ArrayPtr op_arange(double start, double stop, double step, uint8_t dtype) {
+  return wrap(mx::arange(start, stop, step, to_dtype(dtype)));
+}
+
+ArrayPtr op_random_uniform(rust::Slice<const int32_t> shape, uint8_t dtype, double lo, double hi, uint64_t seed) {
+  auto dt = to_dtype(dtype);
+  return wrap(mx::random::uniform(mx::array(lo, dt), mx::array(hi, dt), to_shape(shape), dt, mx::random::key(seed)));
+}
+
+ArrayPtr op_random_normal(rust::Slice<const int32_t> shape, uint8_t dtype, uint64_t seed) {
+  return wrap(mx::random::normal(to_shape(shape), to_dtype(dtype), 0.0f, 1.0f, mx::random::key(seed)));
+}
+
+ArrayPtr op_slice(const MlxArray& a, rust::Slice<const int32_t> start, rust::Slice<const int32_t> stop) {
+  return wrap(mx::slice(a.a, to_shape(start), to_shape(stop)));
+}
+
+int32_t default_device_type() { return mx::default_device().type == mx::Device::gpu ? 1 : 0; }
+
+void set_default_device_type(int32_t kind) {
+  mx::set_default_device(kind == 1 ? mx::Device(mx::Device::gpu) : mx::Device(mx::Device::cpu));
+}
+
+bool metal_is_available() {
+#ifdef TRITON_METAL_HAS_METAL
+  return mx::is_available(mx::Device::gpu);
+#else
+  return false;
+#endif
+}
+
+bool cuda_is_available() {
+#ifdef TRITON_METAL_HAS_CUDA
+  return mx::is_available(mx::Device::gpu);
+#else
+  return false;
+#endif
+}
+
+rust::Vec<rust::String> device_info_pairs() {
+  rust::Vec<rust::String> out;
+  const auto& info = mx::device_info(mx::default_device());
+  for (const auto& [k, v] : info) {
+    std::string val;
+    if (std::holds_alternative<std::string>(v)) {
+      val = std::get<std::string>(v);
+    } else {
+      val = std::to_string(std::get<size_t>(v));
+    }
+    out.push_back(rust::String(k + "=" + val));
+  }
+  return out;
+}
+
+rust::String mlx_version() { return rust::String(mx::version()); }
+
+std::unique_ptr<MlxArrayList> cpu_kernel_launch(rust::Box<CpuLaunch> launch, rust::Str name,
+                                      rust::Slice<const MlxArray* const> inputs,
+                                      rust::Slice<const int32_t> out_shapes_flat,
+                                      rust::Slice<const int32_t> out_ndims,
+                                      rust::Slice<const uint8_t> out_dtypes) {
+  std::vector<mx::array> ins;
+  for (auto* a : inputs) ins.push_back(mx::contiguous(a->a, false, mx::Device::cpu));
+  std::shared_ptr<mx::Primitive> prim = std::make_shared<RustCpuKernel>(mx::default_stream(mx::Device::cpu), std::move(launch), to_string(name));
+  return wrap_all(mx::array::make_arrays(to_shapes(out_shapes_flat, out_ndims), to_dtypes(out_dtypes), prim, ins));
+}
+
+namespace {
+mx::fast::CustomKernelFunction make_metal_kernel(rust::Str name, rust::Slice<const rust::String> input_names,
+                                                 rust::Slice<const rust::String> output_names, rust::Str source,
+                                                 rust::Str header, bool atomic_outputs) {
+  return mx::fast::metal_kernel(to_string(name), to_strings(input_names), to_strings(output_names),
+                                to_string(source), to_string(header), true, atomic_outputs);
+}
+}  // namespace
+
+std::unique_ptr<MlxArrayList> metal_kernel_launch(rust::Str name, rust::Slice<const rust::String> input_names,
+                                        rust::Slice<const rust::String> output_names, rust::Str source,
+                                        rust::Str header, rust::Slice<const MlxArray* const> inputs,
+                                        rust::Slice<const int32_t> out_shapes_flat,
+                                        rust::Slice<const int32_t> out_ndims,
+                                        rust::Slice<const uint8_t> out_dtypes, std::array<int32_t, 3> grid,
+                                        std::array<int32_t, 3> threadgroup, bool has_init, float init_value,
+                                        bool atomic_outputs) {
+  auto kernel = make_metal_kernel(name, input_names, output_names, source, header, atomic_outputs);
+  std::optional<float> init;
+  if (has_init) init = init_value;
+  auto outs = kernel(to_arrays(inputs), to_shapes(out_shapes_flat, out_ndims), to_dtypes(out_dtypes),
+                     {grid[0], grid[1], grid[2]}, {threadgroup[0], threadgroup[1], threadgroup[2]}, {}, init,
+                     false, {});
+  return wrap_all(std::move(outs));
+}
+
+rust::String metal_kernel_traced_source(rust::Str name, rust::Slice<const rust::String> input_names,
+                                        rust::Slice<const rust::String> output_names, rust::Str source,
+                                        rust::Str header, rust::Slice<const MlxArray* const> inputs,
+                                        rust::Slice<const int32_t> out_shapes_flat,
+                                        rust::Slice<const int32_t> out_ndims,
+                                        rust::Slice<const uint8_t> out_dtypes, std::array<int32_t, 3> grid,
+                                        std::array<int32_t, 3> threadgroup, bool atomic_outputs,
+                                        rust::Str scratch_path) {
+  auto kernel = make_metal_kernel(name, input_names, output_names, source, header, atomic_outputs);
+  auto shapes = to_shapes(out_shapes_flat, out_ndims);
+  auto dtypes = to_dtypes(out_dtypes);
+  auto args = to_arrays(inputs);
+  std::string scratch = to_string(scratch_path);
+  std::string captured;
+  {
+    StdoutCapture capture(scratch + ".stdout");
+    try {
+      mx::export_function(
+          scratch + ".mlxfn",
+          [&](const mx::Args& a) {
+            return kernel(a, shapes, dtypes, {grid[0], grid[1], grid[2]},
+                          {threadgroup[0], threadgroup[1], threadgroup[2]}, {}, std::nullopt, true, {});
+          },
+          args);
+    } catch (...) {
+      captured = capture.finish();
+      std::remove((scratch + ".stdout").c_str());
+      std::remove((scratch + ".mlxfn").c_str());
+      throw;
+    }
+    captured = capture.finish();
+  }
+  std::remove((scratch + ".stdout").c_str());
+  std::remove((scratch + ".mlxfn").c_str());
+  return rust::String(captured);
+}
+
+}  // namespace triton_metal

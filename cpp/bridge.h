@@ -1,0 +1,111 @@
+// The C++ side of the cxx bridge to MLX. Every function that calls into MLX is declared
+// `Result` on the Rust side, so a C++ exception becomes `Err` instead of an abort.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "mlx/mlx.h"
+#include "rust/cxx.h"
+
+namespace triton_metal {
+
+struct CpuLaunch;  // Rust type: one CPU-executor launch (see src/runtime/cpu_primitive.rs).
+
+// Owns one reference to an MLX array; cloning bumps MLX's refcount.
+struct MlxArray {
+  mlx::core::array a;
+  explicit MlxArray(mlx::core::array arr) : a(std::move(arr)) {}
+};
+
+using ArrayPtr = std::unique_ptr<MlxArray>;
+
+// Several arrays returned at once (cxx has no Vec of C++ objects).
+struct MlxArrayList {
+  std::vector<mlx::core::array> items;
+};
+
+size_t list_len(const MlxArrayList& l);
+ArrayPtr list_get(const MlxArrayList& l, size_t i);
+
+ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype);
+ArrayPtr array_clone(const MlxArray& a);
+rust::Vec<int32_t> array_shape(const MlxArray& a);
+rust::Vec<int64_t> array_strides(const MlxArray& a);
+uint8_t array_dtype(const MlxArray& a);
+size_t array_size(const MlxArray& a);
+uintptr_t array_id(const MlxArray& a);
+void array_eval(const MlxArray& a);
+void array_eval_many(rust::Slice<const MlxArray* const> arrays);
+rust::Vec<uint8_t> array_to_bytes(const MlxArray& a);
+
+ArrayPtr op_unary(rust::Str op, const MlxArray& a);
+ArrayPtr op_binary(rust::Str op, const MlxArray& a, const MlxArray& b);
+ArrayPtr op_reduce(rust::Str op, const MlxArray& a, rust::Slice<const int32_t> axes, bool all_axes, bool keepdims);
+ArrayPtr op_where(const MlxArray& c, const MlxArray& x, const MlxArray& y);
+ArrayPtr op_softmax(const MlxArray& a, rust::Slice<const int32_t> axes, bool precise);
+ArrayPtr op_layer_norm(const MlxArray& x, const MlxArray* w, const MlxArray* b, float eps);
+ArrayPtr op_rms_norm(const MlxArray& x, const MlxArray* w, float eps);
+ArrayPtr op_astype(const MlxArray& a, uint8_t dtype);
+ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape);
+ArrayPtr op_transpose(const MlxArray& a, rust::Slice<const int32_t> axes, bool reverse);
+ArrayPtr op_broadcast_to(const MlxArray& a, rust::Slice<const int32_t> shape);
+ArrayPtr op_contiguous(const MlxArray& a);
+ArrayPtr op_full(rust::Slice<const int32_t> shape, double value, uint8_t dtype);
+ArrayPtr op_arange(double start, double stop, double step, uint8_t dtype);
+ArrayPtr op_random_uniform(rust::Slice<const int32_t> shape, uint8_t dtype, double lo, double hi, uint64_t seed);
+ArrayPtr op_random_normal(rust::Slice<const int32_t> shape, uint8_t dtype, uint64_t seed);
+ArrayPtr op_slice(const MlxArray& a, rust::Slice<const int32_t> start, rust::Slice<const int32_t> stop);
+
+// Devices.
+int32_t default_device_type();  // 0 = cpu, 1 = gpu
+void set_default_device_type(int32_t kind);
+bool metal_is_available();
+bool cuda_is_available();
+rust::Vec<rust::String> device_info_pairs();
+rust::String mlx_version();
+
+// Launch a Rust CPU-executor kernel as an MLX primitive: outputs are lazy arrays.
+std::unique_ptr<MlxArrayList> cpu_kernel_launch(
+    rust::Box<CpuLaunch> launch,
+    rust::Str name,
+    rust::Slice<const MlxArray* const> inputs,
+    rust::Slice<const int32_t> out_shapes_flat,
+    rust::Slice<const int32_t> out_ndims,
+    rust::Slice<const uint8_t> out_dtypes);
+
+// `fast::metal_kernel`. On a build without Metal, MLX throws "No Metal back-end".
+std::unique_ptr<MlxArrayList> metal_kernel_launch(
+    rust::Str name,
+    rust::Slice<const rust::String> input_names,
+    rust::Slice<const rust::String> output_names,
+    rust::Str source,
+    rust::Str header,
+    rust::Slice<const MlxArray* const> inputs,
+    rust::Slice<const int32_t> out_shapes_flat,
+    rust::Slice<const int32_t> out_ndims,
+    rust::Slice<const uint8_t> out_dtypes,
+    std::array<int32_t, 3> grid,
+    std::array<int32_t, 3> threadgroup,
+    bool has_init,
+    float init_value,
+    bool atomic_outputs);
+
+// MLX's own generated Metal source for a metal_kernel call, captured through
+// `export_function` tracing with verbose=true (works without Metal).
+rust::String metal_kernel_traced_source(
+    rust::Str name,
+    rust::Slice<const rust::String> input_names,
+    rust::Slice<const rust::String> output_names,
+    rust::Str source,
+    rust::Str header,
+    rust::Slice<const MlxArray* const> inputs,
+    rust::Slice<const int32_t> out_shapes_flat,
+    rust::Slice<const int32_t> out_ndims,
+    rust::Slice<const uint8_t> out_dtypes,
+    std::array<int32_t, 3> grid,
+    std::array<int32_t, 3> threadgroup,
+    bool atomic_outputs,
+    rust::Str scratch_path);
+
+}  // namespace triton_metal

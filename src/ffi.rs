@@ -1,0 +1,131 @@
+//! The cxx bridge to MLX (C++ side in `cpp/bridge.cpp`). Every function that reaches MLX
+//! is declared `Result`, so a C++ exception becomes `Err` instead of aborting.
+
+#[cxx::bridge(namespace = "triton_metal")]
+pub(crate) mod bridge {
+    extern "Rust" {
+        type CpuLaunch;
+        fn run_cpu_launch(
+            launch: &CpuLaunch,
+            in_ptrs: Vec<usize>,
+            in_bytes: Vec<usize>,
+            out_ptrs: Vec<usize>,
+            out_bytes: Vec<usize>,
+        );
+    }
+
+    unsafe extern "C++" {
+        include!("bridge.h");
+
+        type MlxArray;
+        type MlxArrayList;
+
+        fn list_len(l: &MlxArrayList) -> usize;
+        fn list_get(l: &MlxArrayList, i: usize) -> Result<UniquePtr<MlxArray>>;
+
+        fn array_from_bytes(data: &[u8], shape: &[i32], dtype: u8) -> Result<UniquePtr<MlxArray>>;
+        fn array_clone(a: &MlxArray) -> UniquePtr<MlxArray>;
+        fn array_shape(a: &MlxArray) -> Vec<i32>;
+        fn array_strides(a: &MlxArray) -> Vec<i64>;
+        fn array_dtype(a: &MlxArray) -> u8;
+        fn array_size(a: &MlxArray) -> usize;
+        fn array_id(a: &MlxArray) -> usize;
+        fn array_eval(a: &MlxArray) -> Result<()>;
+        unsafe fn array_eval_many(arrays: &[*const MlxArray]) -> Result<()>;
+        fn array_to_bytes(a: &MlxArray) -> Result<Vec<u8>>;
+
+        fn op_unary(op: &str, a: &MlxArray) -> Result<UniquePtr<MlxArray>>;
+        fn op_binary(op: &str, a: &MlxArray, b: &MlxArray) -> Result<UniquePtr<MlxArray>>;
+        fn op_reduce(
+            op: &str,
+            a: &MlxArray,
+            axes: &[i32],
+            all_axes: bool,
+            keepdims: bool,
+        ) -> Result<UniquePtr<MlxArray>>;
+        fn op_where(c: &MlxArray, x: &MlxArray, y: &MlxArray) -> Result<UniquePtr<MlxArray>>;
+        fn op_softmax(a: &MlxArray, axes: &[i32], precise: bool) -> Result<UniquePtr<MlxArray>>;
+        unsafe fn op_layer_norm(
+            x: &MlxArray,
+            w: *const MlxArray,
+            b: *const MlxArray,
+            eps: f32,
+        ) -> Result<UniquePtr<MlxArray>>;
+        unsafe fn op_rms_norm(x: &MlxArray, w: *const MlxArray, eps: f32) -> Result<UniquePtr<MlxArray>>;
+        fn op_astype(a: &MlxArray, dtype: u8) -> Result<UniquePtr<MlxArray>>;
+        fn op_reshape(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;
+        fn op_transpose(a: &MlxArray, axes: &[i32], reverse: bool) -> Result<UniquePtr<MlxArray>>;
+        fn op_broadcast_to(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;
+        fn op_contiguous(a: &MlxArray) -> Result<UniquePtr<MlxArray>>;
+        fn op_full(shape: &[i32], value: f64, dtype: u8) -> Result<UniquePtr<MlxArray>>;
+        fn op_arange(start: f64, stop: f64, step: f64, dtype: u8) -> Result<UniquePtr<MlxArray>>;
+        fn op_random_uniform(
+            shape: &[i32],
+            dtype: u8,
+            lo: f64,
+            hi: f64,
+            seed: u64,
+        ) -> Result<UniquePtr<MlxArray>>;
+        fn op_random_normal(shape: &[i32], dtype: u8, seed: u64) -> Result<UniquePtr<MlxArray>>;
+        fn op_slice(a: &MlxArray, start: &[i32], stop: &[i32]) -> Result<UniquePtr<MlxArray>>;
+
+        fn default_device_type() -> Result<i32>;
+        fn set_default_device_type(kind: i32) -> Result<()>;
+        fn metal_is_available() -> Result<bool>;
+        fn cuda_is_available() -> Result<bool>;
+        fn device_info_pairs() -> Result<Vec<String>>;
+        fn mlx_version() -> Result<String>;
+
+        unsafe fn cpu_kernel_launch(
+            launch: Box<CpuLaunch>,
+            name: &str,
+            inputs: &[*const MlxArray],
+            out_shapes_flat: &[i32],
+            out_ndims: &[i32],
+            out_dtypes: &[u8],
+        ) -> Result<UniquePtr<MlxArrayList>>;
+
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn metal_kernel_launch(
+            name: &str,
+            input_names: &[String],
+            output_names: &[String],
+            source: &str,
+            header: &str,
+            inputs: &[*const MlxArray],
+            out_shapes_flat: &[i32],
+            out_ndims: &[i32],
+            out_dtypes: &[u8],
+            grid: [i32; 3],
+            threadgroup: [i32; 3],
+            has_init: bool,
+            init_value: f32,
+            atomic_outputs: bool,
+        ) -> Result<UniquePtr<MlxArrayList>>;
+
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn metal_kernel_traced_source(
+            name: &str,
+            input_names: &[String],
+            output_names: &[String],
+            source: &str,
+            header: &str,
+            inputs: &[*const MlxArray],
+            out_shapes_flat: &[i32],
+            out_ndims: &[i32],
+            out_dtypes: &[u8],
+            grid: [i32; 3],
+            threadgroup: [i32; 3],
+            atomic_outputs: bool,
+            scratch_path: &str,
+        ) -> Result<String>;
+    }
+}
+
+// SAFETY: `MlxArray` holds an `mlx::core::array`, a shared_ptr to an immutable
+// description plus data; MLX's refcounts are atomic and the arrays we hand out are never
+// mutated through a shared reference, so moving or sharing them across threads is sound.
+unsafe impl Send for bridge::MlxArray {}
+unsafe impl Sync for bridge::MlxArray {}
+
+pub(crate) use crate::runtime::cpu_primitive::{run_cpu_launch, CpuLaunch};

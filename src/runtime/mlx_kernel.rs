@@ -1,0 +1,175 @@
+//! Launch entry points into MLX: the CPU-executor primitive and `fast::metal_kernel`.
+//!
+//! Everything about MLX's calling convention for custom kernels lives here and in
+//! `cpp/bridge.cpp`; code generators only produce kernel bodies.
+
+use std::sync::Arc;
+
+use crate::array::{dims_to_i32, Array};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ffi::bridge::{self, MlxArray, MlxArrayList};
+use crate::runtime::cpu_primitive::{CpuBody, CpuLaunch, ErrorSlot};
+
+/// Shape and dtype of one kernel output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputSpec {
+    /// Dimensions.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+}
+
+fn flatten_outputs(outputs: &[OutputSpec], what: &str) -> Result<(Vec<i32>, Vec<i32>, Vec<u8>)> {
+    let mut flat = Vec::new();
+    let mut ndims = Vec::new();
+    let mut dtypes = Vec::new();
+    for o in outputs {
+        flat.extend(dims_to_i32(&o.shape, what)?);
+        ndims.push(o.shape.len() as i32);
+        dtypes.push(o.dtype.code());
+    }
+    Ok((flat, ndims, dtypes))
+}
+
+fn unpack(list: cxx::UniquePtr<MlxArrayList>, pending: Arc<[Arc<ErrorSlot>]>) -> Result<Vec<Array>> {
+    let list = list
+        .as_ref()
+        .ok_or_else(|| Error::Mlx("MLX returned no outputs".into()))?;
+    (0..bridge::list_len(list))
+        .map(|i| Array::wrap(bridge::list_get(list, i)?, pending.clone()))
+        .collect()
+}
+
+/// Runs `body` as an MLX primitive on the CPU stream: returns lazy outputs at once; the
+/// body runs when they are evaluated, on MLX's worker thread, with the inputs as
+/// row-major contiguous bytes and freshly allocated (uninitialised) output buffers.
+/// An error from `body` is returned by `eval` of any array that depends on the outputs.
+pub fn cpu_launch(
+    kernel: &str,
+    body: Box<CpuBody>,
+    inputs: &[&Array],
+    outputs: &[OutputSpec],
+) -> Result<Vec<Array>> {
+    let slot = Arc::new(ErrorSlot::default());
+    let launch = Box::new(CpuLaunch {
+        kernel: kernel.to_string(),
+        body,
+        slot: slot.clone(),
+    });
+    let (flat, ndims, dtypes) = flatten_outputs(outputs, kernel)?;
+    let ptrs: Vec<*const MlxArray> = inputs.iter().map(|a| a.raw() as *const _).collect();
+    let mut pending: Vec<Arc<ErrorSlot>> = Array::merged_pending(inputs).to_vec();
+    pending.push(slot);
+    // SAFETY: the input pointers are borrowed from live arrays for the duration of the call.
+    let list = unsafe { bridge::cpu_kernel_launch(launch, kernel, &ptrs, &flat, &ndims, &dtypes)? };
+    unpack(list, pending.into())
+}
+
+/// One call of MLX's `fast::metal_kernel`.
+#[derive(Clone, Debug)]
+pub struct MetalKernelCall<'a> {
+    /// Kernel name (MLX prefixes `custom_kernel_`).
+    pub name: &'a str,
+    /// Input parameter names, in order.
+    pub input_names: Vec<String>,
+    /// Output parameter names, in order.
+    pub output_names: Vec<String>,
+    /// Kernel body (MLX writes the signature).
+    pub source: &'a str,
+    /// Code placed before the kernel (helpers, includes).
+    pub header: &'a str,
+    /// Inputs, matching `input_names`.
+    pub inputs: Vec<&'a Array>,
+    /// Outputs, matching `output_names`.
+    pub outputs: Vec<OutputSpec>,
+    /// Grid in threads (MLX's dispatchThreads), per axis.
+    pub grid: [usize; 3],
+    /// Threads per threadgroup, per axis.
+    pub threadgroup: [usize; 3],
+    /// Fill value for the outputs before the kernel runs.
+    pub init_value: Option<f32>,
+    /// Outputs as `device atomic<T>*`.
+    pub atomic_outputs: bool,
+}
+
+impl MetalKernelCall<'_> {
+    #[allow(clippy::type_complexity)]
+    fn parts(&self) -> Result<(Vec<*const MlxArray>, Vec<i32>, Vec<i32>, Vec<u8>, [i32; 3], [i32; 3])> {
+        if self.inputs.len() != self.input_names.len() || self.outputs.len() != self.output_names.len() {
+            return Err(Error::Launch {
+                kernel: self.name.into(),
+                msg: "metal_kernel: names and arrays differ in number".into(),
+            });
+        }
+        let (flat, ndims, dtypes) = flatten_outputs(&self.outputs, self.name)?;
+        let g = dims_to_i32(&self.grid, "grid")?;
+        let t = dims_to_i32(&self.threadgroup, "threadgroup")?;
+        let ptrs = self.inputs.iter().map(|a| a.raw() as *const _).collect();
+        Ok((ptrs, flat, ndims, dtypes, [g[0], g[1], g[2]], [t[0], t[1], t[2]]))
+    }
+
+    /// Launches through `fast::metal_kernel` on MLX's default stream. Without Metal (any
+    /// Linux build) MLX answers `[metal_kernel] No Metal back-end.`, returned as `Err`.
+    pub fn launch(&self) -> Result<Vec<Array>> {
+        let (ptrs, flat, ndims, dtypes, g, t) = self.parts()?;
+        // SAFETY: the input pointers are borrowed from live arrays for this call.
+        let list = unsafe {
+            bridge::metal_kernel_launch(
+                self.name,
+                &self.input_names,
+                &self.output_names,
+                self.source,
+                self.header,
+                &ptrs,
+                &flat,
+                &ndims,
+                &dtypes,
+                g,
+                t,
+                self.init_value.is_some(),
+                self.init_value.unwrap_or(0.0),
+                self.atomic_outputs,
+            )?
+        };
+        unpack(list, Array::merged_pending(&self.inputs))
+    }
+
+    /// The complete Metal source MLX would compile for this call (signature included),
+    /// captured from MLX itself by tracing the call under `export_function` with
+    /// `verbose = true`. Works on builds without Metal.
+    pub fn traced_source(&self) -> Result<String> {
+        let (ptrs, flat, ndims, dtypes, g, t) = self.parts()?;
+        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let scratch = std::env::temp_dir().join(format!(
+            "triton-metal-trace-{}-{n}",
+            std::process::id()
+        ));
+        let scratch = scratch.to_string_lossy().to_string();
+        // SAFETY: as in `launch`.
+        let out = unsafe {
+            bridge::metal_kernel_traced_source(
+                self.name,
+                &self.input_names,
+                &self.output_names,
+                self.source,
+                self.header,
+                &ptrs,
+                &flat,
+                &ndims,
+                &dtypes,
+                g,
+                t,
+                self.atomic_outputs,
+                &scratch,
+            )?
+        };
+        // MLX prints "Generated source code for `name`:\n```\n<source>\n```".
+        let body = out
+            .split_once("```\n")
+            .and_then(|(_, rest)| rest.rsplit_once("\n```"))
+            .map(|(src, _)| src.to_string());
+        body.ok_or_else(|| Error::Mlx(format!("could not read MLX's traced source from: {out}")))
+    }
+}
