@@ -25,7 +25,12 @@ fn main() {
     for f in ["build.rs", "cpp", "src/ffi.rs"] {
         println!("cargo:rerun-if-changed={f}");
     }
-    for v in ["MLX_DIR", "TRITON_METAL_MLX_CACHE", "XDG_CACHE_HOME", "HOME"] {
+    for v in [
+        "MLX_DIR",
+        "TRITON_METAL_MLX_CACHE",
+        "XDG_CACHE_HOME",
+        "HOME",
+    ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
     if let Err(msg) = run() {
@@ -47,10 +52,12 @@ fn run() -> Result<(), String> {
             dir
         }
         None if cuda => {
-            return Err("feature `cuda` needs MLX_DIR pointing at the `mlx/` folder of an \
+            return Err(
+                "feature `cuda` needs MLX_DIR pointing at the `mlx/` folder of an \
                         mlx-cuda-13==0.32.4 install (e.g. `pip install --target DIR \
                         mlx-cuda-13==0.32.4`, then MLX_DIR=DIR/mlx)."
-                .into())
+                    .into(),
+            )
         }
         None => install_wheel(&target_os)?,
     };
@@ -90,7 +97,10 @@ fn run() -> Result<(), String> {
     // Published to dependents as DEP_MLX_LIBDIR / DEP_MLX_INCLUDE.
     println!("cargo:LIBDIR={}", real_lib.display());
     println!("cargo:INCLUDE={}", include_dir.display());
-    println!("cargo:rustc-env=TRITON_METAL_MLX_LIBDIR={}", real_lib.display());
+    println!(
+        "cargo:rustc-env=TRITON_METAL_MLX_LIBDIR={}",
+        real_lib.display()
+    );
     Ok(())
 }
 
@@ -146,7 +156,13 @@ fn install_wheel(target_os: &str) -> Result<PathBuf, String> {
     let _ = std::fs::remove_dir_all(&tmp);
     let spec = format!("{package}=={MLX_VERSION}");
     let output = Command::new("python3")
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
         .args(["--no-deps", "--only-binary=:all:", "--target"])
         .arg(&tmp)
         .arg(&spec)

@@ -19,9 +19,13 @@ use crate::runtime::cpu_primitive::ErrorSlot;
 ///
 /// # Threads
 /// `Array` is `Send` and `Sync`: MLX arrays are immutable once built and their reference
-/// counts are atomic, so arrays may be created, moved, shared and evaluated from several
-/// threads (MLX serialises work on each stream). The test
-/// `tests/array.rs::arrays_from_many_threads` checks this.
+/// counts are atomic, so arrays may be created, moved and shared between threads, and
+/// each thread may build and evaluate its own graphs concurrently. MLX records lazy work on
+/// the *current thread's* stream, so a lazy array must be evaluated on the thread that
+/// built it (or be evaluated before it is handed over); evaluating another thread's lazy
+/// graph returns `Err` with MLX's message ("There is no Stream(cpu, N) in current thread").
+/// Evaluated arrays can be read from any thread. `tests/array.rs::arrays_from_many_threads`
+/// checks all three statements.
 pub struct Array {
     inner: UniquePtr<MlxArray>,
     /// Errors of deferred CPU kernels this array depends on; checked at eval.

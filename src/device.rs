@@ -94,11 +94,16 @@ impl HardwareInfo {
         } else {
             Backend::Cpu
         };
-        let architecture = raw.get("architecture").cloned().filter(|_| backend == Backend::Metal);
+        let architecture = raw
+            .get("architecture")
+            .cloned()
+            .filter(|_| backend == Backend::Metal);
         let apple_generation = architecture.as_deref().and_then(apple_generation_of);
         let name = match backend {
             Backend::Cpu => cpu_model().unwrap_or_else(|| {
-                raw.get("device_name").cloned().unwrap_or_else(|| "cpu".into())
+                raw.get("device_name")
+                    .cloned()
+                    .unwrap_or_else(|| "cpu".into())
             }),
             _ => raw
                 .get("device_name")

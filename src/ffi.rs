@@ -51,7 +51,11 @@ pub(crate) mod bridge {
             b: *const MlxArray,
             eps: f32,
         ) -> Result<UniquePtr<MlxArray>>;
-        unsafe fn op_rms_norm(x: &MlxArray, w: *const MlxArray, eps: f32) -> Result<UniquePtr<MlxArray>>;
+        unsafe fn op_rms_norm(
+            x: &MlxArray,
+            w: *const MlxArray,
+            eps: f32,
+        ) -> Result<UniquePtr<MlxArray>>;
         fn op_astype(a: &MlxArray, dtype: u8) -> Result<UniquePtr<MlxArray>>;
         fn op_reshape(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;
         fn op_transpose(a: &MlxArray, axes: &[i32], reverse: bool) -> Result<UniquePtr<MlxArray>>;

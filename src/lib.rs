@@ -12,8 +12,8 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};
 
 pub mod array;
-pub(crate) mod ffi;
 pub mod device;
+pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
 

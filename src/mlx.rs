@@ -239,7 +239,10 @@ pub fn slice(a: &Array, start: &[usize], stop: &[usize]) -> Result<Array> {
 /// An array of `shape` filled with `value` converted to `dtype`.
 pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Array> {
     let s = dims_to_i32(shape, "full")?;
-    Array::wrap(bridge::op_full(&s, value, dtype.code())?, Default::default())
+    Array::wrap(
+        bridge::op_full(&s, value, dtype.code())?,
+        Default::default(),
+    )
 }
 
 /// Zeros of `shape` and `dtype`.

@@ -14,7 +14,10 @@ fn cpu_primitive_outputs_are_lazy_mlx_arrays() {
             Ok(())
         }),
         &[&x],
-        &[OutputSpec { shape: vec![3], dtype: DType::F32 }],
+        &[OutputSpec {
+            shape: vec![3],
+            dtype: DType::F32,
+        }],
     )
     .unwrap();
     let y = mlx::add(&outs[0], &x).unwrap();
@@ -26,9 +29,17 @@ fn cpu_primitive_errors_come_back_at_eval() {
     let x = Array::from_slice(&[1.0f32], &[1]).unwrap();
     let outs = cpu_launch(
         "failing",
-        Box::new(|_, _| Err(Error::Runtime { kernel: "failing".into(), msg: "boom".into() })),
+        Box::new(|_, _| {
+            Err(Error::Runtime {
+                kernel: "failing".into(),
+                msg: "boom".into(),
+            })
+        }),
         &[&x],
-        &[OutputSpec { shape: vec![1], dtype: DType::F32 }],
+        &[OutputSpec {
+            shape: vec![1],
+            dtype: DType::F32,
+        }],
     )
     .unwrap();
     let y = mlx::exp(&outs[0]).unwrap();
@@ -46,13 +57,20 @@ fn metal_kernel_without_metal_is_an_error_and_traces() {
         source: "uint i = thread_position_in_grid.x; out[i] = x[i] + 1.0f;",
         header: "",
         inputs: vec![&x],
-        outputs: vec![OutputSpec { shape: vec![16], dtype: DType::F32 }],
+        outputs: vec![OutputSpec {
+            shape: vec![16],
+            dtype: DType::F32,
+        }],
         grid: [16, 1, 1],
         threadgroup: [16, 1, 1],
         init_value: None,
         atomic_outputs: false,
     };
-    let err = call.launch().and_then(|o| o[0].eval()).unwrap_err().to_string();
+    let err = call
+        .launch()
+        .and_then(|o| o[0].eval())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("Metal"), "{err}");
     let src = call.traced_source().unwrap();
     println!("{src}");

@@ -32,7 +32,10 @@ fn flatten_outputs(outputs: &[OutputSpec], what: &str) -> Result<(Vec<i32>, Vec<
     Ok((flat, ndims, dtypes))
 }
 
-fn unpack(list: cxx::UniquePtr<MlxArrayList>, pending: Arc<[Arc<ErrorSlot>]>) -> Result<Vec<Array>> {
+fn unpack(
+    list: cxx::UniquePtr<MlxArrayList>,
+    pending: Arc<[Arc<ErrorSlot>]>,
+) -> Result<Vec<Array>> {
     let list = list
         .as_ref()
         .ok_or_else(|| Error::Mlx("MLX returned no outputs".into()))?;
@@ -95,8 +98,19 @@ pub struct MetalKernelCall<'a> {
 
 impl MetalKernelCall<'_> {
     #[allow(clippy::type_complexity)]
-    fn parts(&self) -> Result<(Vec<*const MlxArray>, Vec<i32>, Vec<i32>, Vec<u8>, [i32; 3], [i32; 3])> {
-        if self.inputs.len() != self.input_names.len() || self.outputs.len() != self.output_names.len() {
+    fn parts(
+        &self,
+    ) -> Result<(
+        Vec<*const MlxArray>,
+        Vec<i32>,
+        Vec<i32>,
+        Vec<u8>,
+        [i32; 3],
+        [i32; 3],
+    )> {
+        if self.inputs.len() != self.input_names.len()
+            || self.outputs.len() != self.output_names.len()
+        {
             return Err(Error::Launch {
                 kernel: self.name.into(),
                 msg: "metal_kernel: names and arrays differ in number".into(),
@@ -106,7 +120,14 @@ impl MetalKernelCall<'_> {
         let g = dims_to_i32(&self.grid, "grid")?;
         let t = dims_to_i32(&self.threadgroup, "threadgroup")?;
         let ptrs = self.inputs.iter().map(|a| a.raw() as *const _).collect();
-        Ok((ptrs, flat, ndims, dtypes, [g[0], g[1], g[2]], [t[0], t[1], t[2]]))
+        Ok((
+            ptrs,
+            flat,
+            ndims,
+            dtypes,
+            [g[0], g[1], g[2]],
+            [t[0], t[1], t[2]],
+        ))
     }
 
     /// Launches through `fast::metal_kernel` on MLX's default stream. Without Metal (any
@@ -142,10 +163,8 @@ impl MetalKernelCall<'_> {
         let (ptrs, flat, ndims, dtypes, g, t) = self.parts()?;
         static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let scratch = std::env::temp_dir().join(format!(
-            "triton-metal-trace-{}-{n}",
-            std::process::id()
-        ));
+        let scratch =
+            std::env::temp_dir().join(format!("triton-metal-trace-{}-{n}", std::process::id()));
         let scratch = scratch.to_string_lossy().to_string();
         // SAFETY: as in `launch`.
         let out = unsafe {
