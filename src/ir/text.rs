@@ -153,11 +153,7 @@ impl Kernel {
                 write!(out, ", key {}, {}, rounds {rounds}", key[0], key[1])?;
             }
             Op::For {
-                lo,
-                hi,
-                step,
-                init,
-                ..
+                lo, hi, step, init, ..
             } => {
                 write!(out, "for {lo}, {hi}, {step} iter(")?;
                 Self::write_list(out, init)?;
@@ -195,9 +191,9 @@ impl Kernel {
         let mut first = true;
         for (r, name) in data.op.regions().zip(names.iter().cycle()) {
             if first {
-                write!(out, " {name} {{\n")?;
+                writeln!(out, " {name} {{")?;
             } else {
-                write!(out, "{indent}}} {name} {{\n")?;
+                writeln!(out, "{indent}}} {name} {{")?;
             }
             first = false;
             self.write_region(out, r, depth)?;
