@@ -8,6 +8,7 @@
 pub mod dtype;
 pub mod emu;
 pub mod error;
+pub mod ir;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};
