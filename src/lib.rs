@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod dtype;
+pub mod emu;
 pub mod error;
 pub mod ir;
 pub mod tl;
