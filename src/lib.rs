@@ -6,8 +6,10 @@
 #![deny(missing_docs)]
 
 pub mod dtype;
+pub mod emu;
 pub mod error;
 pub mod ir;
+pub mod tl;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};
