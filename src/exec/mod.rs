@@ -117,12 +117,7 @@ fn int_fits(v: i64, d: DType) -> bool {
 
 /// A scalar argument as the parameter's one-element value.
 fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Data> {
-    let bad = |what: &str| {
-        launch_err(
-            k,
-            format!("argument `{}` ({d} scalar) got {what}", p.name),
-        )
-    };
+    let bad = |what: &str| launch_err(k, format!("argument `{}` ({d} scalar) got {what}", p.name));
     let class = class_of(&Type::scalar(d));
     Ok(match (arg, class) {
         (ExecArg::Int(v), Class::F32) => Data::F32(vec![f64_to_f32_class(*v as f64, d)]),
@@ -170,7 +165,10 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
         ));
     }
     if grid.iter().any(|&g| g > i32::MAX as usize) {
-        return Err(launch_err(k, format!("grid {grid:?} exceeds i32 program ids")));
+        return Err(launch_err(
+            k,
+            format!("grid {grid:?} exceeds i32 program ids"),
+        ));
     }
     let mut mems: Vec<Option<Mem<'_>>> = Vec::with_capacity(args.len());
     let mut scalars: Vec<Option<Data>> = Vec::with_capacity(args.len());
@@ -225,12 +223,19 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
         .iter()
         .try_fold(1usize, |a, &g| a.checked_mul(g))
         .ok_or_else(|| launch_err(k, format!("grid {grid:?} is too large")))?;
-    let pid = |p: usize| [p % grid[0], (p / grid[0]) % grid[1], p / (grid[0] * grid[1])];
+    let pid = |p: usize| {
+        [
+            p % grid[0],
+            (p / grid[0]) % grid[1],
+            p / (grid[0] * grid[1]),
+        ]
+    };
     match total {
         0 => Ok(()),
         1 => launch.run_program(&mut launch.new_env(), [0, 0, 0]),
-        _ => (0..total)
-            .into_par_iter()
-            .try_for_each_init(|| launch.new_env(), |env, p| launch.run_program(env, pid(p))),
+        _ => (0..total).into_par_iter().try_for_each_init(
+            || launch.new_env(),
+            |env, p| launch.run_program(env, pid(p)),
+        ),
     }
 }
