@@ -17,5 +17,8 @@ pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
 
+pub mod graph;
+pub mod opt;
+
 pub use array::Array;
 pub use device::{Backend, Device, HardwareInfo};
