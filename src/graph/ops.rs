@@ -545,9 +545,7 @@ pub fn promote(a: DType, b: DType) -> DType {
         (false, false) => {
             if a.is_bool() {
                 b
-            } else if b.is_bool() {
-                a
-            } else if a.size_bytes() >= b.size_bytes() {
+            } else if b.is_bool() || a.size_bytes() >= b.size_bytes() {
                 a
             } else {
                 b
@@ -575,9 +573,9 @@ pub fn infer(
         OpCategory::Elementwise => {
             let mut shape = s0.clone();
             let mut dt = d0;
-            for i in 1..shapes.len() {
+            for (i, &d) in dtypes.iter().enumerate().skip(1) {
                 shape = bcast(i, &shape)?;
-                dt = promote(dt, dtypes[i]);
+                dt = promote(dt, d);
             }
             if kind.takes_scalar() && shapes.len() == 1 && args.scalar.is_none() {
                 return Err(format!("{kind} needs two inputs or args.scalar"));
