@@ -6,8 +6,19 @@
 //!                       +--- GraphRunner (MLX) --------+--> outputs, compared
 //! ```
 
+pub mod fusion;
 pub mod ops;
+pub mod pattern;
+pub mod runner;
 pub mod spec;
 
+pub use fusion::{
+    fuse, Activation, FusedGraph, FusedGroup, FusionEntry, FusionSummary, Node, Operand, Pattern,
+    PatternParams,
+};
 pub use ops::{OpArgs, OpCategory, OpKind, ReduceOp};
+pub use runner::{
+    random_inputs, run_op, Comparison, CompositeKernel, FusedKernel, GraphRunner, KernelChoice,
+    KernelProvider, MlxKernels, OutputDiff, PatternKernel,
+};
 pub use spec::{Graph, GraphInput, GraphSpec, InputSpec, OpNode, OpSpec, TensorType};
