@@ -7,6 +7,7 @@
 
 pub mod dtype;
 pub mod error;
+pub mod ir;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};

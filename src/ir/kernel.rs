@@ -1,0 +1,399 @@
+//! The kernel: arenas of values, ops and regions (data) plus each region's op order (layout).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::op::Op;
+use super::types::Type;
+use crate::dtype::DType;
+use crate::error::SourceLoc;
+
+macro_rules! entity {
+    ($(#[$m:meta])* $name:ident, $prefix:literal) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u32);
+
+        impl $name {
+            /// Index into the kernel's arena.
+            pub fn index(self) -> usize {
+                self.0 as usize
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+entity!(
+    /// An SSA value: a kernel parameter, an op result or a region argument.
+    Value, "%"
+);
+entity!(
+    /// An op in the kernel's op arena.
+    OpId, "op"
+);
+entity!(
+    /// A region (op list with block arguments) in the kernel's region arena.
+    RegionId, "^r"
+);
+
+/// Where a value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValueDef {
+    /// The runtime parameter with this index in [`Kernel::params`].
+    Param(u32),
+    /// Result `index` of an op.
+    OpResult(OpId, u32),
+    /// Block argument `index` of a region.
+    RegionArg(RegionId, u32),
+}
+
+/// A value's type and definition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueData {
+    /// Its type.
+    pub ty: Type,
+    /// Its definition.
+    pub def: ValueDef,
+}
+
+/// A contiguous run of values (an op's results are allocated together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ValueRange {
+    /// First value.
+    pub start: u32,
+    /// Number of values.
+    pub len: u32,
+}
+
+impl ValueRange {
+    /// Number of values.
+    pub fn len(self) -> usize {
+        self.len as usize
+    }
+
+    /// True if empty.
+    pub fn is_empty(self) -> bool {
+        self.len == 0
+    }
+
+    /// The `i`-th value, if any.
+    pub fn get(self, i: usize) -> Option<Value> {
+        (i < self.len()).then(|| Value(self.start + i as u32))
+    }
+
+    /// The values in order.
+    pub fn iter(self) -> impl ExactSizeIterator<Item = Value> {
+        (self.start..self.start + self.len).map(Value)
+    }
+}
+
+/// One op with its results and the user source location that created it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpData {
+    /// The op and its operands.
+    pub op: Op,
+    /// Its results.
+    pub results: ValueRange,
+    /// Where the user's Rust code built it.
+    pub loc: SourceLoc,
+    /// The region whose op list holds it.
+    pub parent: RegionId,
+}
+
+impl OpData {
+    /// The first result (most ops have exactly one).
+    pub fn result(&self) -> Option<Value> {
+        self.results.get(0)
+    }
+}
+
+/// A region: block arguments and an ordered op list (the last op is a `yield` except in
+/// the kernel body).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct RegionData {
+    /// Block arguments (loop induction variable and carried values, combine operands).
+    pub args: Vec<Value>,
+    /// Ops in program order.
+    pub ops: Vec<OpId>,
+    /// The op owning this region (`None` for the kernel body).
+    pub parent: Option<OpId>,
+}
+
+/// The kind of a runtime kernel parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParamKind {
+    /// A pointer to elements of this dtype (an array argument).
+    Ptr(DType),
+    /// A scalar of this dtype, passed by value.
+    Scalar(DType),
+}
+
+/// A runtime parameter (constexprs are not runtime parameters: see [`Kernel::constexprs`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    /// Name as declared.
+    pub name: String,
+    /// Pointer or scalar.
+    pub kind: ParamKind,
+    /// The SSA value standing for it in the body.
+    pub value: Value,
+    /// A pointer that some `store` or atomic may write through (the runtime returns it as an
+    /// output).
+    pub stored: bool,
+    /// A pointer that some `load` or atomic may read through.
+    pub loaded: bool,
+}
+
+/// Semantic no-op hints attached to a value (`multiple_of`, `max_contiguous`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hint {
+    /// Every element (per dim) is a multiple of these.
+    MultipleOf(Vec<i64>),
+    /// The first this-many elements (per dim) are contiguous.
+    MaxContiguous(Vec<i64>),
+}
+
+/// A verified kernel specialised for one set of constexpr values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    /// Kernel name.
+    pub name: String,
+    /// Runtime parameters in declaration order.
+    pub params: Vec<Param>,
+    /// Constexpr names and values of this specialisation, in declaration order.
+    pub constexprs: Vec<(String, i64)>,
+    /// Value arena.
+    pub values: Vec<ValueData>,
+    /// Op arena (data; program order lives in the regions).
+    pub ops: Vec<OpData>,
+    /// Region arena.
+    pub regions: Vec<RegionData>,
+    /// The top-level region (no args, no terminator).
+    pub body: RegionId,
+    /// Hints on values.
+    pub hints: Vec<(Value, Hint)>,
+}
+
+impl Kernel {
+    /// An empty kernel with an empty body region.
+    pub fn new(name: impl Into<String>) -> Kernel {
+        Kernel {
+            name: name.into(),
+            params: Vec::new(),
+            constexprs: Vec::new(),
+            values: Vec::new(),
+            ops: Vec::new(),
+            regions: vec![RegionData::default()],
+            body: RegionId(0),
+            hints: Vec::new(),
+        }
+    }
+
+    /// The type of a value.
+    ///
+    /// Panics if `v` is not a value of this kernel (an internal invariant; the verifier
+    /// checks every operand first).
+    pub fn ty(&self, v: Value) -> &Type {
+        &self.values[v.index()].ty
+    }
+
+    /// The value's data, if it exists.
+    pub fn value(&self, v: Value) -> Option<&ValueData> {
+        self.values.get(v.index())
+    }
+
+    /// The op's data. Panics on a foreign id.
+    pub fn op(&self, id: OpId) -> &OpData {
+        &self.ops[id.index()]
+    }
+
+    /// The region's data. Panics on a foreign id.
+    pub fn region(&self, id: RegionId) -> &RegionData {
+        &self.regions[id.index()]
+    }
+
+    /// The op defining `v`, if it is an op result.
+    pub fn def_op(&self, v: Value) -> Option<OpId> {
+        match self.value(v)?.def {
+            ValueDef::OpResult(op, _) => Some(op),
+            _ => None,
+        }
+    }
+
+    /// The value of a constexpr of this specialisation.
+    pub fn constexpr(&self, name: &str) -> Option<i64> {
+        self.constexprs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+    }
+
+    /// The constexprs as a map.
+    pub fn constexpr_map(&self) -> BTreeMap<String, i64> {
+        self.constexprs.iter().cloned().collect()
+    }
+
+    /// Indices (into [`Kernel::params`]) of the pointer params written by the kernel.
+    pub fn outputs(&self) -> Vec<usize> {
+        self.params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.stored)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Hints recorded on `v`.
+    pub fn hints_of(&self, v: Value) -> impl Iterator<Item = &Hint> {
+        self.hints
+            .iter()
+            .filter(move |(h, _)| *h == v)
+            .map(|(_, h)| h)
+    }
+
+    /// All ops in program order, walking nested regions depth first (an op before the ops
+    /// of its regions).
+    pub fn walk(&self) -> Vec<OpId> {
+        let mut out = Vec::with_capacity(self.ops.len());
+        self.walk_region(self.body, &mut out);
+        out
+    }
+
+    fn walk_region(&self, r: RegionId, out: &mut Vec<OpId>) {
+        for &id in &self.region(r).ops {
+            out.push(id);
+            for sub in self.op(id).op.regions() {
+                self.walk_region(sub, out);
+            }
+        }
+    }
+
+    /// Recomputes [`Param::stored`] and [`Param::loaded`] by tracing which parameters each
+    /// pointer value may derive from (through pointer arithmetic, shape ops, selects,
+    /// loop-carried values and branch results).
+    pub fn compute_param_access(&mut self) {
+        let nparams = self.params.len();
+        if nparams == 0 {
+            return;
+        }
+        // Bit set of params per value (params beyond 64 share the last bit conservatively).
+        let bit = |i: usize| 1u64 << i.min(63);
+        let mut origin = vec![0u64; self.values.len()];
+        for (i, p) in self.params.iter().enumerate() {
+            if matches!(p.kind, ParamKind::Ptr(_)) {
+                origin[p.value.index()] = bit(i);
+            }
+        }
+        let order = self.walk();
+        // Iterate to a fixed point (loops feed yields back into region args).
+        loop {
+            let mut changed = false;
+            let mut join = |dst: Value, bits: u64, origin: &mut Vec<u64>| {
+                let slot = &mut origin[dst.index()];
+                if *slot | bits != *slot {
+                    *slot |= bits;
+                    changed = true;
+                }
+            };
+            for &id in &order {
+                let data = self.op(id);
+                let mut bits = 0u64;
+                match &data.op {
+                    Op::AddPtr { ptr, .. } => bits = origin[ptr.index()],
+                    Op::Splat { src }
+                    | Op::Broadcast { src }
+                    | Op::ExpandDims { src, .. }
+                    | Op::Reshape { src }
+                    | Op::Permute { src, .. }
+                    | Op::Split { src }
+                    | Op::Bitcast { src }
+                    | Op::Cast { src } => bits = origin[src.index()],
+                    Op::Select {
+                        on_true, on_false, ..
+                    } => bits = origin[on_true.index()] | origin[on_false.index()],
+                    Op::Join { lhs, rhs } => bits = origin[lhs.index()] | origin[rhs.index()],
+                    Op::For { init, body, .. } => {
+                        let r = self.region(*body);
+                        for (k, v) in init.iter().enumerate() {
+                            if let Some(a) = r.args.get(k + 1) {
+                                join(*a, origin[v.index()], &mut origin);
+                            }
+                        }
+                    }
+                    Op::While {
+                        init, cond, body, ..
+                    } => {
+                        for r in [*cond, *body] {
+                            for (k, v) in init.iter().enumerate() {
+                                if let Some(a) = self.region(r).args.get(k) {
+                                    join(*a, origin[v.index()], &mut origin);
+                                }
+                            }
+                        }
+                    }
+                    Op::Yield { values } => {
+                        // Feed yields to the parent's results (and loop args).
+                        let parent = self.region(data.parent).parent;
+                        if let Some(p) = parent {
+                            let pd = self.op(p);
+                            let arg_shift = match pd.op {
+                                Op::For { .. } => Some(1usize),
+                                Op::While { .. } => Some(0),
+                                _ => None,
+                            };
+                            let is_cond =
+                                matches!(pd.op, Op::While { cond, .. } if cond == data.parent);
+                            if !is_cond {
+                                for (k, v) in values.iter().enumerate() {
+                                    let b = origin[v.index()];
+                                    if let Some(r) = pd.results.get(k) {
+                                        join(r, b, &mut origin);
+                                    }
+                                    if let Some(shift) = arg_shift {
+                                        for reg in pd.op.regions() {
+                                            if let Some(a) = self.region(reg).args.get(k + shift) {
+                                                join(*a, b, &mut origin);
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                if bits != 0 {
+                    for r in data.results.iter() {
+                        join(r, bits, &mut origin);
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let (mut stored, mut loaded) = (0u64, 0u64);
+        for data in &self.ops {
+            match &data.op {
+                Op::Load { ptr, .. } => loaded |= origin[ptr.index()],
+                Op::Store { ptr, .. } => stored |= origin[ptr.index()],
+                Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => {
+                    stored |= origin[ptr.index()];
+                    loaded |= origin[ptr.index()];
+                }
+                _ => {}
+            }
+        }
+        for (i, p) in self.params.iter_mut().enumerate() {
+            let is_ptr = matches!(p.kind, ParamKind::Ptr(_));
+            p.stored = is_ptr && stored & bit(i) != 0;
+            p.loaded = is_ptr && loaded & bit(i) != 0;
+        }
+    }
+}
