@@ -10,6 +10,7 @@ pub mod fusion;
 pub mod ops;
 pub mod pattern;
 pub mod runner;
+pub mod samples;
 pub mod spec;
 
 pub use fusion::{

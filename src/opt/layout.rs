@@ -443,15 +443,16 @@ fn plan_reduction(
     let max_t = hw.max_threads_per_threadgroup as u64;
     let simd = hw.simd_width as u64;
     let (threads, ept, partials) = if contiguous {
-        // Each thread first reduces `ept` consecutive vectors in registers; a threadgroup
-        // covers threads * ept elements, and two-stage reductions split the row across
-        // enough threadgroups that each thread does a few vector loads.
-        let threads = pow2_at_least(reduce.div_ceil(vec)).clamp(simd, max_t);
+        // Each thread first reduces `ept` consecutive elements in registers (vector loads);
+        // a two-stage reduction splits the row over at least two threadgroups, more when
+        // one full threadgroup would need more than four vector loads per thread.
         if two_stage {
-            let per_thread = vec * 4;
-            let partials = reduce.div_ceil(threads * per_thread).max(1);
-            (threads, reduce.div_ceil(threads * partials), partials)
+            let partials = reduce.div_ceil(max_t * vec * 4).max(2);
+            let per_group = reduce.div_ceil(partials);
+            let threads = pow2_at_least(per_group.div_ceil(vec)).clamp(simd, max_t);
+            (threads, per_group.div_ceil(threads), partials)
         } else {
+            let threads = pow2_at_least(reduce.div_ceil(vec)).clamp(simd, max_t);
             (threads, reduce.div_ceil(threads), 1)
         }
     } else {
@@ -576,6 +577,18 @@ mod tests {
         assert_eq!(big.threads_per_threadgroup, 1024);
         assert_eq!(r.partials_per_output, 4);
         assert_eq!(big.threadgroups, 64 * 4);
+        // Just above the threshold: still split in two.
+        let mid = plan(
+            "tt.sum",
+            vec![vec![128, 4096]],
+            json!({"axis": 1}),
+            Chip::M1,
+        );
+        assert_eq!(mid.reduction.as_ref().unwrap().partials_per_output, 2);
+        assert_eq!(
+            (mid.threads_per_threadgroup, mid.elements_per_thread),
+            (512, 4)
+        );
         // Column reduction: threads over the kept axis.
         let col = plan(
             "tt.sum",
