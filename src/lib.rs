@@ -19,6 +19,7 @@ pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
+pub mod testing;
 
 pub use array::Array;
 pub use device::{Backend, Device, HardwareInfo};
