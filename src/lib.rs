@@ -6,8 +6,10 @@
 #![deny(missing_docs)]
 
 pub mod dtype;
+pub mod emu;
 pub mod error;
 pub mod ir;
+pub mod tl;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};
@@ -17,6 +19,7 @@ pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
+pub mod testing;
 
 pub mod graph;
 pub mod opt;
