@@ -13,7 +13,15 @@ fn cx(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
 
 fn build_ok(name: &str, pairs: &[(&str, i64)], f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
     match build(name, &cx(pairs), f) {
-        Ok(k) => k,
+        Ok(k) => {
+            // Every kernel built in these tests round-trips through the text form.
+            let text = k.ir();
+            let parsed =
+                Kernel::parse_ir(&text).unwrap_or_else(|e| panic!("reparse failed: {e}\n{text}"));
+            assert_eq!(parsed.ir(), text);
+            assert_eq!(parsed.outputs(), k.outputs());
+            k
+        }
         Err(e) => panic!("build failed: {e}"),
     }
 }
@@ -630,3 +638,19 @@ fn build_time_is_small() {
 }
 
 fn ignore<T>(_: T) {}
+
+#[test]
+fn parse_errors_are_errors() {
+    for bad in [
+        "",
+        "kernel k() {",
+        "kernel k() {\n  %0 = frobnicate : i32\n}",
+        "kernel k() {\n  %0 = constant 1 : i32\n  %0 = constant 2 : i32\n}",
+        "kernel k() {\n  %1 = add %0, %0 : i32\n}",
+        "kernel k(%0: i32 n) {\n  %1 = add %0, %0 : f32\n}",
+    ] {
+        assert!(Kernel::parse_ir(bad).is_err(), "should fail: {bad}");
+    }
+    let k = Kernel::parse_ir("kernel k(%0: i32 n) {\n  %1 = add %0, %0 : i32\n}\n").unwrap();
+    assert_eq!(k.params[0].name, "n");
+}
