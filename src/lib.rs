@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod emu;
 pub mod error;
 pub mod ir;
+pub mod tl;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};
@@ -18,6 +19,10 @@ pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
+pub mod testing;
+
+pub mod graph;
+pub mod opt;
 
 pub use array::Array;
 pub use device::{Backend, Device, HardwareInfo};

@@ -1,0 +1,768 @@
+//! The `triton.language` functions: argument normalisation only; `semantics.rs` does the work.
+
+use super::builder::{op, op_any};
+use super::semantics::Opnd;
+use super::tensor::{compare, resolve, Operand, Tensor};
+use crate::dtype::DType;
+use crate::error::SourceLoc;
+use crate::ir::{AtomicOp, CmpPred, OpId, ReduceKind, ScanKind, UnaryOp};
+
+/// A block shape argument: `[64, 32]`, `&[m, n]`, `vec![..]` of `i64`, `i32` or `usize`.
+pub trait IntoShape {
+    /// The dims.
+    fn into_shape(self) -> Vec<i64>;
+}
+
+macro_rules! shape_impls {
+    ($($t:ty),*) => {$(
+        impl<const N: usize> IntoShape for [$t; N] {
+            fn into_shape(self) -> Vec<i64> { self.iter().map(|&d| d as i64).collect() }
+        }
+        impl IntoShape for &[$t] {
+            fn into_shape(self) -> Vec<i64> { self.iter().map(|&d| d as i64).collect() }
+        }
+        impl IntoShape for Vec<$t> {
+            fn into_shape(self) -> Vec<i64> { self.iter().map(|&d| d as i64).collect() }
+        }
+        impl IntoShape for &Vec<$t> {
+            fn into_shape(self) -> Vec<i64> { self.iter().map(|&d| d as i64).collect() }
+        }
+    )*};
+}
+shape_impls!(i64, i32, usize, u32);
+
+/// The axis argument of reductions: an axis (`1`, negative counts from the end), `None`
+/// (all axes, giving a scalar), optionally with Triton's `keep_dims` (see [`keep_dims`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Axis {
+    /// The axis, `None` for all.
+    pub axis: Option<i64>,
+    /// Keep reduced dims as size 1.
+    pub keep_dims: bool,
+}
+
+impl From<i64> for Axis {
+    fn from(a: i64) -> Self {
+        Axis {
+            axis: Some(a),
+            keep_dims: false,
+        }
+    }
+}
+
+impl From<i32> for Axis {
+    fn from(a: i32) -> Self {
+        Axis {
+            axis: Some(a as i64),
+            keep_dims: false,
+        }
+    }
+}
+
+impl From<usize> for Axis {
+    fn from(a: usize) -> Self {
+        Axis {
+            axis: Some(a as i64),
+            keep_dims: false,
+        }
+    }
+}
+
+impl From<Option<i64>> for Axis {
+    fn from(a: Option<i64>) -> Self {
+        Axis {
+            axis: a,
+            keep_dims: false,
+        }
+    }
+}
+
+/// `axis` with `keep_dims=True`: `tl::sum(x, tl::keep_dims(1))`; `keep_dims(None)` for all axes.
+pub fn keep_dims(axis: impl Into<Axis>) -> Axis {
+    Axis {
+        keep_dims: true,
+        ..axis.into()
+    }
+}
+
+// ---- programs -----------------------------------------------------------------------------
+
+/// `program_id(axis)`: this program's index along `axis` (0, 1 or 2); `i32` scalar.
+#[track_caller]
+pub fn program_id(axis: i64) -> Tensor {
+    op("program_id", SourceLoc::caller(), |b| {
+        b.program_id(axis, false)
+    })
+}
+
+/// `num_programs(axis)`: the grid size along `axis`; `i32` scalar.
+#[track_caller]
+pub fn num_programs(axis: i64) -> Tensor {
+    op("num_programs", SourceLoc::caller(), |b| {
+        b.program_id(axis, true)
+    })
+}
+
+// ---- creation -----------------------------------------------------------------------------
+
+/// `arange(start, end)`: `i32[end - start]` holding `start..end`; `end - start` a power of two.
+#[track_caller]
+pub fn arange(start: i64, end: i64) -> Tensor {
+    op("arange", SourceLoc::caller(), |b| b.arange(start, end))
+}
+
+/// `full(shape, value, dtype)`.
+#[track_caller]
+pub fn full(shape: impl IntoShape, value: impl Into<Operand>, dtype: DType) -> Tensor {
+    let (loc, shape, value) = (SourceLoc::caller(), shape.into_shape(), value.into());
+    op("full", loc, |b| {
+        let v = resolve(b, value)?;
+        b.full(&shape, v, dtype)
+    })
+}
+
+/// `zeros(shape, dtype)`.
+#[track_caller]
+pub fn zeros(shape: impl IntoShape, dtype: DType) -> Tensor {
+    let (loc, shape) = (SourceLoc::caller(), shape.into_shape());
+    op("zeros", loc, |b| {
+        b.full(&shape, Opnd::Weak(super::Scalar::Int(0)), dtype)
+    })
+}
+
+/// `zeros_like(x)`.
+#[track_caller]
+pub fn zeros_like(x: Tensor) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("zeros_like", loc, |b| {
+        let v = b.value(x)?;
+        let t = b.ty(v).clone();
+        if t.ptr {
+            return Err(format!("zeros_like of a pointer ({t})"));
+        }
+        Ok(b.constant(crate::ir::Const::Int(0), t))
+    })
+}
+
+// ---- memory -------------------------------------------------------------------------------
+
+/// `load(ptr)`; add Triton's `mask=` and `other=` with [`Tensor::mask`] and [`Tensor::other`]:
+/// `tl::load(p + offs).mask(offs.lt(n)).other(0.0)`.
+#[track_caller]
+pub fn load(ptr: Tensor) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("load", loc, |b| {
+        let p = b.value(ptr)?;
+        b.load(p, None, None)
+    })
+}
+
+/// `load(ptr, mask=mask, other=other)` in one call.
+#[track_caller]
+pub fn load_with(ptr: Tensor, mask: impl Into<Operand>, other: impl Into<Operand>) -> Tensor {
+    let (loc, mask, other) = (SourceLoc::caller(), mask.into(), other.into());
+    op("load", loc, |b| {
+        let p = b.value(ptr)?;
+        let (m, o) = (resolve(b, mask)?, resolve(b, other)?);
+        b.load(p, Some(m), Some(o))
+    })
+}
+
+/// A recorded `store`; [`Store::mask`] adds Triton's `mask=`.
+#[derive(Clone, Copy, Debug)]
+pub struct Store {
+    op: Option<(OpId, u32)>,
+}
+
+impl Store {
+    /// Only lanes where `mask` is true are written.
+    #[track_caller]
+    pub fn mask(self, mask: impl Into<Operand>) -> Store {
+        let (loc, mask) = (SourceLoc::caller(), mask.into());
+        if let Some((id, build)) = self.op {
+            op_any("store", loc, |b| {
+                if b.id != build {
+                    return Err("this store belongs to another kernel build".into());
+                }
+                let m = resolve(b, mask)?;
+                b.patch_store(id, m)
+            });
+        }
+        self
+    }
+}
+
+/// `store(ptr, value)`; chain `.mask(m)` for Triton's `mask=`. `value` is broadcast to the
+/// pointer shape and cast to the pointee dtype.
+#[track_caller]
+pub fn store(ptr: Tensor, value: impl Into<Operand>) -> Store {
+    let (loc, value) = (SourceLoc::caller(), value.into());
+    let op = op_any("store", loc, |b| {
+        let p = b.value(ptr)?;
+        let v = resolve(b, value)?;
+        Ok((b.store(p, v, None)?, b.id))
+    });
+    Store { op }
+}
+
+/// `store(ptr, value, mask=mask)` in one call.
+#[track_caller]
+pub fn store_with(ptr: Tensor, value: impl Into<Operand>, mask: impl Into<Operand>) {
+    let (loc, value, mask) = (SourceLoc::caller(), value.into(), mask.into());
+    op_any("store", loc, |b| {
+        let p = b.value(ptr)?;
+        let (v, m) = (resolve(b, value)?, resolve(b, mask)?);
+        b.store(p, v, Some(m))
+    });
+}
+
+macro_rules! atomics {
+    ($($name:ident => $kind:ident),*) => {$(
+        #[doc = concat!("`", stringify!($name), "(ptr, val)`: returns the old values; chain `.mask(m)` for `mask=`.")]
+        #[track_caller]
+        pub fn $name(ptr: Tensor, val: impl Into<Operand>) -> Tensor {
+            let (loc, val) = (SourceLoc::caller(), val.into());
+            op(stringify!($name), loc, |b| {
+                let p = b.value(ptr)?;
+                let v = resolve(b, val)?;
+                b.atomic_rmw(AtomicOp::$kind, p, v, None)
+            })
+        }
+    )*};
+}
+atomics!(atomic_add => Add, atomic_max => Max, atomic_min => Min, atomic_and => And,
+    atomic_or => Or, atomic_xor => Xor, atomic_xchg => Xchg);
+
+/// `atomic_cas(ptr, cmp, val)`: where `*ptr == cmp` store `val`; returns the old values.
+#[track_caller]
+pub fn atomic_cas(ptr: Tensor, cmp: impl Into<Operand>, val: impl Into<Operand>) -> Tensor {
+    let (loc, cmp, val) = (SourceLoc::caller(), cmp.into(), val.into());
+    op("atomic_cas", loc, |b| {
+        let p = b.value(ptr)?;
+        let (c, v) = (resolve(b, cmp)?, resolve(b, val)?);
+        b.atomic_cas(p, c, v)
+    })
+}
+
+// ---- elementwise --------------------------------------------------------------------------
+
+macro_rules! math1 {
+    ($($name:ident => $kind:ident),*) => {$(
+        #[doc = concat!("`", stringify!($name), "(x)` elementwise (Triton accepts fp32 and fp64).")]
+        #[track_caller]
+        pub fn $name(x: impl Into<Operand>) -> Tensor {
+            let (loc, x) = (SourceLoc::caller(), x.into());
+            op(stringify!($name), loc, |b| {
+                let x = resolve(b, x)?;
+                b.unary(UnaryOp::$kind, x)
+            })
+        }
+    )*};
+}
+math1!(exp => Exp, exp2 => Exp2, log => Log, log2 => Log2, sqrt => Sqrt, rsqrt => Rsqrt,
+    sin => Sin, cos => Cos, erf => Erf, floor => Floor, ceil => Ceil);
+
+/// `abs(x)` (any number type).
+#[track_caller]
+pub fn abs(x: impl Into<Operand>) -> Tensor {
+    let (loc, x) = (SourceLoc::caller(), x.into());
+    op("abs", loc, |b| {
+        let x = resolve(b, x)?;
+        b.unary(UnaryOp::Abs, x)
+    })
+}
+
+/// `sigmoid(x) = 1 / (1 + exp(-x))`.
+#[track_caller]
+pub fn sigmoid(x: impl Into<Operand>) -> Tensor {
+    let (loc, x) = (SourceLoc::caller(), x.into());
+    op("sigmoid", loc, |b| {
+        let x = resolve(b, x)?;
+        b.sigmoid(x)
+    })
+}
+
+macro_rules! binary_fns {
+    ($($(#[$m:meta])* $name:ident => |$b:ident, $x:ident, $y:ident| $body:expr;)*) => {$(
+        $(#[$m])*
+        #[track_caller]
+        pub fn $name(x: impl Into<Operand>, y: impl Into<Operand>) -> Tensor {
+            let (loc, x, y) = (SourceLoc::caller(), x.into(), y.into());
+            op(stringify!($name), loc, |$b| {
+                let ($x, $y) = (resolve($b, x)?, resolve($b, y)?);
+                $body
+            })
+        }
+    )*};
+}
+binary_fns! {
+    /// `maximum(x, y)`; for floats NaN is ignored (Triton's default `PropagateNan.NONE`).
+    maximum => |b, x, y| b.max_min(x, y, true, false);
+    /// `minimum(x, y)`; for floats NaN is ignored.
+    minimum => |b, x, y| b.max_min(x, y, false, false);
+    /// `maximum(x, y, propagate_nan=PropagateNan.ALL)`.
+    maximum_nan => |b, x, y| b.max_min(x, y, true, true);
+    /// `minimum(x, y, propagate_nan=PropagateNan.ALL)`.
+    minimum_nan => |b, x, y| b.max_min(x, y, false, true);
+    /// `umulhi(x, y)`: high 32 (64) bits of the unsigned product of 32-bit (64-bit) integers.
+    umulhi => |b, x, y| b.umulhi(x, y);
+    /// `cdiv(x, d) = (x + d - 1) // d`.
+    cdiv => |b, x, y| b.cdiv(x, y);
+    /// Triton's `x // y` on integers (truncates toward zero, like C).
+    floordiv => |b, x, y| b.floordiv(x, y);
+    /// `x / y` (true division: int / int gives fp32); same as the `/` operator.
+    div => |b, x, y| b.truediv(x, y);
+    /// `x % y` (C remainder for ints, fmod for floats); same as the `%` operator.
+    rem => |b, x, y| b.rem(x, y);
+}
+
+/// `fma(x, y, z) = x * y + z` fused.
+#[track_caller]
+pub fn fma(x: impl Into<Operand>, y: impl Into<Operand>, z: impl Into<Operand>) -> Tensor {
+    let (loc, x, y, z) = (SourceLoc::caller(), x.into(), y.into(), z.into());
+    op("fma", loc, |b| {
+        let (x, y, z) = (resolve(b, x)?, resolve(b, y)?, resolve(b, z)?);
+        b.fma(x, y, z)
+    })
+}
+
+/// `clamp(x, min, max)` (floats; NaN ignored).
+#[track_caller]
+pub fn clamp(x: impl Into<Operand>, min: impl Into<Operand>, max: impl Into<Operand>) -> Tensor {
+    let (loc, x, lo, hi) = (SourceLoc::caller(), x.into(), min.into(), max.into());
+    op("clamp", loc, |b| {
+        let (x, lo, hi) = (resolve(b, x)?, resolve(b, lo)?, resolve(b, hi)?);
+        b.clamp(x, lo, hi, false)
+    })
+}
+
+/// `where(cond, x, y)` (`where` is a Rust keyword).
+#[track_caller]
+pub fn where_(cond: impl Into<Operand>, x: impl Into<Operand>, y: impl Into<Operand>) -> Tensor {
+    let (loc, c, x, y) = (SourceLoc::caller(), cond.into(), x.into(), y.into());
+    op("where", loc, |b| {
+        let (c, x, y) = (resolve(b, c)?, resolve(b, x)?, resolve(b, y)?);
+        b.where_(c, x, y)
+    })
+}
+
+/// `x.to(dtype)`: value conversion.
+#[track_caller]
+pub fn cast(x: Tensor, dtype: DType) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("cast", loc, |b| {
+        let v = b.value(x)?;
+        b.cast(v, dtype)
+    })
+}
+
+/// `x.to(dtype, bitcast=True)`.
+#[track_caller]
+pub fn bitcast(x: Tensor, dtype: DType) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("bitcast", loc, |b| {
+        let v = b.value(x)?;
+        b.bitcast(v, dtype)
+    })
+}
+
+// ---- shapes -------------------------------------------------------------------------------
+
+/// `reshape(x, shape)` (row-major).
+#[track_caller]
+pub fn reshape(x: Tensor, shape: impl IntoShape) -> Tensor {
+    let (loc, shape) = (SourceLoc::caller(), shape.into_shape());
+    op("reshape", loc, |b| {
+        let v = b.value(x)?;
+        let s = b.check_shape(&shape)?;
+        b.reshape(v, &s)
+    })
+}
+
+/// `expand_dims(x, axis)`.
+#[track_caller]
+pub fn expand_dims(x: Tensor, axis: i64) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("expand_dims", loc, |b| {
+        let v = b.value(x)?;
+        b.expand_dims(v, axis)
+    })
+}
+
+/// `broadcast_to(x, shape)`.
+#[track_caller]
+pub fn broadcast_to(x: Tensor, shape: impl IntoShape) -> Tensor {
+    let (loc, shape) = (SourceLoc::caller(), shape.into_shape());
+    op("broadcast_to", loc, |b| {
+        let v = b.value(x)?;
+        let s = b.check_shape(&shape)?;
+        let r = b.ty(v).rank();
+        let v = if r < s.len() {
+            let mut v = v;
+            for _ in r..s.len() {
+                v = b.expand_dims(v, 0)?;
+            }
+            v
+        } else {
+            v
+        };
+        b.broadcast_to(v, &s)
+    })
+}
+
+/// `trans(x)`: swaps the last two dims (`permute` for other orders).
+#[track_caller]
+pub fn trans(x: Tensor) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("trans", loc, |b| {
+        let v = b.value(x)?;
+        let r = b.ty(v).rank() as i64;
+        if r < 2 {
+            return Err(format!("trans needs at least 2 dims, got {}", b.ty(v)));
+        }
+        let mut dims: Vec<i64> = (0..r).collect();
+        dims.swap(r as usize - 2, r as usize - 1);
+        b.permute(v, &dims)
+    })
+}
+
+/// `permute(x, dims)`: result dim `i` is input dim `dims[i]`.
+#[track_caller]
+pub fn permute(x: Tensor, dims: impl IntoShape) -> Tensor {
+    let (loc, dims) = (SourceLoc::caller(), dims.into_shape());
+    op("permute", loc, |b| {
+        let v = b.value(x)?;
+        b.permute(v, &dims)
+    })
+}
+
+/// `join(a, b)`: stacks along a new last dim of size 2.
+#[track_caller]
+pub fn join(a: Tensor, b: Tensor) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("join", loc, |bd| {
+        let (x, y) = (bd.value(a)?, bd.value(b)?);
+        bd.join(x, y)
+    })
+}
+
+/// `split(a)`: the two halves of a last dim of size 2.
+#[track_caller]
+pub fn split(a: Tensor) -> (Tensor, Tensor) {
+    let loc = SourceLoc::caller();
+    let r = op_any("split", loc, |b| {
+        let v = b.value(a)?;
+        let (x, y) = b.split(v)?;
+        Ok((b.handle(x), b.handle(y)))
+    });
+    r.unwrap_or((Tensor::poison(), Tensor::poison()))
+}
+
+// ---- linear algebra -----------------------------------------------------------------------
+
+/// `dot(a, b, acc)`: `a @ b (+ acc)`; fp32 accumulation for floats (int8 gives int32).
+/// Pass `None` for no accumulator.
+#[track_caller]
+pub fn dot(a: Tensor, b: Tensor, acc: impl Into<Option<Tensor>>) -> Tensor {
+    let (loc, acc) = (SourceLoc::caller(), acc.into());
+    op("dot", loc, |bd| {
+        let (x, y) = (bd.value(a)?, bd.value(b)?);
+        let c = acc.map(|c| bd.value(c)).transpose()?;
+        bd.dot(x, y, c, None)
+    })
+}
+
+/// `dot(a, b, acc, out_dtype=out)` (e.g. `F16` accumulation for fp16 inputs).
+#[track_caller]
+pub fn dot_out(a: Tensor, b: Tensor, acc: impl Into<Option<Tensor>>, out: DType) -> Tensor {
+    let (loc, acc) = (SourceLoc::caller(), acc.into());
+    op("dot", loc, |bd| {
+        let (x, y) = (bd.value(a)?, bd.value(b)?);
+        let c = acc.map(|c| bd.value(c)).transpose()?;
+        bd.dot(x, y, c, Some(out))
+    })
+}
+
+// ---- reductions and scans -----------------------------------------------------------------
+
+macro_rules! reductions {
+    ($($(#[$m:meta])* $name:ident => $kind:ident;)*) => {$(
+        $(#[$m])*
+        #[track_caller]
+        pub fn $name(x: Tensor, axis: impl Into<Axis>) -> Tensor {
+            let (loc, ax) = (SourceLoc::caller(), axis.into());
+            op(stringify!($name), loc, |b| {
+                let v = b.value(x)?;
+                b.reduce_builtin(ReduceKind::$kind, v, ax.axis, ax.keep_dims)
+            })
+        }
+    )*};
+}
+reductions! {
+    /// `sum(x, axis)`; ints narrower than 32 bits are summed as 32-bit.
+    sum => Sum;
+    /// `max(x, axis)`; NaN ignored; inputs narrower than 32 bits widen to fp32/int32.
+    max => Max;
+    /// `min(x, axis)`; NaN ignored; inputs narrower than 32 bits widen to fp32/int32.
+    min => Min;
+    /// `argmax(x, axis)`: `i32` index of the maximum, left-most on ties.
+    argmax => ArgMax;
+    /// `argmin(x, axis)`: `i32` index of the minimum, left-most on ties.
+    argmin => ArgMin;
+    /// `xor_sum(x, axis)` (integers).
+    xor_sum => Xor;
+}
+
+/// `cumsum(x, axis)`: inclusive running sum.
+#[track_caller]
+pub fn cumsum(x: Tensor, axis: i64) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("cumsum", loc, |b| {
+        let v = b.value(x)?;
+        b.scan_builtin(ScanKind::Sum, v, axis, false)
+    })
+}
+
+/// `cumsum(x, axis, reverse=True)`.
+#[track_caller]
+pub fn cumsum_reverse(x: Tensor, axis: i64) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("cumsum", loc, |b| {
+        let v = b.value(x)?;
+        b.scan_builtin(ScanKind::Sum, v, axis, true)
+    })
+}
+
+/// `cumprod(x, axis)`: inclusive running product.
+#[track_caller]
+pub fn cumprod(x: Tensor, axis: i64) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("cumprod", loc, |b| {
+        let v = b.value(x)?;
+        b.scan_builtin(ScanKind::Prod, v, axis, false)
+    })
+}
+
+// ---- random -------------------------------------------------------------------------------
+
+/// Philox rounds Triton uses by default.
+pub const N_ROUNDS_DEFAULT: u32 = 10;
+
+/// `randint(seed, offset)`: a `u32` block of Philox-4x32-10 output, bit-compatible with Triton.
+#[track_caller]
+pub fn randint(seed: impl Into<Operand>, offset: Tensor) -> Tensor {
+    let (loc, seed) = (SourceLoc::caller(), seed.into());
+    op("randint", loc, |b| {
+        let (s, o) = (resolve(b, seed)?, b.value(offset)?);
+        Ok(b.randint4x(s, o, N_ROUNDS_DEFAULT)?[0])
+    })
+}
+
+/// `randint4x(seed, offset)`: four `u32` blocks.
+#[track_caller]
+pub fn randint4x(seed: impl Into<Operand>, offset: Tensor) -> [Tensor; 4] {
+    let (loc, seed) = (SourceLoc::caller(), seed.into());
+    op_any("randint4x", loc, |b| {
+        let (s, o) = (resolve(b, seed)?, b.value(offset)?);
+        let r = b.randint4x(s, o, N_ROUNDS_DEFAULT)?;
+        Ok(r.map(|v| b.handle(v)))
+    })
+    .unwrap_or([Tensor::poison(); 4])
+}
+
+/// `rand(seed, offset)`: uniform `f32` in `[0, 1)`.
+#[track_caller]
+pub fn rand(seed: impl Into<Operand>, offset: Tensor) -> Tensor {
+    let (loc, seed) = (SourceLoc::caller(), seed.into());
+    op("rand", loc, |b| {
+        let (s, o) = (resolve(b, seed)?, b.value(offset)?);
+        b.rand(s, o, N_ROUNDS_DEFAULT)
+    })
+}
+
+/// `randn(seed, offset)`: standard normal `f32` (Box-Muller).
+#[track_caller]
+pub fn randn(seed: impl Into<Operand>, offset: Tensor) -> Tensor {
+    let (loc, seed) = (SourceLoc::caller(), seed.into());
+    op("randn", loc, |b| {
+        let (s, o) = (resolve(b, seed)?, b.value(offset)?);
+        b.randn(s, o, N_ROUNDS_DEFAULT)
+    })
+}
+
+// ---- misc ---------------------------------------------------------------------------------
+
+/// `debug_barrier()`.
+#[track_caller]
+pub fn debug_barrier() {
+    op_any("debug_barrier", SourceLoc::caller(), |b| {
+        b.debug_barrier();
+        Ok(())
+    });
+}
+
+/// `static_assert(cond, msg)`: fails the build (with this location) when `cond` is false.
+#[track_caller]
+pub fn static_assert(cond: bool, msg: &str) {
+    op_any("static_assert", SourceLoc::caller(), |_| {
+        if cond {
+            Ok(())
+        } else {
+            Err(format!("static_assert failed: {msg}"))
+        }
+    });
+}
+
+fn hint(name: &'static str, loc: SourceLoc, x: Tensor, values: Vec<i64>, multiple: bool) -> Tensor {
+    op(name, loc, |b| {
+        let v = b.value(x)?;
+        b.hint(name, v, values, multiple)
+    })
+}
+
+/// `multiple_of(x, values)`: a hint (semantic no-op) that elements are multiples of `values`.
+#[track_caller]
+pub fn multiple_of(x: Tensor, values: impl IntoShape) -> Tensor {
+    hint(
+        "multiple_of",
+        SourceLoc::caller(),
+        x,
+        values.into_shape(),
+        true,
+    )
+}
+
+/// `max_contiguous(x, values)`: a hint (semantic no-op) about contiguous runs.
+#[track_caller]
+pub fn max_contiguous(x: Tensor, values: impl IntoShape) -> Tensor {
+    hint(
+        "max_contiguous",
+        SourceLoc::caller(),
+        x,
+        values.into_shape(),
+        false,
+    )
+}
+
+// ---- Tensor methods -----------------------------------------------------------------------
+
+macro_rules! cmp_methods {
+    ($($(#[$m:meta])* $name:ident => $pred:ident;)*) => {$(
+        $(#[$m])*
+        #[track_caller]
+        pub fn $name(self, other: impl Into<Operand>) -> Tensor {
+            compare(stringify!($name), CmpPred::$pred, self.into(), other.into())
+        }
+    )*};
+}
+
+macro_rules! forward {
+    ($($(#[$m:meta])* $name:ident($($arg:ident: $t:ty),*) => $f:path;)*) => {$(
+        $(#[$m])*
+        #[track_caller]
+        pub fn $name(self $(, $arg: $t)*) -> Tensor {
+            $f(self $(, $arg)*)
+        }
+    )*};
+}
+
+impl Tensor {
+    cmp_methods! {
+        /// `self < other` (`bool` block).
+        lt => Lt;
+        /// `self <= other`.
+        le => Le;
+        /// `self > other`.
+        gt => Gt;
+        /// `self >= other`.
+        ge => Ge;
+        /// `self == other`.
+        eq => Eq;
+        /// `self != other`.
+        ne => Ne;
+    }
+
+    forward! {
+        /// `x.to(dtype)`.
+        to(dtype: DType) => cast;
+        /// `x.to(dtype, bitcast=True)`.
+        bitcast(dtype: DType) => bitcast;
+        /// `expand_dims(x, axis)`.
+        expand_dims(axis: i64) => expand_dims;
+        /// `reshape(x, shape)`.
+        reshape(shape: impl IntoShape) => reshape;
+        /// `broadcast_to(x, shape)`.
+        broadcast_to(shape: impl IntoShape) => broadcast_to;
+        /// `trans(x)`.
+        trans() => trans;
+        /// `permute(x, dims)`.
+        permute(dims: impl IntoShape) => permute;
+        /// `sum(x, axis)`.
+        sum(axis: impl Into<Axis>) => sum;
+        /// `max(x, axis)`.
+        max(axis: impl Into<Axis>) => max;
+        /// `min(x, axis)`.
+        min(axis: impl Into<Axis>) => min;
+        /// `argmax(x, axis)`.
+        argmax(axis: impl Into<Axis>) => argmax;
+        /// `argmin(x, axis)`.
+        argmin(axis: impl Into<Axis>) => argmin;
+        /// `cumsum(x, axis)`.
+        cumsum(axis: i64) => cumsum;
+        /// `exp(x)`.
+        exp() => exp;
+        /// `log(x)`.
+        log() => log;
+        /// `sqrt(x)`.
+        sqrt() => sqrt;
+        /// `abs(x)`.
+        abs() => abs;
+        /// `sigmoid(x)`.
+        sigmoid() => sigmoid;
+    }
+
+    /// `x[:, None]`: a new trailing axis (for 1-D `x`: a column).
+    #[track_caller]
+    pub fn col(self) -> Tensor {
+        let loc = SourceLoc::caller();
+        op("expand_dims", loc, |b| {
+            let v = b.value(self)?;
+            let r = b.ty(v).rank() as i64;
+            b.expand_dims(v, r)
+        })
+    }
+
+    /// `x[None, :]`: a new leading axis (a row).
+    #[track_caller]
+    pub fn row(self) -> Tensor {
+        expand_dims(self, 0)
+    }
+
+    /// `x.to(dtype)` (alias of [`Tensor::to`]).
+    #[track_caller]
+    pub fn cast(self, dtype: DType) -> Tensor {
+        cast(self, dtype)
+    }
+
+    /// Triton's `mask=` of the `load` (or atomic) that produced `self`.
+    #[track_caller]
+    pub fn mask(self, mask: impl Into<Operand>) -> Tensor {
+        let (loc, mask) = (SourceLoc::caller(), mask.into());
+        op("load", loc, |b| {
+            let v = b.value(self)?;
+            let m = resolve(b, mask)?;
+            b.patch_load(v, Some(m), None)
+        })
+    }
+
+    /// Triton's `other=` of the masked `load` that produced `self`.
+    #[track_caller]
+    pub fn other(self, other: impl Into<Operand>) -> Tensor {
+        let (loc, other) = (SourceLoc::caller(), other.into());
+        op("load", loc, |b| {
+            let v = b.value(self)?;
+            let o = resolve(b, other)?;
+            b.patch_load(v, None, Some(o))
+        })
+    }
+}
