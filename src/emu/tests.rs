@@ -376,3 +376,28 @@ fn faults_in_kernel_code_are_errors_not_crashes() {
     // The harness still works afterwards.
     vector_add_with_bounds_check();
 }
+
+#[test]
+fn quad_collectives() {
+    if !go("quad_collectives") {
+        return;
+    }
+    let src = "uint i = thread_position_in_grid.x;\n  float v = x[i];\n  qs[i] = quad_sum(v);\n  qx[i] = quad_shuffle_xor(v, 2u) + quad_max(v) * 0.0f + quad_broadcast(v, 0u) * 0.0f;";
+    let x: Vec<f32> = (0..48).map(|i| (i * i % 7) as f32).collect();
+    let l = MetalLaunch::new("quads", src)
+        .input(EmuBuffer::new("x", &[48], &x))
+        .output(OutputSpec::new("qs", DType::F32, &[48]))
+        .output(OutputSpec::new("qx", DType::F32, &[48]))
+        .grid([48, 1, 1])
+        .threadgroup([48, 1, 1]);
+    let out = run_all_orders(&l).unwrap();
+    let (qs, qx) = (
+        out[0].to_vec::<f32>().unwrap(),
+        out[1].to_vec::<f32>().unwrap(),
+    );
+    for i in 0..48 {
+        let base = i & !3;
+        assert_eq!(qs[i], x[base..base + 4].iter().sum::<f32>());
+        assert_eq!(qx[i], x[i ^ 2]);
+    }
+}
