@@ -20,7 +20,9 @@ pub(crate) type LaunchFn = unsafe extern "C" fn(
 ) -> i32;
 
 /// Flags are part of the cache key; `-O1` keeps compiles fast while inlining the shim.
-const FLAGS: [&str; 11] = [
+/// Stack-clash protection probes big stack frames page by page, so a kernel whose locals
+/// overflow its fiber stack hits the guard page instead of writing over other memory.
+const FLAGS: [&str; 12] = [
     "-std=c++20",
     "-O1",
     "-shared",
@@ -32,6 +34,7 @@ const FLAGS: [&str; 11] = [
     "-ferror-limit=20",
     "-fno-color-diagnostics",
     "-ffp-contract=off",
+    "-fstack-clash-protection",
 ];
 
 /// Oldest clang whose x86-64 target has `_Float16` (Metal's `half`).

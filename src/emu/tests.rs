@@ -334,3 +334,45 @@ fn templates_shapes_partial_groups_and_attributes() {
         assert_eq!(*v, x[i] * 3.0 + group_width * 100.0, "element {i}");
     }
 }
+
+#[test]
+fn faults_in_kernel_code_are_errors_not_crashes() {
+    if !go("faults_in_kernel_code_are_errors_not_crashes") {
+        return;
+    }
+    let div = MetalLaunch::new(
+        "divzero",
+        "int i = int(thread_position_in_grid.x);\n  out[i] = x[i] / (i - 5);",
+    )
+    .input(EmuBuffer::new("x", &[8], &[7i32; 8]))
+    .output(OutputSpec::new("out", DType::I32, &[8]))
+    .grid([8, 1, 1])
+    .threadgroup([8, 1, 1]);
+    match run(&div) {
+        Err(Error::Runtime { msg, .. }) => {
+            assert!(msg.contains("SIGFPE") && msg.contains("(5,0,0)"), "{msg}")
+        }
+        other => panic!("expected a runtime error, got {other:?}"),
+    }
+    let wild = MetalLaunch::new(
+        "wild",
+        "device float* p = (device float*)(uintptr_t)16;\n  out[0] = p[thread_position_in_grid.x];",
+    )
+    .output(OutputSpec::new("out", DType::F32, &[1]));
+    match run(&wild) {
+        Err(Error::Runtime { msg, .. }) => assert!(msg.contains("SIGSEGV"), "{msg}"),
+        other => panic!("expected a runtime error, got {other:?}"),
+    }
+    let deep = MetalLaunch::new(
+        "overflow",
+        "float big[200000];\n  for (int i = 0; i < 200000; i++) big[i] = x[i % 8];\n  out[0] = big[int(x[0]) + 199990];",
+    )
+    .input(EmuBuffer::new("x", &[8], &[1.0f32; 8]))
+    .output(OutputSpec::new("out", DType::F32, &[1]));
+    match run(&deep) {
+        Err(Error::Runtime { msg, .. }) => assert!(msg.contains("stack"), "{msg}"),
+        other => panic!("expected a runtime error, got {other:?}"),
+    }
+    // The harness still works afterwards.
+    vector_add_with_bounds_check();
+}

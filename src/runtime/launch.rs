@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::array::Array;
 use crate::device::{self, Device};
 use crate::dtype::DType;
+use crate::exec::ExecArg;
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, ParamKind};
 use crate::runtime::mlx_kernel::{cpu_launch, OutputSpec};
@@ -375,7 +376,7 @@ impl<'k> Launch<'k> {
                              pass out(shape, dtype) or out_like(&array) (MLX arrays are immutable)"
                         )));
                     }
-                    bound.slots.push(Slot::Input(bound.inputs.len()));
+                    bound.slots.push(Slot::Input);
                     bound.inputs.push(arr.clone());
                 }
                 (ParamKind::Ptr(d), Arg::Out { shape, dtype, fill }) => {
@@ -384,7 +385,7 @@ impl<'k> Launch<'k> {
                             "{at}: output dtype {dtype} does not match the pointer's {d}"
                         )));
                     }
-                    bound.slots.push(Slot::Output(bound.outputs.len()));
+                    bound.slots.push(Slot::Output);
                     // Outputs start uninitialised, like MLX's own kernels, unless a fill
                     // is asked for or the kernel reads the buffer before writing it.
                     let fill = fill.or(if p.loaded { Some(0.0) } else { None });
@@ -447,8 +448,8 @@ fn check_scalar(s: Scalar, d: DType) -> std::result::Result<ScalarValue, String>
 
 #[derive(Debug)]
 enum Slot {
-    Input(usize),
-    Output(usize),
+    Input,
+    Output,
     Scalar(ScalarValue),
 }
 
@@ -474,22 +475,25 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound) -> Result<Vec<Arr
                 fill_bytes(buf, *dtype, *v);
             }
         }
-        crate::exec::execute_bytes(&kernel, grid, &slots_to_exec(&slots), ins, outs)
+        // Slots list inputs and outputs in parameter order, each list in its own order.
+        let mut ins = ins.iter();
+        let mut outs = outs.iter_mut();
+        let mut args = Vec::with_capacity(slots.len());
+        for slot in &slots {
+            args.push(match slot {
+                Slot::Input => ExecArg::Buffer(ins.next().copied().unwrap_or(&[])),
+                Slot::Output => match outs.next() {
+                    Some(b) => ExecArg::BufferMut(&mut **b),
+                    None => ExecArg::Buffer(&[]),
+                },
+                Slot::Scalar(ScalarValue::Int(v)) => ExecArg::Int(*v),
+                Slot::Scalar(ScalarValue::Float(v)) => ExecArg::Float(*v),
+            });
+        }
+        crate::exec::execute(&kernel, grid, &mut args)
     };
     let refs: Vec<&Array> = inputs.iter().collect();
     cpu_launch(&name, Box::new(body), &refs, &specs)
-}
-
-fn slots_to_exec(slots: &[Slot]) -> Vec<crate::exec::ArgSlot> {
-    slots
-        .iter()
-        .map(|s| match s {
-            Slot::Input(i) => crate::exec::ArgSlot::Input(*i),
-            Slot::Output(i) => crate::exec::ArgSlot::Output(*i),
-            Slot::Scalar(ScalarValue::Int(v)) => crate::exec::ArgSlot::Int(*v),
-            Slot::Scalar(ScalarValue::Float(v)) => crate::exec::ArgSlot::Float(*v),
-        })
-        .collect()
 }
 
 /// Fills a buffer with `value` converted to `dtype` (bit patterns as MLX stores them).
