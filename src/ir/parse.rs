@@ -33,6 +33,8 @@ impl Kernel {
             Error::InvalidArgument(format!("IR text, line {line}: {m}"))
         })?;
         verify(&k)?;
+        let mut k = k;
+        k.compute_param_access();
         Ok(k)
     }
 }
@@ -309,7 +311,6 @@ impl<'a> Parser<'a> {
         }
         let mut k = std::mem::replace(&mut self.k, Kernel::new(""));
         k.values = values;
-        k.compute_param_access();
         Ok(k)
     }
 
