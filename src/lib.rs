@@ -20,6 +20,10 @@ pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
+pub mod testing;
+
+pub mod graph;
+pub mod opt;
 
 pub use array::Array;
 pub use device::{Backend, Device, HardwareInfo};

@@ -334,3 +334,70 @@ fn templates_shapes_partial_groups_and_attributes() {
         assert_eq!(*v, x[i] * 3.0 + group_width * 100.0, "element {i}");
     }
 }
+
+#[test]
+fn faults_in_kernel_code_are_errors_not_crashes() {
+    if !go("faults_in_kernel_code_are_errors_not_crashes") {
+        return;
+    }
+    let div = MetalLaunch::new(
+        "divzero",
+        "int i = int(thread_position_in_grid.x);\n  out[i] = x[i] / (i - 5);",
+    )
+    .input(EmuBuffer::new("x", &[8], &[7i32; 8]))
+    .output(OutputSpec::new("out", DType::I32, &[8]))
+    .grid([8, 1, 1])
+    .threadgroup([8, 1, 1]);
+    match run(&div) {
+        Err(Error::Runtime { msg, .. }) => {
+            assert!(msg.contains("SIGFPE") && msg.contains("(5,0,0)"), "{msg}")
+        }
+        other => panic!("expected a runtime error, got {other:?}"),
+    }
+    let wild = MetalLaunch::new(
+        "wild",
+        "device float* p = (device float*)(uintptr_t)16;\n  out[0] = p[thread_position_in_grid.x];",
+    )
+    .output(OutputSpec::new("out", DType::F32, &[1]));
+    match run(&wild) {
+        Err(Error::Runtime { msg, .. }) => assert!(msg.contains("SIGSEGV"), "{msg}"),
+        other => panic!("expected a runtime error, got {other:?}"),
+    }
+    let deep = MetalLaunch::new(
+        "overflow",
+        "float big[200000];\n  for (int i = 0; i < 200000; i++) big[i] = x[i % 8];\n  out[0] = big[int(x[0]) + 199990];",
+    )
+    .input(EmuBuffer::new("x", &[8], &[1.0f32; 8]))
+    .output(OutputSpec::new("out", DType::F32, &[1]));
+    match run(&deep) {
+        Err(Error::Runtime { msg, .. }) => assert!(msg.contains("stack"), "{msg}"),
+        other => panic!("expected a runtime error, got {other:?}"),
+    }
+    // The harness still works afterwards.
+    vector_add_with_bounds_check();
+}
+
+#[test]
+fn quad_collectives() {
+    if !go("quad_collectives") {
+        return;
+    }
+    let src = "uint i = thread_position_in_grid.x;\n  float v = x[i];\n  qs[i] = quad_sum(v);\n  qx[i] = quad_shuffle_xor(v, 2u) + quad_max(v) * 0.0f + quad_broadcast(v, 0u) * 0.0f;";
+    let x: Vec<f32> = (0..48).map(|i| (i * i % 7) as f32).collect();
+    let l = MetalLaunch::new("quads", src)
+        .input(EmuBuffer::new("x", &[48], &x))
+        .output(OutputSpec::new("qs", DType::F32, &[48]))
+        .output(OutputSpec::new("qx", DType::F32, &[48]))
+        .grid([48, 1, 1])
+        .threadgroup([48, 1, 1]);
+    let out = run_all_orders(&l).unwrap();
+    let (qs, qx) = (
+        out[0].to_vec::<f32>().unwrap(),
+        out[1].to_vec::<f32>().unwrap(),
+    );
+    for i in 0..48 {
+        let base = i & !3;
+        assert_eq!(qs[i], x[base..base + 4].iter().sum::<f32>());
+        assert_eq!(qx[i], x[i ^ 2]);
+    }
+}

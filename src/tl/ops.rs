@@ -5,7 +5,7 @@ use super::semantics::Opnd;
 use super::tensor::{compare, resolve, Operand, Tensor};
 use crate::dtype::DType;
 use crate::error::SourceLoc;
-use crate::ir::{AtomicOp, CmpPred, Hint, OpId, ReduceKind, ScanKind, UnaryOp};
+use crate::ir::{AtomicOp, CmpPred, OpId, ReduceKind, ScanKind, UnaryOp};
 
 /// A block shape argument: `[64, 32]`, `&[m, n]`, `vec![..]` of `i64`, `i32` or `usize`.
 pub trait IntoShape {
@@ -616,19 +616,7 @@ pub fn static_assert(cond: bool, msg: &str) {
 fn hint(name: &'static str, loc: SourceLoc, x: Tensor, values: Vec<i64>, multiple: bool) -> Tensor {
     op(name, loc, |b| {
         let v = b.value(x)?;
-        let t = b.ty(v);
-        if values.len() != t.rank().max(1) || values.iter().any(|&d| d <= 0) {
-            return Err(format!(
-                "{name} needs one positive value per dim of {t}, got {values:?}"
-            ));
-        }
-        let h = if multiple {
-            Hint::MultipleOf(values)
-        } else {
-            Hint::MaxContiguous(values)
-        };
-        b.k.hints.push((v, h));
-        Ok(v)
+        b.hint(name, v, values, multiple)
     })
 }
 

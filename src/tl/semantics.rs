@@ -9,8 +9,8 @@ use super::builder::{Builder, Res};
 use super::tensor::Scalar;
 use crate::dtype::DType;
 use crate::ir::{
-    AtomicOp, BinaryOp, CmpPred, Const, Op, OpId, ReduceKind, RegionId, ScanKind, Type, UnaryOp,
-    Value,
+    AtomicOp, BinaryOp, CmpPred, Const, Hint, Op, OpId, ReduceKind, RegionId, ScanKind, Type,
+    UnaryOp, Value,
 };
 
 /// A resolved operand: an IR value or a weakly typed Rust scalar.
@@ -1666,6 +1666,29 @@ impl Builder {
         }
         let c = self.reshape(c, &[])?;
         self.cast(c, DType::Bool)
+    }
+
+    /// `multiple_of` / `max_contiguous`: records a hint on `v` (no op).
+    pub(crate) fn hint(
+        &mut self,
+        name: &str,
+        v: Value,
+        values: Vec<i64>,
+        multiple: bool,
+    ) -> Res<Value> {
+        let t = self.ty(v);
+        if values.len() != t.rank().max(1) || values.iter().any(|&d| d <= 0) {
+            return Err(format!(
+                "{name} needs one positive value per dim of {t}, got {values:?}"
+            ));
+        }
+        let h = if multiple {
+            Hint::MultipleOf(values)
+        } else {
+            Hint::MaxContiguous(values)
+        };
+        self.k.hints.push((v, h));
+        Ok(v)
     }
 
     pub(crate) fn debug_barrier(&mut self) {
