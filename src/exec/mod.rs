@@ -144,11 +144,15 @@ fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Da
 ///
 /// `args` follow [`Kernel::params`] (constexprs are already folded into the kernel). All
 /// programs run before this returns; outputs are written into the mutable buffers. Errors:
-/// [`Error::Launch`] for arguments that do not match the parameters, [`Error::Runtime`]
+/// [`Error::Build`] for a kernel that fails the IR verifier, [`Error::Launch`] for
+/// arguments that do not match the parameters, [`Error::Runtime`]
 /// for failures while running (out-of-bounds accesses, writes through read-only buffers),
 /// naming the op and program.
 pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
     let k = kernel;
+    // The interpreter relies on the verifier's invariants (operand types, region shapes);
+    // checking here keeps a hand-edited kernel from reaching it.
+    crate::ir::verify(k)?;
     if args.len() != k.params.len() {
         return Err(launch_err(
             k,
