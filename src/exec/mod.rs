@@ -222,6 +222,8 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
         params: Launch::param_data(k, &scalars),
         mems,
         grid,
+        invariant: Launch::invariant_ops(k),
+        folded: interp::Folded::new(k),
     };
     let total = grid
         .iter()
