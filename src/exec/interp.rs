@@ -89,6 +89,39 @@ impl Folded {
     }
 }
 
+thread_local! {
+    /// Environments of finished launches, per thread (at most `POOL_MAX`).
+    static POOL: std::cell::RefCell<Vec<Env>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+const POOL_MAX: usize = 4;
+
+/// An [`Env`] on loan from the thread's pool.
+pub(crate) struct PooledEnv(Option<Env>);
+
+impl PooledEnv {
+    /// The environment.
+    pub(crate) fn get(&mut self) -> &mut Env {
+        self.0.get_or_insert_with(|| Env {
+            vals: Vec::new(),
+            done: Vec::new(),
+        })
+    }
+}
+
+impl Drop for PooledEnv {
+    fn drop(&mut self) {
+        if let Some(env) = self.0.take() {
+            // `try_with`: during thread teardown the pool may already be gone.
+            let _ = POOL.try_with(|p| {
+                let mut p = p.borrow_mut();
+                if p.len() < POOL_MAX {
+                    p.push(env);
+                }
+            });
+        }
+    }
+}
+
 /// A worker's values: one slot per SSA value, kept across the programs it runs.
 pub(crate) struct Env {
     vals: Vec<Data>,
@@ -130,16 +163,22 @@ fn fit_lanes(d: &mut Data, lanes: usize) {
 }
 
 impl<'k, 'a> Launch<'k, 'a> {
-    /// A fresh environment with the parameters in place.
-    pub(crate) fn new_env(&self) -> Env {
-        let mut vals = vec![Data::default(); self.kernel.values.len()];
+    /// An environment for this launch, reusing a pooled one of this thread when there is
+    /// one (its buffers keep their capacity, so repeated launches do not allocate and
+    /// fault in fresh pages). It goes back to the pool when dropped.
+    pub(crate) fn env(&self) -> PooledEnv {
+        let mut env = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| Env {
+            vals: Vec::new(),
+            done: Vec::new(),
+        });
+        env.vals
+            .resize_with(self.kernel.values.len(), Data::default);
+        env.done.clear();
+        env.done.resize(self.kernel.ops.len(), false);
         for (p, d) in self.kernel.params.iter().zip(&self.params) {
-            vals[p.value.index()] = d.clone();
+            env.vals[p.value.index()].assign(d);
         }
-        Env {
-            vals,
-            done: vec![false; self.kernel.ops.len()],
-        }
+        PooledEnv(Some(env))
     }
 
     /// Which ops compute the same value in every program (pure, and fed only by parameters
