@@ -7,6 +7,7 @@
 
 pub mod dtype;
 pub mod emu;
+pub mod exec;
 pub mod error;
 pub mod ir;
 pub mod tl;
