@@ -28,12 +28,14 @@
 //! # Ok(()) }
 //! ```
 
+mod arrays;
 mod compile;
 mod rewrite;
 pub mod signature;
 
 use std::ffi::c_void;
 
+pub use arrays::run_call;
 pub use compile::cache_dir;
 pub use signature::{MlxKernel, Param, SigInput, TemplateArg};
 
