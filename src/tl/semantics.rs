@@ -990,7 +990,7 @@ impl Builder {
                         Some(self.cast(o, pt.dtype)?)
                     }
                 };
-                self.move_to_end(id, pos, Op::Load { ptr, mask: new_mask, other: new_other });
+                self.move_to_end(id, pos, Op::Load { ptr, mask: new_mask, other: new_other })?;
                 Ok(v)
             }
             (Op::Load { other: Some(_), .. }, _, _) => Err("other given twice".into()),
@@ -998,15 +998,32 @@ impl Builder {
                 let pt = self.tyc(*ptr);
                 let (kind, ptr, value) = (*kind, *ptr, *value);
                 let mask = self.mask_for(&pt, Some(m), "atomic")?;
-                self.move_to_end(id, pos, Op::AtomicRmw { kind, ptr, value, mask });
+                self.move_to_end(id, pos, Op::AtomicRmw { kind, ptr, value, mask })?;
                 Ok(v)
             }
             _ => Err("`.mask()`/`.other()` apply to the result of tl::load (`.other()` to loads only) or an atomic".into()),
         }
     }
 
+    /// Moving an op from `pos` to the end of the current region must not move it past memory
+    /// accesses or control flow.
+    fn check_movable(&self, pos: Option<usize>) -> Res<()> {
+        let region = self.current_region();
+        let ops = &self.k.regions[region.index()].ops;
+        let after = pos.map(|p| &ops[p + 1..]).unwrap_or(&[]);
+        if after.iter().any(|o| !self.k.ops[o.index()].op.props().pure) {
+            return Err(
+                "apply `.mask()`/`.other()` right after tl::load/tl::store/atomics, before other \
+                        memory operations or control flow"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// Replaces op `id` (at `pos` in the current region) and moves it to the end.
-    pub(crate) fn move_to_end(&mut self, id: OpId, pos: Option<usize>, op: Op) {
+    pub(crate) fn move_to_end(&mut self, id: OpId, pos: Option<usize>, op: Op) -> Res<()> {
+        self.check_movable(pos)?;
         let region = self.current_region();
         op.for_each_operand(|v| {
             if let Some(u) = self.uses.get_mut(v.index()) {
@@ -1020,6 +1037,7 @@ impl Builder {
             ops.remove(p);
         }
         ops.push(id);
+        Ok(())
     }
 
     pub(crate) fn store(&mut self, ptr: Value, val: Opnd, mask: Option<Opnd>) -> Res<OpId> {
@@ -1073,7 +1091,7 @@ impl Builder {
             .rposition(|o| *o == id);
         let pt = self.tyc(ptr);
         let mask = self.mask_for(&pt, Some(mask), "store")?;
-        self.move_to_end(id, pos, Op::Store { ptr, value, mask });
+        self.move_to_end(id, pos, Op::Store { ptr, value, mask })?;
         Ok(())
     }
 
