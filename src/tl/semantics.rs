@@ -1087,20 +1087,17 @@ impl Builder {
         let pt = self.ptr_ty(ptr, "atomic")?;
         let d = pt.dtype;
         let name = kind.name();
-        match kind {
-            AtomicOp::And | AtomicOp::Or | AtomicOp::Xor if !d.is_int() => {
-                return Err(format!("atomic_{name} does not support {}", dts(d)));
-            }
-            AtomicOp::Add | AtomicOp::Max | AtomicOp::Min if d.is_bool() => {
-                return Err(format!("atomic_{name} does not support {}", dts(d)));
-            }
-            _ => {}
-        }
-        if d.bits() < 16 && kind != AtomicOp::Xchg || d.is_bool() {
-            return Err(format!(
-                "atomic_{name} does not support {} (elements of at least 16 bits)",
-                dts(d)
-            ));
+        // Triton's `atom_red_typechecking_impl`: no int1/int8/int16/bf16 elements, fp16 only
+        // for `atomic_add`, bitwise ops on integers only.
+        let bad = match kind {
+            AtomicOp::And | AtomicOp::Or | AtomicOp::Xor => !d.is_int(),
+            _ => false,
+        } || d.bits() < 16
+            || d == DType::BF16
+            || (d.bits() == 16 && d.is_int())
+            || (d == DType::F16 && kind != AtomicOp::Add);
+        if bad {
+            return Err(format!("atomic_{name} does not support {}", dts(d)));
         }
         let val = self.value_of(val)?;
         if !pt.is_block() && self.ty(val).is_block() {

@@ -541,6 +541,12 @@ fn invalid_kernels_give_clear_errors() {
     expect(|_| ignore(zeros([4], F32).bitcast(I16)), "bitcast", "size");
     // 29. zeros with a non-power-of-two shape
     expect(|_| ignore(zeros([3, 4], F32)), "zeros", "powers of 2");
+    // 31. atomics on 8-bit elements
+    expect(
+        |k| ignore(atomic_add(k.ptr(I8, "p"), 1)),
+        "atomic_add",
+        "does not support",
+    );
     // 30. a combine function that changes the type
     expect(
         |_| ignore(reduce(zeros([4], F32), 0, |a, _b| a.to(I32))),
