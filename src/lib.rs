@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod emu;
 pub mod exec;
 pub mod error;
+pub mod exec;
 pub mod ir;
 pub mod tl;
 

@@ -35,7 +35,13 @@ fn check(case: Case) -> Result<()> {
         init_value: None,
         atomic_outputs: case.atomic,
     };
-    let mlx = call.traced_source()?;
+    // MLX prints to the process's stdout, which the bridge redirects while tracing, so two
+    // traces at once read each other's output: take turns.
+    static TRACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let mlx = {
+        let _turn = TRACE.lock().unwrap_or_else(|e| e.into_inner());
+        call.traced_source()?
+    };
     let ours = MlxKernel {
         name: case.name.into(),
         header: case.header.into(),

@@ -562,3 +562,34 @@ fn providers_plug_in_and_wrong_kernels_are_caught() {
     assert!(!cmp.all_close());
     assert_eq!(cmp.outputs[0].mismatches, 256);
 }
+
+/// Fusion stays linear-ish: a long graph of chains and reductions fuses quickly.
+#[test]
+fn long_graphs_fuse_quickly() {
+    let mut ops: Vec<Value> = Vec::new();
+    let mut prev = "x".to_string();
+    for i in 0..1200 {
+        if i % 40 == 0 {
+            ops.push(json!({"type": "tt.max", "id": format!("m{i}"), "inputs": [prev], "args": {"axis": -1, "keep_dims": true}}));
+            ops.push(
+                json!({"type": "tt.sub", "id": format!("s{i}"), "inputs": [prev, format!("m{i}")]}),
+            );
+            prev = format!("s{i}");
+        }
+        let ty = ["tt.exp", "tt.tanh", "tt.sigmoid"][i % 3];
+        ops.push(json!({"type": ty, "id": format!("o{i}"), "inputs": [prev]}));
+        prev = format!("o{i}");
+    }
+    let doc = json!({"inputs": [{"id": "x", "shape": [4, 8]}], "ops": ops});
+    let g = Graph::from_json(&doc.to_string()).unwrap();
+    let t = std::time::Instant::now();
+    let (fused, s) = fuse(&g);
+    assert!(t.elapsed().as_secs_f64() < 10.0, "{:?}", t.elapsed());
+    assert_eq!(s.ops_before, 1260);
+    assert_eq!(s.count(Pattern::ElementwiseChain), 30);
+    let feeds = random_inputs(&g.inputs, 5).unwrap();
+    let cmp = GraphRunner::new()
+        .compare(&g, &fused, &feeds, 1e-4, 1e-5)
+        .unwrap();
+    assert!(cmp.all_close(), "{cmp:#?}");
+}

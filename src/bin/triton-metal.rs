@@ -278,7 +278,15 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
         None => GraphSpec::default(),
     };
     for s in &input.operation {
-        spec.ops.push(OpSpec::from_operation_str(s)?);
+        let mut op = OpSpec::from_operation_str(s)?;
+        // Two operations of one type would share the id derived from it.
+        let base = op.id.clone().unwrap_or_else(|| "op".into());
+        let mut n = 1;
+        while spec.ops.iter().any(|o| o.id == op.id) {
+            n += 1;
+            op.id = Some(format!("{base}_{n}"));
+        }
+        spec.ops.push(op);
     }
     if spec.ops.is_empty() {
         if detailed {

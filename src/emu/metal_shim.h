@@ -15,6 +15,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <type_traits>
 
 #if !defined(__x86_64__)
@@ -266,6 +268,19 @@ inline void copy_msg(char* dst, const char* a, const char* b = "") {
   dst[i] = 0;
 }
 
+inline void append_uint(char* out, size_t& k, size_t cap, unsigned long v) {
+  char t[24];
+  int m = 0;
+  do t[m++] = (char)('0' + v % 10), v /= 10; while (v);
+  while (m && k + 1 < cap) out[k++] = t[--m];
+  out[k] = 0;
+}
+
+inline void append_str(char* out, size_t& k, size_t cap, const char* s) {
+  while (*s && k + 1 < cap) out[k++] = *s++;
+  out[k] = 0;
+}
+
 // Stops the whole launch: the failing fiber is parked forever and the scheduler reports.
 [[noreturn]] inline void fail(const char* msg, const char* detail = "") {
   Group& g = cur_worker->group;
@@ -277,11 +292,12 @@ inline void copy_msg(char* dst, const char* a, const char* b = "") {
   for (;;) yield_to_scheduler();
 }
 
+// Wakes the threads waiting on `what`: the whole group, or one simdgroup's 32 lanes.
 inline void wake(Group& g, State what, int simd) {
-  for (int i = 0; i < g.n; i++) {
-    Fiber& f = g.fibers[i];
-    if (f.state == what && (simd < 0 || f.simd == simd)) f.state = READY;
-  }
+  int lo = simd < 0 ? 0 : simd * SIMD;
+  int hi = simd < 0 ? g.n : (lo + SIMD < g.n ? lo + SIMD : g.n);
+  for (int i = lo; i < hi; i++)
+    if (g.fibers[i].state == what) g.fibers[i].state = READY;
 }
 
 inline void threadgroup_barrier_wait() {
@@ -495,32 +511,70 @@ inline bool run_group(Launch& L, Worker& w, long gi) {
         at_barrier += g.fibers[i].state == WAIT_BARRIER;
         at_simd += g.fibers[i].state == WAIT_SIMD;
       }
-      char buf[160];
-      int len = 0;
-      const char* parts[] = {"deadlock: ", "", " threads wait at threadgroup_barrier and ", "",
-                             " at simd collectives whose other lanes never arrive (a barrier or "
-                             "collective inside divergent control flow?)"};
-      char n1[16], n2[16];
-      auto itoa = [](int v, char* out) {
-        char t[16];
-        int k = 0;
-        do t[k++] = (char)('0' + v % 10), v /= 10; while (v);
-        for (int j = 0; j < k; j++) out[j] = t[k - 1 - j];
-        out[k] = 0;
-      };
-      itoa(at_barrier, n1);
-      itoa(at_simd, n2);
-      parts[1] = n1;
-      parts[3] = n2;
-      for (const char* p : parts)
-        for (; *p && len < 159; ++p) buf[len++] = *p;
-      buf[len] = 0;
-      copy_msg(g.msg, buf);
+      size_t k = 0;
+      char* buf = g.msg;
+      append_str(buf, k, sizeof g.msg, "deadlock: ");
+      append_uint(buf, k, sizeof g.msg, at_barrier);
+      append_str(buf, k, sizeof g.msg, " threads wait at threadgroup_barrier and ");
+      append_uint(buf, k, sizeof g.msg, at_simd);
+      append_str(buf, k, sizeof g.msg,
+                 " at simd collectives whose other lanes never arrive (a barrier or collective inside "
+                 "divergent control flow?)");
       g.failed = true;
       return false;
     }
   }
   return true;
+}
+
+// Faults in kernel code (an integer division by zero, an access outside every mapping, a
+// fiber stack overflow) end the launch with an error instead of killing the process: the
+// handler jumps back to the worker's scheduler. Outside a launch it defers to whatever
+// handler was installed before (Rust's stack-overflow reporter, another kernel's shim).
+inline thread_local sigjmp_buf* fault_jump;
+inline struct sigaction prev_segv, prev_bus, prev_fpe, prev_ill;
+
+inline void on_fault(int sig, siginfo_t* info, void* uctx) {
+  if (fault_jump) siglongjmp(*fault_jump, sig);
+  struct sigaction* prev = sig == SIGSEGV ? &prev_segv : sig == SIGBUS ? &prev_bus : sig == SIGFPE ? &prev_fpe : &prev_ill;
+  if (prev->sa_flags & SA_SIGINFO) {
+    prev->sa_sigaction(sig, info, uctx);
+  } else if (prev->sa_handler == SIG_DFL || prev->sa_handler == SIG_IGN) {
+    // Re-arm the default action; returning re-executes the faulting instruction.
+    sigaction(sig, prev, nullptr);
+  } else {
+    prev->sa_handler(sig);
+  }
+}
+
+inline void install_fault_handlers() {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &prev_segv);
+  sigaction(SIGBUS, &sa, &prev_bus);
+  sigaction(SIGFPE, &sa, &prev_fpe);
+  sigaction(SIGILL, &sa, &prev_ill);
+}
+
+inline void describe_fault(Group& g, int sig) {
+  size_t k = 0;
+  const char* what = sig == SIGFPE   ? "SIGFPE (integer division by zero or overflow)"
+                     : sig == SIGILL ? "SIGILL"
+                                     : "SIGSEGV/SIGBUS (memory access outside every buffer, or a thread's 256 KiB stack overflowed)";
+  append_str(g.msg, k, sizeof g.msg, what);
+  if (cur_fiber) {
+    u3 p = cur_fiber->attrs.thread_position_in_grid;
+    append_str(g.msg, k, sizeof g.msg, " in thread_position_in_grid (");
+    for (int d = 0; d < 3; d++) {
+      if (d) append_str(g.msg, k, sizeof g.msg, ",");
+      append_uint(g.msg, k, sizeof g.msg, p[d]);
+    }
+    append_str(g.msg, k, sizeof g.msg, ")");
+  }
+  g.failed = true;
 }
 
 inline void* worker_main(void* arg) {
@@ -562,35 +616,53 @@ inline void* worker_main(void* arg) {
     w.group.thunk = L.thunk;
     w.group.bufs = L.bufs;
     cur_worker = &w;
+    // The fault handler must run on its own stack: the faulting fiber's may be exhausted.
+    const size_t alt_len = 64 * 1024;
+    void* alt = mmap(nullptr, alt_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    stack_t old_alt;
+    bool have_alt = false;
+    if (alt != MAP_FAILED) {
+      stack_t ss;
+      ss.ss_sp = alt;
+      ss.ss_size = alt_len;
+      ss.ss_flags = 0;
+      have_alt = sigaltstack(&ss, &old_alt) == 0;
+    }
     for (;;) {
       long gi = __atomic_fetch_add(&L.next, 1, __ATOMIC_RELAXED);
       if (gi >= L.total_groups || __atomic_load_n(&L.failed, __ATOMIC_RELAXED)) break;
-      if (!run_group(L, w, gi)) {
+      sigjmp_buf jump;
+      bool ok;
+      int sig = sigsetjmp(jump, 1);
+      if (sig == 0) {
+        fault_jump = &jump;
+        ok = run_group(L, w, gi);
+      } else {
+        describe_fault(w.group, sig);
+        ok = false;
+      }
+      fault_jump = nullptr;
+      if (!ok) {
         pthread_mutex_lock(&L.lock);
         if (!L.failed) {
           L.failed = 1;
-          char where[64] = "threadgroup ";
-          size_t k = strlen(where);
-          uint gid[3] = {(uint)(gi % L.groups[0]), (uint)((gi / L.groups[0]) % L.groups[1]),
-                         (uint)(gi / ((long)L.groups[0] * L.groups[1]))};
-          for (int d = 0; d < 3; d++) {
-            char t[16];
-            int m = 0;
-            uint v = gid[d];
-            do t[m++] = (char)('0' + v % 10), v /= 10; while (v);
-            where[k++] = d == 0 ? '(' : ',';
-            while (m) where[k++] = t[--m];
-          }
-          where[k++] = ')';
-          where[k++] = ':';
-          where[k++] = ' ';
-          where[k] = 0;
+          char where[64];
+          size_t k = 0;
+          append_str(where, k, sizeof where, "threadgroup (");
+          append_uint(where, k, sizeof where, gi % L.groups[0]);
+          append_str(where, k, sizeof where, ",");
+          append_uint(where, k, sizeof where, (gi / L.groups[0]) % L.groups[1]);
+          append_str(where, k, sizeof where, ",");
+          append_uint(where, k, sizeof where, gi / ((long)L.groups[0] * L.groups[1]));
+          append_str(where, k, sizeof where, "): ");
           copy_msg(L.msg, where, w.group.msg);
         }
         pthread_mutex_unlock(&L.lock);
         break;
       }
     }
+    if (have_alt) sigaltstack(&old_alt, nullptr);
+    if (alt != MAP_FAILED) munmap(alt, alt_len);
     cur_worker = nullptr;
     cur_fiber = nullptr;
   }
@@ -618,6 +690,8 @@ inline int launch(Thunk thunk, void** bufs, const uint32_t* grid, const uint32_t
     L.total_groups *= L.groups[d];
   }
   pthread_mutex_init(&L.lock, nullptr);
+  static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
+  pthread_once(&handlers_once, install_fault_handlers);
   if (L.total_groups > 0) {
     if (workers < 1) workers = 1;
     if (workers > L.total_groups) workers = (int)L.total_groups;
@@ -1080,6 +1154,48 @@ inline bool simd_is_first() {
   bool t = true;
   tm_rt::SimdView s = tm_rt::simd_exchange_value(t);
   return __builtin_ctz(s.present) == s.lane;
+}
+
+// ----- quad collectives: groups of 4 consecutive lanes (all simd lanes rendezvous) -----
+template <class T> inline T quad_sum(T v) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  T r = T(0);
+  for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
+    if (s.has(l)) r = T(r + s.template get<T>(l));
+  return r;
+}
+template <class T> inline T quad_max(T v) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  T r = v;
+  for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
+    if (s.has(l)) r = T(max(r, s.template get<T>(l)));
+  return r;
+}
+template <class T> inline T quad_min(T v) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  T r = v;
+  for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
+    if (s.has(l)) r = T(min(r, s.template get<T>(l)));
+  return r;
+}
+template <class T, class I> inline T quad_shuffle(T v, I lane) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  return tm_read_lane(s, v, (long)((s.lane & ~3) | ((int)lane & 3)));
+}
+template <class T, class I> inline T quad_broadcast(T v, I lane) { return quad_shuffle(v, lane); }
+template <class T, class I> inline T quad_shuffle_xor(T v, I mask) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  return tm_read_lane(s, v, (long)((s.lane & ~3) | ((s.lane ^ (int)mask) & 3)));
+}
+template <class T, class I> inline T quad_shuffle_down(T v, I delta) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  int q = (s.lane & 3) + (int)delta;
+  return q > 3 ? v : tm_read_lane(s, v, (long)((s.lane & ~3) | q));
+}
+template <class T, class I> inline T quad_shuffle_up(T v, I delta) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  int q = (s.lane & 3) - (int)delta;
+  return q < 0 ? v : tm_read_lane(s, v, (long)((s.lane & ~3) | q));
 }
 
 // ----- atomics -----

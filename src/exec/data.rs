@@ -104,7 +104,6 @@ macro_rules! with_vec {
         }
     };
 }
-pub(crate) use with_vec;
 
 /// Runs `$body` with `$s` the source's `Vec` and `$o` the output's `Vec` of the same
 /// variant (cleared, allocation kept when the variant already matches).
@@ -172,18 +171,6 @@ impl Data {
         with_vec!(self, v => v.len())
     }
 
-    /// The storage class.
-    pub(crate) fn class(&self) -> Class {
-        match self {
-            Data::Bool(_) => Class::Bool,
-            Data::I32(_) => Class::I32,
-            Data::I64(_) => Class::I64,
-            Data::F32(_) => Class::F32,
-            Data::F64(_) => Class::F64,
-            Data::Ptr(_) => Class::Ptr,
-        }
-    }
-
     /// Element `i` as an integer (floats truncate; used for scalars such as loop bounds).
     pub(crate) fn get_i64(&self, i: usize, dtype: DType) -> Option<i64> {
         Some(match self {
@@ -211,31 +198,6 @@ impl Data {
     /// Copies `src` into `self`, reusing `self`'s allocation when the variants match.
     pub(crate) fn assign(&mut self, src: &Data) {
         same_kind!(src, self, |s, o| o.extend_from_slice(s))
-    }
-
-    /// Appends element `i` of `src` (same variant) to `self`.
-    pub(crate) fn push_from(&mut self, src: &Data, i: usize) {
-        match (self, src) {
-            (Data::Bool(o), Data::Bool(s)) => o.push(s[i]),
-            (Data::I32(o), Data::I32(s)) => o.push(s[i]),
-            (Data::I64(o), Data::I64(s)) => o.push(s[i]),
-            (Data::F32(o), Data::F32(s)) => o.push(s[i]),
-            (Data::F64(o), Data::F64(s)) => o.push(s[i]),
-            (Data::Ptr(o), Data::Ptr(s)) => o.push(s[i]),
-            _ => {}
-        }
-    }
-
-    /// An empty buffer of `class`.
-    pub(crate) fn empty(class: Class) -> Data {
-        match class {
-            Class::Bool => Data::Bool(Vec::new()),
-            Class::I32 => Data::I32(Vec::new()),
-            Class::I64 => Data::I64(Vec::new()),
-            Class::F32 => Data::F32(Vec::new()),
-            Class::F64 => Data::F64(Vec::new()),
-            Class::Ptr => Data::Ptr(Vec::new()),
-        }
     }
 }
 

@@ -128,7 +128,9 @@ pub(crate) fn dot(
     let (m, k, n) = (a_shape[r - 2], a_shape[r - 1], b_shape[r - 1]);
     let batch = if r == 3 { a_shape[0] } else { 1 };
     if b_shape[r - 2] != k || acc.len() != batch * m * n || a.len() != batch * m * k {
-        return Err(format!("dot shapes do not match: {a_shape:?} x {b_shape:?}"));
+        return Err(format!(
+            "dot shapes do not match: {a_shape:?} x {b_shape:?}"
+        ));
     }
     macro_rules! batched {
         ($a:expr, $b:expr, $c:expr, $f:expr) => {
@@ -151,20 +153,28 @@ pub(crate) fn dot(
         (Data::F64(a), Data::F64(b), Data::F64(c0)) => {
             let c = out.f64s();
             c.extend_from_slice(c0);
-            batched!(a, b, c, |a, b, c| gemm_generic(m, n, k, a, b, c, |x: f64,
-                                                                        y: f64,
-                                                                        z: f64| {
-                x.mul_add(y, z)
-            }));
+            batched!(a, b, c, |a, b, c| gemm_generic(
+                m,
+                n,
+                k,
+                a,
+                b,
+                c,
+                |x: f64, y: f64, z: f64| { x.mul_add(y, z) }
+            ));
         }
         (Data::I32(a), Data::I32(b), Data::I32(c0)) => {
             let c = out.i32s();
             c.extend_from_slice(c0);
-            batched!(a, b, c, |a, b, c| gemm_generic(m, n, k, a, b, c, |x: i32,
-                                                                        y: i32,
-                                                                        z: i32| {
-                z.wrapping_add(x.wrapping_mul(y))
-            }));
+            batched!(a, b, c, |a, b, c| gemm_generic(
+                m,
+                n,
+                k,
+                a,
+                b,
+                c,
+                |x: i32, y: i32, z: i32| { z.wrapping_add(x.wrapping_mul(y)) }
+            ));
             super::data::normalize_i32(c, d);
         }
         (Data::I32(a), Data::I32(b), Data::F32(c0)) => {
@@ -178,13 +188,21 @@ pub(crate) fn dot(
         (Data::I64(a), Data::I64(b), Data::I64(c0)) => {
             let c = out.i64s();
             c.extend_from_slice(c0);
-            batched!(a, b, c, |a, b, c| gemm_generic(m, n, k, a, b, c, |x: i64,
-                                                                        y: i64,
-                                                                        z: i64| {
-                z.wrapping_add(x.wrapping_mul(y))
-            }));
+            batched!(a, b, c, |a, b, c| gemm_generic(
+                m,
+                n,
+                k,
+                a,
+                b,
+                c,
+                |x: i64, y: i64, z: i64| { z.wrapping_add(x.wrapping_mul(y)) }
+            ));
         }
-        _ => return Err(format!("dot of these operand types into {d} is not supported")),
+        _ => {
+            return Err(format!(
+                "dot of these operand types into {d} is not supported"
+            ))
+        }
     }
     Ok(())
 }
@@ -207,9 +225,20 @@ mod tests {
 
     #[test]
     fn gemm_matches_reference_on_ragged_shapes() {
-        for &(m, n, k) in &[(4, 16, 16), (8, 32, 16), (5, 19, 7), (1, 1, 1), (64, 64, 32), (2, 8, 3)] {
-            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0).collect();
-            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0).collect();
+        for &(m, n, k) in &[
+            (4, 16, 16),
+            (8, 32, 16),
+            (5, 19, 7),
+            (1, 1, 1),
+            (64, 64, 32),
+            (2, 8, 3),
+        ] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
+                .collect();
+            let b: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0)
+                .collect();
             let c: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32).collect();
             let mut out = Data::default();
             dot(

@@ -219,23 +219,13 @@ fn binary_i32(kind: BinaryOp, d: DType, a: &[i32], b: &[i32], o: &mut Vec<i32>) 
         BinaryOp::Or => zip2(a, b, o, |x, y| x | y),
         BinaryOp::Xor => zip2(a, b, o, |x, y| x ^ y),
         // Shifts by the width or more are undefined in Triton; give 0 (sign fill for `>>`).
-        BinaryOp::Shl => zip2(a, b, o, |x, y| {
-            if (y as u32) < bits {
-                x << y
-            } else {
-                0
-            }
-        }),
+        BinaryOp::Shl => zip2(a, b, o, |x, y| if (y as u32) < bits { x << y } else { 0 }),
         BinaryOp::Shr if unsigned => zip2(a, b, o, |x, y| {
             (x as u32).checked_shr(y as u32).unwrap_or(0) as i32
         }),
-        BinaryOp::Shr if d.is_unsigned_int() => zip2(a, b, o, |x, y| {
-            if (y as u32) < 32 {
-                x >> y
-            } else {
-                0
-            }
-        }),
+        BinaryOp::Shr if d.is_unsigned_int() => {
+            zip2(a, b, o, |x, y| if (y as u32) < 32 { x >> y } else { 0 })
+        }
         BinaryOp::Shr => zip2(a, b, o, |x, y| x >> (y as u32).min(31)),
         BinaryOp::Max | BinaryOp::MaxNan if unsigned => {
             zip2(a, b, o, |x, y| (x as u32).max(y as u32) as i32)
@@ -245,10 +235,10 @@ fn binary_i32(kind: BinaryOp, d: DType, a: &[i32], b: &[i32], o: &mut Vec<i32>) 
         }
         BinaryOp::Max | BinaryOp::MaxNan => zip2(a, b, o, i32::max),
         BinaryOp::Min | BinaryOp::MinNan => zip2(a, b, o, i32::min),
-        BinaryOp::MulHi if unsigned => zip2(a, b, o, |x, y| {
+        // Triton's `umulhi` is the unsigned high half whatever the signedness.
+        BinaryOp::MulHi => zip2(a, b, o, |x, y| {
             ((x as u32 as u64 * y as u32 as u64) >> 32) as i32
         }),
-        BinaryOp::MulHi => zip2(a, b, o, |x, y| ((x as i64 * y as i64) >> 32) as i32),
     }
 }
 
@@ -282,10 +272,9 @@ fn binary_i64(kind: BinaryOp, d: DType, a: &[i64], b: &[i64], o: &mut Vec<i64>) 
         }
         BinaryOp::Max | BinaryOp::MaxNan => zip2(a, b, o, i64::max),
         BinaryOp::Min | BinaryOp::MinNan => zip2(a, b, o, i64::min),
-        BinaryOp::MulHi if unsigned => zip2(a, b, o, |x, y| {
+        BinaryOp::MulHi => zip2(a, b, o, |x, y| {
             ((x as u64 as u128 * y as u64 as u128) >> 64) as i64
         }),
-        BinaryOp::MulHi => zip2(a, b, o, |x, y| ((x as i128 * y as i128) >> 64) as i64),
     }
 }
 
@@ -444,9 +433,7 @@ pub(crate) fn cast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
             round_f32(o, d);
         }
         (Data::F32(a), Class::F64) => out.f64s().extend(a.iter().map(|&x| x as f64)),
-        (Data::F64(a), Class::F32) => out
-            .f32s()
-            .extend(a.iter().map(|&x| f64_to_f32_class(x, d))),
+        (Data::F64(a), Class::F32) => out.f32s().extend(a.iter().map(|&x| f64_to_f32_class(x, d))),
         (Data::F64(a), Class::F64) => out.f64s().extend_from_slice(a),
         (Data::F32(a), Class::I32) => {
             let o = out.i32s();
@@ -473,12 +460,8 @@ pub(crate) fn cast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
             let o = out.i32s();
             o.extend(a.iter().map(|&x| canon_i32(x, d)));
         }
-        (Data::I32(a), Class::I64) => out
-            .i64s()
-            .extend(a.iter().map(|&x| int_value_i32(x, s))),
-        (Data::I64(a), Class::I32) => out
-            .i32s()
-            .extend(a.iter().map(|&x| canon_i32(x as i32, d))),
+        (Data::I32(a), Class::I64) => out.i64s().extend(a.iter().map(|&x| int_value_i32(x, s))),
+        (Data::I64(a), Class::I32) => out.i32s().extend(a.iter().map(|&x| canon_i32(x as i32, d))),
         (Data::I64(a), Class::I64) => out.i64s().extend_from_slice(a),
         (Data::I32(a), Class::F32) => {
             let o = out.f32s();
@@ -486,7 +469,10 @@ pub(crate) fn cast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
                 o.extend(a.iter().map(|&x| int_value_i32(x, s) as f32));
             } else {
                 // An i32 is exact in f64, so this is one rounding to the narrow type.
-                o.extend(a.iter().map(|&x| f64_to_f32_class(int_value_i32(x, s) as f64, d)));
+                o.extend(
+                    a.iter()
+                        .map(|&x| f64_to_f32_class(int_value_i32(x, s) as f64, d)),
+                );
             }
         }
         (Data::I32(a), Class::F64) => out
@@ -542,7 +528,11 @@ pub(crate) fn to_bits(d: DType, a: &Data, o: &mut Vec<u64>) {
     match a {
         Data::Bool(v) => o.extend(v.iter().map(|&x| x as u64)),
         Data::I32(v) => {
-            let mask = if d.bits() >= 32 { u32::MAX } else { (1u32 << d.bits()) - 1 };
+            let mask = if d.bits() >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << d.bits()) - 1
+            };
             o.extend(v.iter().map(|&x| (x as u32 & mask) as u64))
         }
         Data::I64(v) => o.extend(v.iter().map(|&x| x as u64)),
@@ -585,9 +575,9 @@ pub(crate) fn bitcast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
         (Data::I32(a), DType::I32 | DType::U32) if s.bits() == 32 => {
             out.i32s().extend_from_slice(a)
         }
-        (Data::F32(a), DType::I32 | DType::U32) if s == DType::F32 => out
-            .i32s()
-            .extend(a.iter().map(|x| x.to_bits() as i32)),
+        (Data::F32(a), DType::I32 | DType::U32) if s == DType::F32 => {
+            out.i32s().extend(a.iter().map(|x| x.to_bits() as i32))
+        }
         (Data::I32(a), DType::F32) if s.bits() == 32 => out
             .f32s()
             .extend(a.iter().map(|&x| f32::from_bits(x as u32))),
@@ -620,13 +610,19 @@ pub(crate) fn philox(rounds: u32, c: [&Data; 4], k: [&Data; 2], outs: &mut [Data
     const KEY_B: u32 = 0xBB67_AE85;
     const ROUND_A: u32 = 0xD251_1F53;
     const ROUND_B: u32 = 0xCD9E_8D57;
-    let get = |d: &Data| match d {
-        Data::I32(v) => Ok(v.as_slice()),
-        _ => Err("philox operands must be u32".to_string()),
-    };
+    fn get(d: &Data) -> std::result::Result<&[i32], String> {
+        match d {
+            Data::I32(v) => Ok(v.as_slice()),
+            _ => Err("philox operands must be u32".to_string()),
+        }
+    }
     let (c0, c1, c2, c3) = (get(c[0])?, get(c[1])?, get(c[2])?, get(c[3])?);
     let (k0, k1) = (get(k[0])?, get(k[1])?);
-    let n = [c0, c1, c2, c3, k0, k1].iter().map(|s| s.len()).max().unwrap_or(0);
+    let n = [c0, c1, c2, c3, k0, k1]
+        .iter()
+        .map(|s| s.len())
+        .max()
+        .unwrap_or(0);
     let at = |s: &[i32], i: usize| if s.len() == 1 { s[0] } else { s[i] } as u32;
     for s in [c0, c1, c2, c3, k0, k1] {
         if s.len() != n && s.len() != 1 {

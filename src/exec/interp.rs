@@ -114,7 +114,10 @@ impl<'k, 'a> Launch<'k, 'a> {
                 name(param)
             ),
             MemErr::NotABuffer { param } => {
-                format!("pointer into argument {} which is not a buffer", name(param))
+                format!(
+                    "pointer into argument {} which is not a buffer",
+                    name(param)
+                )
             }
             MemErr::Internal(m) => m,
         }
@@ -182,8 +185,10 @@ impl<'k, 'a> Launch<'k, 'a> {
             }
             Op::Unary { kind, src } => {
                 let d = ty(*src).dtype;
-                with_out(env, r0()?, |env, o| ew::unary(*kind, d, &env[src.index()], o))
-                    .map_err(wrap)?;
+                with_out(env, r0()?, |env, o| {
+                    ew::unary(*kind, d, &env[src.index()], o)
+                })
+                .map_err(wrap)?;
             }
             Op::Binary { kind, lhs, rhs } => {
                 let d = ty(*lhs).dtype;
@@ -248,8 +253,7 @@ impl<'k, 'a> Launch<'k, 'a> {
             Op::Bitcast { src } => {
                 let r = r0()?;
                 let (s, d) = (ty(*src).dtype, ty(r).dtype);
-                with_out(env, r, |env, o| ew::bitcast(s, d, &env[src.index()], o))
-                    .map_err(wrap)?;
+                with_out(env, r, |env, o| ew::bitcast(s, d, &env[src.index()], o)).map_err(wrap)?;
             }
             Op::AddPtr { ptr, offset } => {
                 let od = ty(*offset).dtype;
@@ -327,8 +331,10 @@ impl<'k, 'a> Launch<'k, 'a> {
             Op::Broadcast { src } => {
                 let r = r0()?;
                 let (from, to) = (&ty(*src).shape, &ty(r).shape);
-                with_out(env, r, |env, o| shape::broadcast(&env[src.index()], from, to, o))
-                    .map_err(wrap)?;
+                with_out(env, r, |env, o| {
+                    shape::broadcast(&env[src.index()], from, to, o)
+                })
+                .map_err(wrap)?;
             }
             Op::ExpandDims { src, .. } | Op::Reshape { src } => copy(env, r0()?, *src),
             Op::Permute { src, order } => {
@@ -359,7 +365,15 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let d = ty(r).dtype;
                 let (sa, sb) = (&ty(*a).shape, &ty(*b).shape);
                 with_out(env, r, |env, o| {
-                    dot::dot(d, &env[a.index()], &env[b.index()], &env[acc.index()], sa, sb, o)
+                    dot::dot(
+                        d,
+                        &env[a.index()],
+                        &env[b.index()],
+                        &env[acc.index()],
+                        sa,
+                        sb,
+                        o,
+                    )
                 })
                 .map_err(wrap)?;
             }
@@ -499,12 +513,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         let iv_ty = k.ty(iv).clone();
         let mut i = lo;
         while i < hi {
-            fill_const(
-                &mut env[iv.index()],
-                &iv_ty,
-                crate::ir::Const::Int(i),
-                1,
-            );
+            fill_const(&mut env[iv.index()], &iv_ty, crate::ir::Const::Int(i), 1);
             self.region(env, body, pid)?;
             self.feed_back(env, ys, carried, &mut tmp);
             i = match i.checked_add(step) {
@@ -582,7 +591,11 @@ impl<'k, 'a> Launch<'k, 'a> {
     ) -> Result<Vec<Data>> {
         let args = &self.kernel.region(region).args;
         if args.len() != left.len() + right.len() {
-            return Err(self.err(id, pid, "combine region takes the wrong number of arguments"));
+            return Err(self.err(
+                id,
+                pid,
+                "combine region takes the wrong number of arguments",
+            ));
         }
         for (a, d) in args.iter().zip(left.iter().chain(right)) {
             env[a.index()].assign(d);

@@ -180,7 +180,9 @@ fn bools(mask: Option<&Data>, n: usize) -> Result<Option<&[bool]>, MemErr> {
     match mask {
         None => Ok(None),
         Some(Data::Bool(m)) if m.len() == n => Ok(Some(m)),
-        Some(_) => Err(MemErr::Internal("mask is not a bool block of the pointer shape".into())),
+        Some(_) => Err(MemErr::Internal(
+            "mask is not a bool block of the pointer shape".into(),
+        )),
     }
 }
 
@@ -195,7 +197,9 @@ fn store_impl<R: Raw, S: Copy>(
 ) -> Res {
     let val = |i: usize| if vals.len() == 1 { vals[0] } else { vals[i] };
     if vals.len() != ptr.len() && vals.len() != 1 {
-        return Err(MemErr::Internal("stored values do not match the pointers".into()));
+        return Err(MemErr::Internal(
+            "stored values do not match the pointers".into(),
+        ));
     }
     let run = run.max(1);
     for (c, chunk) in ptr.chunks(run).enumerate() {
@@ -329,7 +333,9 @@ fn rmw_impl<R: Raw, S: Copy + Default>(
 ) -> Res {
     out.clear();
     if vals.len() != ptr.len() {
-        return Err(MemErr::Internal("atomic operands do not match the pointers".into()));
+        return Err(MemErr::Internal(
+            "atomic operands do not match the pointers".into(),
+        ));
     }
     for (i, &p) in ptr.iter().enumerate() {
         if mask.is_some_and(|m| !m[i]) {
@@ -372,9 +378,30 @@ pub(crate) fn atomic_rmw(
         }};
     }
     match d {
-        DType::Bool => go!(u8, Bool, bools, |r: u8| r != 0, |s: bool| s as u8, combine_bool(kind)),
-        DType::F32 => go!(u32, F32, f32s, f32::from_bits, f32::to_bits, combine_f32(kind, d)),
-        DType::F64 => go!(u64, F64, f64s, f64::from_bits, f64::to_bits, combine_f64(kind)),
+        DType::Bool => go!(
+            u8,
+            Bool,
+            bools,
+            |r: u8| r != 0,
+            |s: bool| s as u8,
+            combine_bool(kind)
+        ),
+        DType::F32 => go!(
+            u32,
+            F32,
+            f32s,
+            f32::from_bits,
+            f32::to_bits,
+            combine_f32(kind, d)
+        ),
+        DType::F64 => go!(
+            u64,
+            F64,
+            f64s,
+            f64::from_bits,
+            f64::to_bits,
+            combine_f64(kind)
+        ),
         DType::F16 => go!(
             u16,
             F32,
@@ -399,7 +426,14 @@ pub(crate) fn atomic_rmw(
             |s: i32| s as u8,
             combine_i32(kind, d)
         ),
-        DType::U8 => go!(u8, I32, i32s, |r: u8| r as i32, |s: i32| s as u8, combine_i32(kind, d)),
+        DType::U8 => go!(
+            u8,
+            I32,
+            i32s,
+            |r: u8| r as i32,
+            |s: i32| s as u8,
+            combine_i32(kind, d)
+        ),
         DType::I16 => go!(
             u16,
             I32,
@@ -447,7 +481,9 @@ fn cas_impl<R: Raw, S: Copy>(
 ) -> Res {
     out.clear();
     if vals.len() != ptr.len() || cmp.len() != ptr.len() {
-        return Err(MemErr::Internal("atomic_cas operands do not match the pointers".into()));
+        return Err(MemErr::Internal(
+            "atomic_cas operands do not match the pointers".into(),
+        ));
     }
     for (i, &p) in ptr.iter().enumerate() {
         let m = mem(mems, p)?;
@@ -477,7 +513,9 @@ pub(crate) fn atomic_cas(
     macro_rules! go {
         ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
             let (Data::$v(c), Data::$v(v)) = (cmp, value) else {
-                return Err(MemErr::Internal("atomic_cas operand has the wrong type".into()));
+                return Err(MemErr::Internal(
+                    "atomic_cas operand has the wrong type".into(),
+                ));
             };
             cas_impl::<$r, _>(mems, ptr, c, v, out.$acc(), $from, $to)
         }};

@@ -23,10 +23,6 @@ pub(crate) trait Raw: Copy + Default + Send + Sync + 'static {
     fn store(a: &Self::Atomic, v: Self);
     /// Compare-and-swap (strong, sequentially consistent); `Ok(old)` when it swapped.
     fn cas(a: &Self::Atomic, old: Self, new: Self) -> Result<Self, Self>;
-    /// The bits, zero-extended.
-    fn to_u64(self) -> u64;
-    /// The low bits of `v`.
-    fn from_u64(v: u64) -> Self;
 }
 
 macro_rules! raw {
@@ -45,14 +41,6 @@ macro_rules! raw {
             #[inline(always)]
             fn cas(a: &$a, old: $t, new: $t) -> Result<$t, $t> {
                 a.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
-            }
-            #[inline(always)]
-            fn to_u64(self) -> u64 {
-                self as u64
-            }
-            #[inline(always)]
-            fn from_u64(v: u64) -> $t {
-                v as $t
             }
         }
     };

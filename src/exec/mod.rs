@@ -117,12 +117,7 @@ fn int_fits(v: i64, d: DType) -> bool {
 
 /// A scalar argument as the parameter's one-element value.
 fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Data> {
-    let bad = |what: &str| {
-        launch_err(
-            k,
-            format!("argument `{}` ({d} scalar) got {what}", p.name),
-        )
-    };
+    let bad = |what: &str| launch_err(k, format!("argument `{}` ({d} scalar) got {what}", p.name));
     let class = class_of(&Type::scalar(d));
     Ok(match (arg, class) {
         (ExecArg::Int(v), Class::F32) => Data::F32(vec![f64_to_f32_class(*v as f64, d)]),
@@ -149,11 +144,15 @@ fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Da
 ///
 /// `args` follow [`Kernel::params`] (constexprs are already folded into the kernel). All
 /// programs run before this returns; outputs are written into the mutable buffers. Errors:
-/// [`Error::Launch`] for arguments that do not match the parameters, [`Error::Runtime`]
+/// [`Error::Build`] for a kernel that fails the IR verifier, [`Error::Launch`] for
+/// arguments that do not match the parameters, [`Error::Runtime`]
 /// for failures while running (out-of-bounds accesses, writes through read-only buffers),
 /// naming the op and program.
 pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
     let k = kernel;
+    // The interpreter relies on the verifier's invariants (operand types, region shapes);
+    // checking here keeps a hand-edited kernel from reaching it.
+    crate::ir::verify(k)?;
     if args.len() != k.params.len() {
         return Err(launch_err(
             k,
@@ -170,7 +169,10 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
         ));
     }
     if grid.iter().any(|&g| g > i32::MAX as usize) {
-        return Err(launch_err(k, format!("grid {grid:?} exceeds i32 program ids")));
+        return Err(launch_err(
+            k,
+            format!("grid {grid:?} exceeds i32 program ids"),
+        ));
     }
     let mut mems: Vec<Option<Mem<'_>>> = Vec::with_capacity(args.len());
     let mut scalars: Vec<Option<Data>> = Vec::with_capacity(args.len());
@@ -225,12 +227,19 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
         .iter()
         .try_fold(1usize, |a, &g| a.checked_mul(g))
         .ok_or_else(|| launch_err(k, format!("grid {grid:?} is too large")))?;
-    let pid = |p: usize| [p % grid[0], (p / grid[0]) % grid[1], p / (grid[0] * grid[1])];
+    let pid = |p: usize| {
+        [
+            p % grid[0],
+            (p / grid[0]) % grid[1],
+            p / (grid[0] * grid[1]),
+        ]
+    };
     match total {
         0 => Ok(()),
         1 => launch.run_program(&mut launch.new_env(), [0, 0, 0]),
-        _ => (0..total)
-            .into_par_iter()
-            .try_for_each_init(|| launch.new_env(), |env, p| launch.run_program(env, pid(p))),
+        _ => (0..total).into_par_iter().try_for_each_init(
+            || launch.new_env(),
+            |env, p| launch.run_program(env, pid(p)),
+        ),
     }
 }

@@ -116,7 +116,8 @@ pub(crate) fn split(src: &Data, lo: &mut Data, hi: &mut Data) -> Res {
     }
     // Two passes so each output is filled by one simple loop.
     same_kind!(src, lo, |s, o| o.extend(s.iter().step_by(2).copied()));
-    same_kind!(src, hi, |s, o| o.extend(s.iter().skip(1).step_by(2).copied()));
+    same_kind!(src, hi, |s, o| o
+        .extend(s.iter().skip(1).step_by(2).copied()));
     Ok(())
 }
 

@@ -1023,20 +1023,26 @@ pub fn fuse(graph: &Graph) -> (FusedGraph, FusionSummary) {
     let snapshot =
         |nodes: &[Node]| -> Vec<Node> { input_nodes.iter().chain(nodes).cloned().collect() };
     for (_, rule) in RULES {
-        let mut all = snapshot(&nodes);
         let mut anchor = nodes.len();
-        while anchor > 0 {
-            anchor -= 1;
+        loop {
+            // One context per graph state: rebuilt only after a rewrite.
+            let all = snapshot(&nodes);
             let ctx = Ctx::new(&all, &outputs);
-            let Some(f) = rule(&ctx, anchor + n_inputs) else {
-                continue;
-            };
-            if f.members.len() < 2
-                || f.members.iter().any(|&m| m < n_inputs)
-                || !ctx.self_contained(&f.members, anchor + n_inputs)
-            {
-                continue;
+            let mut hit = None;
+            while anchor > 0 {
+                anchor -= 1;
+                let Some(f) = rule(&ctx, anchor + n_inputs) else {
+                    continue;
+                };
+                if f.members.len() >= 2
+                    && f.members.iter().all(|&m| m >= n_inputs)
+                    && ctx.self_contained(&f.members, anchor + n_inputs)
+                {
+                    hit = Some(f);
+                    break;
+                }
             }
+            let Some(f) = hit else { break };
             let members: BTreeSet<usize> = f.members.iter().map(|m| m - n_inputs).collect();
             let group = build_group(&nodes, &members, anchor, f.pattern, f.params);
             let removed_before = members.iter().filter(|&&m| m < anchor).count();
@@ -1049,11 +1055,9 @@ pub fn fuse(graph: &Graph) -> (FusedGraph, FusionSummary) {
                 }
             }
             nodes = kept;
-            all = snapshot(&nodes);
-            anchor -= removed_before;
             // The new group may anchor a larger match of the same rule (a reduction of
             // a collapsed reduction): look at it again.
-            anchor += 1;
+            anchor = anchor - removed_before + 1;
         }
     }
     let fused = FusedGraph {

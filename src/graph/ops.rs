@@ -324,7 +324,7 @@ fn int(v: &Value) -> Option<i64> {
 pub fn norm_axis(axis: i64, ndim: usize) -> Option<usize> {
     let n = ndim as i64;
     let a = if axis < 0 { axis + n } else { axis };
-    (0..n.max(1)).contains(&a).then_some(a as usize)
+    (0..n).contains(&a).then_some(a as usize)
 }
 
 impl OpArgs {
@@ -706,7 +706,12 @@ pub fn infer(
             _ => {
                 let target = args.shape.clone().unwrap_or_default();
                 let total: usize = s0.iter().product();
-                let known: i64 = target.iter().filter(|&&d| d != -1).product();
+                // Saturating: a user-written target shape may overflow; it then fails the
+                // element-count check below instead of wrapping.
+                let known: i64 = target
+                    .iter()
+                    .filter(|&&d| d != -1)
+                    .fold(1i64, |a, &d| a.saturating_mul(d));
                 let holes = target.iter().filter(|&&d| d == -1).count();
                 if target.iter().any(|&d| d < -1 || d == 0) || holes > 1 {
                     return Err(format!("args.shape: {target:?} is not a valid shape"));
@@ -730,7 +735,7 @@ pub fn infer(
                 } else {
                     target.iter().map(|&d| d as usize).collect()
                 };
-                if shape.iter().product::<usize>() != total {
+                if shape.iter().fold(1usize, |a, &d| a.saturating_mul(d)) != total {
                     return Err(format!(
                         "args.shape: {target:?} does not hold the {total} elements of {s0:?}"
                     ));

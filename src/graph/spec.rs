@@ -237,7 +237,28 @@ pub struct Graph {
     pub outputs: Vec<String>,
 }
 
+/// Largest tensor a graph may describe: far beyond any device's memory, small enough
+/// that element and byte counts never overflow.
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+
+fn check_size(shape: &[usize], field: &str) -> std::result::Result<(), String> {
+    let mut n: u64 = 1;
+    for &d in shape {
+        n = n.saturating_mul(d as u64);
+    }
+    if n > MAX_ELEMENTS {
+        return Err(format!("{field}: {shape:?} has more than 2^40 elements"));
+    }
+    Ok(())
+}
+
 fn dims(shape: &[i64], field: &str) -> std::result::Result<Vec<usize>, String> {
+    let d = dims_unchecked(shape, field)?;
+    check_size(&d, field)?;
+    Ok(d)
+}
+
+fn dims_unchecked(shape: &[i64], field: &str) -> std::result::Result<Vec<usize>, String> {
     shape
         .iter()
         .enumerate()
@@ -414,6 +435,7 @@ impl Graph {
             }
             let args = OpArgs::parse(kind, &args_map, shapes[0].len()).map_err(err)?;
             let (shape, dtype) = infer(kind, &args, &shapes, &dtypes).map_err(err)?;
+            check_size(&shape, "result").map_err(err)?;
             for r in &operand_ids {
                 used.insert(r.clone());
             }

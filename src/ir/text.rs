@@ -14,7 +14,7 @@
 
 use std::fmt::{self, Write};
 
-use super::kernel::{Kernel, OpId, RegionId, Value};
+use super::kernel::{Hint, Kernel, OpId, RegionId, Value};
 use super::op::Op;
 
 impl Kernel {
@@ -48,7 +48,11 @@ impl Kernel {
         }
         out.write_str(" {\n")?;
         for (v, h) in &self.hints {
-            writeln!(out, "  // hint {v}: {h:?}")?;
+            let (name, vals) = match h {
+                Hint::MultipleOf(x) => ("multiple_of", x),
+                Hint::MaxContiguous(x) => ("max_contiguous", x),
+            };
+            writeln!(out, "  hint {name} {v}, {vals:?}")?;
         }
         for &op in &self.region(self.body).ops {
             self.write_op(out, op, 1)?;
@@ -218,5 +222,12 @@ impl Kernel {
             self.write_op(out, op, depth + 1)?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for Kernel {
+    /// The text form ([`Kernel::ir`]).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_ir(f)
     }
 }

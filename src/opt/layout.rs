@@ -212,6 +212,13 @@ impl LayoutPlan {
     pub fn is_coalesced(&self) -> bool {
         self.layout.contains(MemoryLayout::COALESCED)
     }
+
+    /// Launch dimensions as MLX's `metal_kernel` takes them (1-D): the grid counts
+    /// *threads* (threadgroups x threads per threadgroup), then the threadgroup size.
+    pub fn launch_dims(&self) -> ([u64; 3], [u32; 3]) {
+        let t = self.threads_per_threadgroup;
+        ([self.threadgroups * t as u64, 1, 1], [t, 1, 1])
+    }
 }
 
 fn pow2_at_least(x: u64) -> u64 {
@@ -572,11 +579,12 @@ mod tests {
             json!({"axis": 1}),
             Chip::M1,
         );
-        let r = big.reduction.unwrap();
+        let r = big.reduction.clone().unwrap();
         assert!(r.two_stage);
         assert_eq!(big.threads_per_threadgroup, 1024);
         assert_eq!(r.partials_per_output, 4);
         assert_eq!(big.threadgroups, 64 * 4);
+        assert_eq!(big.launch_dims(), ([64 * 4 * 1024, 1, 1], [1024, 1, 1]));
         // Just above the threshold: still split in two.
         let mid = plan(
             "tt.sum",

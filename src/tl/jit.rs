@@ -154,8 +154,8 @@ fn finish(b: Builder) -> Result<Kernel> {
             msg: format!("unknown constexpr(s) {unknown:?}; the kernel declares {known:?}"),
         });
     }
-    k.compute_param_access();
     verify(&k)?;
+    k.compute_param_access();
     Ok(k)
 }
 
