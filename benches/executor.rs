@@ -7,11 +7,18 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use triton_metal::runtime::{cdiv, grid, out, out_like, Target};
 use triton_metal::tl::{self, JitKernel};
-use triton_metal::{mlx, Array, DType::{F32, I32}};
+use triton_metal::{
+    mlx, Array,
+    DType::{F32, I32},
+};
 
 fn vector_add() -> JitKernel {
     tl::jit("add_kernel", |k| {
-        let (x_ptr, y_ptr, out_ptr) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "y_ptr"), k.ptr(F32, "output_ptr"));
+        let (x_ptr, y_ptr, out_ptr) = (
+            k.ptr(F32, "x_ptr"),
+            k.ptr(F32, "y_ptr"),
+            k.ptr(F32, "output_ptr"),
+        );
         let n = k.scalar(I32, "n_elements");
         let block = k.constexpr("BLOCK_SIZE");
         let offsets = tl::program_id(0) * block + tl::arange(0, block);
@@ -33,7 +40,9 @@ fn row_sum() -> JitKernel {
         let cols = tl::arange(0, block);
         let acc = tl::range(0, n_cols, block).fold(tl::zeros([block], F32), |start, acc| {
             let c = start + cols;
-            acc + tl::load(x_ptr + row * n_cols + c).mask(c.lt(n_cols)).other(0.0)
+            acc + tl::load(x_ptr + row * n_cols + c)
+                .mask(c.lt(n_cols))
+                .other(0.0)
         });
         tl::store(out_ptr + row, acc.sum(0));
     })
@@ -49,7 +58,9 @@ fn softmax() -> JitKernel {
         let row = tl::program_id(0);
         let cols = tl::arange(0, block);
         let mask = cols.lt(n_cols);
-        let x = tl::load(input_ptr + row * n_cols + cols).mask(mask).other(f32::NEG_INFINITY);
+        let x = tl::load(input_ptr + row * n_cols + cols)
+            .mask(mask)
+            .other(f32::NEG_INFINITY);
         let num = (x - x.max(0)).exp();
         tl::store(output_ptr + row * n_cols + cols, num / num.sum(0)).mask(mask);
     })
@@ -58,7 +69,12 @@ fn softmax() -> JitKernel {
 
 fn layer_norm() -> JitKernel {
     tl::jit("layer_norm_fwd", |k| {
-        let (x_ptr, y_ptr, w_ptr, b_ptr) = (k.ptr(F32, "X"), k.ptr(F32, "Y"), k.ptr(F32, "W"), k.ptr(F32, "B"));
+        let (x_ptr, y_ptr, w_ptr, b_ptr) = (
+            k.ptr(F32, "X"),
+            k.ptr(F32, "Y"),
+            k.ptr(F32, "W"),
+            k.ptr(F32, "B"),
+        );
         let n = k.scalar(I32, "N");
         let eps = k.scalar(F32, "eps");
         let block = k.constexpr("BLOCK_SIZE");
@@ -78,7 +94,11 @@ fn layer_norm() -> JitKernel {
 
 fn matmul() -> JitKernel {
     tl::jit("matmul_kernel", |k| {
-        let (a_ptr, b_ptr, c_ptr) = (k.ptr(F32, "a_ptr"), k.ptr(F32, "b_ptr"), k.ptr(F32, "c_ptr"));
+        let (a_ptr, b_ptr, c_ptr) = (
+            k.ptr(F32, "a_ptr"),
+            k.ptr(F32, "b_ptr"),
+            k.ptr(F32, "c_ptr"),
+        );
         let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
         let bm = k.constexpr("BLOCK_SIZE_M");
         let bn = k.constexpr("BLOCK_SIZE_N");
@@ -111,7 +131,9 @@ fn memory_bound(c: &mut Criterion) {
     let src = vec![1.0f32; n];
     let mut dst = vec![0.0f32; n];
     g.throughput(Throughput::Bytes((2 * n * 4) as u64));
-    g.bench_function("memcpy_16M_f32", |b| b.iter(|| dst.copy_from_slice(criterion::black_box(&src))));
+    g.bench_function("memcpy_16M_f32", |b| {
+        b.iter(|| dst.copy_from_slice(criterion::black_box(&src)))
+    });
     g.finish();
 
     let mut g = c.benchmark_group("vector_add_16M_f32");
@@ -123,13 +145,20 @@ fn memory_bound(c: &mut Criterion) {
     let k = vector_add();
     g.bench_function("triton_metal_cpu", |b| {
         b.iter(|| {
-            let o = k.launch().grid(grid(move |m| [cdiv(n, m["BLOCK_SIZE"])]))
-                .args((&x, &y, out_like(&x), n as i32)).constexpr("BLOCK_SIZE", 4096)
-                .target(Target::Cpu).run().unwrap();
+            let o = k
+                .launch()
+                .grid(grid(move |m| [cdiv(n, m["BLOCK_SIZE"])]))
+                .args((&x, &y, out_like(&x), n as i32))
+                .constexpr("BLOCK_SIZE", 4096)
+                .target(Target::Cpu)
+                .run()
+                .unwrap();
             o[0].eval().unwrap();
         })
     });
-    g.bench_function("mlx_cpu", |b| b.iter(|| mlx::add(&x, &y).unwrap().eval().unwrap()));
+    g.bench_function("mlx_cpu", |b| {
+        b.iter(|| mlx::add(&x, &y).unwrap().eval().unwrap())
+    });
     g.finish();
 
     let (r, cols) = (4096usize, 4096usize);
@@ -141,12 +170,20 @@ fn memory_bound(c: &mut Criterion) {
     let k = row_sum();
     g.bench_function("triton_metal_cpu", |b| {
         b.iter(|| {
-            let o = k.launch().grid([r]).args((&m, out(&[r], F32), cols as i32))
-                .constexpr("BLOCK_SIZE", 1024).target(Target::Cpu).run().unwrap();
+            let o = k
+                .launch()
+                .grid([r])
+                .args((&m, out(&[r], F32), cols as i32))
+                .constexpr("BLOCK_SIZE", 1024)
+                .target(Target::Cpu)
+                .run()
+                .unwrap();
             o[0].eval().unwrap();
         })
     });
-    g.bench_function("mlx_cpu", |b| b.iter(|| mlx::sum(&m, Some(&[1]), false).unwrap().eval().unwrap()));
+    g.bench_function("mlx_cpu", |b| {
+        b.iter(|| mlx::sum(&m, Some(&[1]), false).unwrap().eval().unwrap())
+    });
     g.finish();
 
     let (r, cols) = (4096usize, 1024usize);
@@ -160,12 +197,20 @@ fn memory_bound(c: &mut Criterion) {
     let k = softmax();
     g.bench_function("triton_metal_cpu", |b| {
         b.iter(|| {
-            let o = k.launch().grid([r]).args((out(&[r, cols], F32), &s, cols as i32))
-                .constexpr("BLOCK_SIZE", cols as i64).target(Target::Cpu).run().unwrap();
+            let o = k
+                .launch()
+                .grid([r])
+                .args((out(&[r, cols], F32), &s, cols as i32))
+                .constexpr("BLOCK_SIZE", cols as i64)
+                .target(Target::Cpu)
+                .run()
+                .unwrap();
             o[0].eval().unwrap();
         })
     });
-    g.bench_function("mlx_cpu", |b| b.iter(|| mlx::softmax(&s, &[1], true).unwrap().eval().unwrap()));
+    g.bench_function("mlx_cpu", |b| {
+        b.iter(|| mlx::softmax(&s, &[1], true).unwrap().eval().unwrap())
+    });
     g.finish();
 
     let mut g = c.benchmark_group("layer_norm_4096x1024_f32");
@@ -174,13 +219,24 @@ fn memory_bound(c: &mut Criterion) {
     let k = layer_norm();
     g.bench_function("triton_metal_cpu", |b| {
         b.iter(|| {
-            let o = k.launch().grid([r]).args((&s, out(&[r, cols], F32), &w, &bias, cols as i32, 1e-5f32))
-                .constexpr("BLOCK_SIZE", cols as i64).target(Target::Cpu).run().unwrap();
+            let o = k
+                .launch()
+                .grid([r])
+                .args((&s, out(&[r, cols], F32), &w, &bias, cols as i32, 1e-5f32))
+                .constexpr("BLOCK_SIZE", cols as i64)
+                .target(Target::Cpu)
+                .run()
+                .unwrap();
             o[0].eval().unwrap();
         })
     });
     g.bench_function("mlx_cpu", |b| {
-        b.iter(|| mlx::layer_norm(&s, Some(&w), Some(&bias), 1e-5).unwrap().eval().unwrap())
+        b.iter(|| {
+            mlx::layer_norm(&s, Some(&w), Some(&bias), 1e-5)
+                .unwrap()
+                .eval()
+                .unwrap()
+        })
     });
     g.finish();
 }
@@ -196,26 +252,48 @@ fn matmul_bench(c: &mut Criterion) {
     let k = matmul();
     g.bench_function("triton_metal_cpu", |bch| {
         bch.iter(|| {
-            let o = k.launch().grid([(n / 64) * (n / 64)])
+            let o = k
+                .launch()
+                .grid([(n / 64) * (n / 64)])
                 .args((&a, &b, out(&[n, n], F32), n as i32, n as i32, n as i32))
-                .constexpr("BLOCK_SIZE_M", 64).constexpr("BLOCK_SIZE_N", 64).constexpr("BLOCK_SIZE_K", 64)
-                .target(Target::Cpu).run().unwrap();
+                .constexpr("BLOCK_SIZE_M", 64)
+                .constexpr("BLOCK_SIZE_N", 64)
+                .constexpr("BLOCK_SIZE_K", 64)
+                .target(Target::Cpu)
+                .run()
+                .unwrap();
             o[0].eval().unwrap();
         })
     });
-    g.bench_function("mlx_cpu", |bch| bch.iter(|| mlx::matmul(&a, &b).unwrap().eval().unwrap()));
+    g.bench_function("mlx_cpu", |bch| {
+        bch.iter(|| mlx::matmul(&a, &b).unwrap().eval().unwrap())
+    });
     g.finish();
 }
+
+type BuildCase = (
+    &'static str,
+    fn() -> JitKernel,
+    &'static [(&'static str, i64)],
+);
 
 fn build_time(c: &mut Criterion) {
     // DSL -> verified IR for one constexpr set, bypassing the specialisation cache.
     let mut g = c.benchmark_group("build_ir");
-    let cases: [(&str, fn() -> JitKernel, &[(&str, i64)]); 5] = [
+    let cases: [BuildCase; 5] = [
         ("vector_add", vector_add, &[("BLOCK_SIZE", 1024)]),
         ("row_sum", row_sum, &[("BLOCK_SIZE", 1024)]),
         ("softmax", softmax, &[("BLOCK_SIZE", 1024)]),
         ("layer_norm", layer_norm, &[("BLOCK_SIZE", 1024)]),
-        ("matmul", matmul, &[("BLOCK_SIZE_M", 64), ("BLOCK_SIZE_N", 64), ("BLOCK_SIZE_K", 32)]),
+        (
+            "matmul",
+            matmul,
+            &[
+                ("BLOCK_SIZE_M", 64),
+                ("BLOCK_SIZE_N", 64),
+                ("BLOCK_SIZE_K", 32),
+            ],
+        ),
     ];
     for (name, make, cx) in cases {
         g.bench_function(BenchmarkId::new("specialize", name), |b| {

@@ -4,9 +4,13 @@
 //!
 //! `cargo run --release --example dropout`
 
-use triton_metal::testing::max_abs_diff;
 use triton_metal::runtime::{cdiv, grid, out_like};
-use triton_metal::{mlx, tl, Array, DType::{F32, I32}, Error};
+use triton_metal::testing::max_abs_diff;
+use triton_metal::{
+    mlx, tl, Array,
+    DType::{F32, I32},
+    Error,
+};
 
 /// Triton's `tl.rand`: Philox-4x32-10 on (offset, 0, 0, 0) keyed by the seed, first word
 /// mapped to [0, 1).
@@ -24,7 +28,11 @@ fn triton_rand(seed: u64, offset: u32) -> f32 {
         k1 = k1.wrapping_add(0xBB67_AE85);
     }
     let x = c0 as i32;
-    let x = if x < 0 { x.wrapping_neg().wrapping_sub(1) } else { x };
+    let x = if x < 0 {
+        x.wrapping_neg().wrapping_sub(1)
+    } else {
+        x
+    };
     x as f32 * 4.656_612_7e-10
 }
 
@@ -60,10 +68,17 @@ fn main() -> triton_metal::Result<()> {
     let (a, b, c) = (run(123)?, run(123)?, run(7)?);
     let (a, b, c) = (a.to_vec::<f32>()?, b.to_vec::<f32>()?, c.to_vec::<f32>()?);
     if a != b {
-        return Err(Error::Runtime { kernel: "seeded_dropout".into(), msg: "same seed gave different masks".into() });
+        return Err(Error::Runtime {
+            kernel: "seeded_dropout".into(),
+            msg: "same seed gave different masks".into(),
+        });
     }
     let kept = a.iter().filter(|v| **v != 0.0).count() as f64 / n as f64;
-    let differ = a.iter().zip(&c).filter(|(u, v)| (**u == 0.0) != (**v == 0.0)).count();
+    let differ = a
+        .iter()
+        .zip(&c)
+        .filter(|(u, v)| (**u == 0.0) != (**v == 0.0))
+        .count();
 
     // Reference: Triton's Philox in plain Rust gives the mask; MLX applies it.
     let keep: Vec<bool> = (0..n).map(|i| triton_rand(123, i as u32) > p).collect();
@@ -72,11 +87,18 @@ fn main() -> triton_metal::Result<()> {
     let reference = mlx::where_(&keep, &mlx::multiply(&x, &scale)?, &mlx::zeros(&[1], F32)?)?;
     let got = Array::from_slice(&a, &[n])?;
     let max_err = max_abs_diff(&got, &reference)?;
-    println!("dropout n = {n}, p = {p}: kept {:.4} of elements (expect {:.2})", kept, 1.0 - p);
+    println!(
+        "dropout n = {n}, p = {p}: kept {:.4} of elements (expect {:.2})",
+        kept,
+        1.0 - p
+    );
     println!("same seed -> same mask; seed 7 differs on {differ} elements");
     println!("max |triton_metal - reference (Rust Philox + MLX)| = {max_err:e}");
-    if !(max_err <= 1e-6) || differ == 0 {
-        return Err(Error::Runtime { kernel: "seeded_dropout".into(), msg: format!("max error {max_err}") });
+    if max_err > 1e-6 || differ == 0 {
+        return Err(Error::Runtime {
+            kernel: "seeded_dropout".into(),
+            msg: format!("max error {max_err}"),
+        });
     }
     println!("verified: bit-compatible keep-mask, values match MLX");
     Ok(())

@@ -3,9 +3,13 @@
 //!
 //! `cargo run --release --example fused_softmax`
 
-use triton_metal::testing::max_abs_diff;
 use triton_metal::runtime::out;
-use triton_metal::{mlx, tl, DType::{F32, I32}, Error};
+use triton_metal::testing::max_abs_diff;
+use triton_metal::{
+    mlx, tl,
+    DType::{F32, I32},
+    Error,
+};
 
 fn main() -> triton_metal::Result<()> {
     let softmax = tl::jit("softmax_kernel", |k| {
@@ -24,8 +28,11 @@ fn main() -> triton_metal::Result<()> {
         // Subtract the row max for numerical stability.
         let numerator = (row - row.max(0)).exp();
         let denominator = numerator.sum(0);
-        tl::store(output_ptr + row_idx * output_row_stride + col_offsets, numerator / denominator)
-            .mask(mask);
+        tl::store(
+            output_ptr + row_idx * output_row_stride + col_offsets,
+            numerator / denominator,
+        )
+        .mask(mask);
     })?;
 
     // 781 columns: the block (1024) is masked at the end of every row.
@@ -35,14 +42,23 @@ fn main() -> triton_metal::Result<()> {
     let y = softmax
         .launch()
         .grid([rows])
-        .args((out(&[rows, cols], F32).fill(f64::NAN), &x, cols as i32, cols as i32, cols as i32))
+        .args((
+            out(&[rows, cols], F32).fill(f64::NAN),
+            &x,
+            cols as i32,
+            cols as i32,
+            cols as i32,
+        ))
         .constexpr("BLOCK_SIZE", block)
         .run()?;
     let reference = mlx::softmax(&x, &[1], true)?;
     let max_err = max_abs_diff(&y[0], &reference)?;
     println!("fused_softmax {rows}x{cols}: max |triton_metal - mlx.softmax| = {max_err:e}");
-    if !(max_err <= 1e-6) {
-        return Err(Error::Runtime { kernel: "softmax_kernel".into(), msg: format!("max error {max_err}") });
+    if max_err > 1e-6 {
+        return Err(Error::Runtime {
+            kernel: "softmax_kernel".into(),
+            msg: format!("max error {max_err}"),
+        });
     }
     println!("verified against MLX");
     Ok(())

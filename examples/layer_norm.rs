@@ -4,9 +4,13 @@
 //!
 //! `cargo run --release --example layer_norm`
 
-use triton_metal::testing::max_abs_diff;
 use triton_metal::runtime::out;
-use triton_metal::{mlx, tl, DType::{F32, I32}, Error};
+use triton_metal::testing::max_abs_diff;
+use triton_metal::{
+    mlx, tl,
+    DType::{F32, I32},
+    Error,
+};
 
 fn main() -> triton_metal::Result<()> {
     let layer_norm = tl::jit("layer_norm_fwd", |k| {
@@ -53,14 +57,25 @@ fn main() -> triton_metal::Result<()> {
     let y = layer_norm
         .launch()
         .grid([rows])
-        .args((&x, out(&[rows, cols], F32).fill(f64::NAN), &w, &b, cols as i32, cols as i32, eps))
+        .args((
+            &x,
+            out(&[rows, cols], F32).fill(f64::NAN),
+            &w,
+            &b,
+            cols as i32,
+            cols as i32,
+            eps,
+        ))
         .constexpr("BLOCK_SIZE", 256)
         .run()?;
     let reference = mlx::layer_norm(&x, Some(&w), Some(&b), eps)?;
     let max_err = max_abs_diff(&y[0], &reference)?;
     println!("layer_norm {rows}x{cols}: max |triton_metal - mlx.layer_norm| = {max_err:e}");
-    if !(max_err <= 1e-4) {
-        return Err(Error::Runtime { kernel: "layer_norm_fwd".into(), msg: format!("max error {max_err}") });
+    if max_err > 1e-4 {
+        return Err(Error::Runtime {
+            kernel: "layer_norm_fwd".into(),
+            msg: format!("max error {max_err}"),
+        });
     }
     println!("verified against MLX");
     Ok(())

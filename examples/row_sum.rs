@@ -4,9 +4,13 @@
 //!
 //! `cargo run --release --example row_sum`
 
-use triton_metal::testing::max_abs_diff;
 use triton_metal::runtime::out;
-use triton_metal::{mlx, tl, DType::{F32, I32}, Error};
+use triton_metal::testing::max_abs_diff;
+use triton_metal::{
+    mlx, tl,
+    DType::{F32, I32},
+    Error,
+};
 
 fn main() -> triton_metal::Result<()> {
     let row_sum = tl::jit("row_sum", |k| {
@@ -18,7 +22,9 @@ fn main() -> triton_metal::Result<()> {
         let cols = tl::arange(0, block);
         let acc = tl::range(0, n_cols, block).fold(tl::zeros([block], F32), |start, acc| {
             let c = start + cols;
-            acc + tl::load(x_ptr + row * n_cols + c).mask(c.lt(n_cols)).other(0.0)
+            acc + tl::load(x_ptr + row * n_cols + c)
+                .mask(c.lt(n_cols))
+                .other(0.0)
         });
         tl::store(out_ptr + row, acc.sum(0));
     })?;
@@ -34,8 +40,11 @@ fn main() -> triton_metal::Result<()> {
     let reference = mlx::sum(&x, Some(&[1]), false)?;
     let max_err = max_abs_diff(&y[0], &reference)?;
     println!("row_sum {rows}x{cols}: max |triton_metal - mlx.sum| = {max_err:e}");
-    if !(max_err <= 1e-3) {
-        return Err(Error::Runtime { kernel: "row_sum".into(), msg: format!("max error {max_err}") });
+    if max_err > 1e-3 {
+        return Err(Error::Runtime {
+            kernel: "row_sum".into(),
+            msg: format!("max error {max_err}"),
+        });
     }
     println!("verified against MLX");
     Ok(())

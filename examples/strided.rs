@@ -4,9 +4,13 @@
 //!
 //! `cargo run --release --example strided`
 
-use triton_metal::testing::max_abs_diff;
 use triton_metal::runtime::{cdiv, grid, out_like};
-use triton_metal::{mlx, tl, Array, DType::{F32, I32}, Error};
+use triton_metal::testing::max_abs_diff;
+use triton_metal::{
+    mlx, tl, Array,
+    DType::{F32, I32},
+    Error,
+};
 
 fn main() -> triton_metal::Result<()> {
     let strided = tl::jit("strided_kernel", |k| {
@@ -43,12 +47,19 @@ fn main() -> triton_metal::Result<()> {
     let count = covered.iter().filter(|c| **c).count();
     let covered = Array::from_slice(&covered, &[n])?;
     let two = mlx::full(&[1], 2.0, F32)?;
-    let reference = mlx::where_(&covered, &mlx::multiply(&x, &two)?, &mlx::full(&[1], -7.0, F32)?)?;
+    let reference = mlx::where_(
+        &covered,
+        &mlx::multiply(&x, &two)?,
+        &mlx::full(&[1], -7.0, F32)?,
+    )?;
     let max_err = max_abs_diff(&y[0], &reference)?;
     println!("strided n = {n}, stride = {stride}: {count} elements written");
     println!("max |triton_metal - reference| = {max_err:e}");
     if max_err != 0.0 {
-        return Err(Error::Runtime { kernel: "strided_kernel".into(), msg: format!("max error {max_err}") });
+        return Err(Error::Runtime {
+            kernel: "strided_kernel".into(),
+            msg: format!("max error {max_err}"),
+        });
     }
     println!("verified against MLX");
     Ok(())

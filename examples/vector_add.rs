@@ -3,13 +3,17 @@
 //!
 //! `cargo run --release --example vector_add`
 
-use triton_metal::testing::max_abs_diff;
 use triton_metal::runtime::{cdiv, grid, out_like};
+use triton_metal::testing::max_abs_diff;
 use triton_metal::{mlx, tl, DType::F32, HardwareInfo};
 
 fn main() -> triton_metal::Result<()> {
     let add = tl::jit("add_kernel", |k| {
-        let (x_ptr, y_ptr, out_ptr) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "y_ptr"), k.ptr(F32, "output_ptr"));
+        let (x_ptr, y_ptr, out_ptr) = (
+            k.ptr(F32, "x_ptr"),
+            k.ptr(F32, "y_ptr"),
+            k.ptr(F32, "output_ptr"),
+        );
         let n = k.scalar(triton_metal::DType::I32, "n_elements");
         let block = k.constexpr("BLOCK_SIZE");
         let pid = tl::program_id(0);

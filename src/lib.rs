@@ -7,7 +7,6 @@
 
 pub mod dtype;
 pub mod emu;
-pub mod exec;
 pub mod error;
 pub mod exec;
 pub mod ir;

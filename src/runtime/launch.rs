@@ -13,8 +13,8 @@ use std::sync::Arc;
 use crate::array::Array;
 use crate::device::{self, Device};
 use crate::dtype::DType;
-use crate::exec::ExecArg;
 use crate::error::{Error, Result};
+use crate::exec::ExecArg;
 use crate::ir::{Kernel, ParamKind};
 use crate::runtime::mlx_kernel::{cpu_launch, OutputSpec};
 use crate::tl::JitKernel;
@@ -46,13 +46,16 @@ impl Index<&str> for Meta {
     }
 }
 
+/// A grid function: programs per axis from the constexprs.
+pub type GridFn = dyn Fn(&Meta) -> [usize; 3] + Send + Sync;
+
 /// A launch grid in programs per axis, fixed or computed from the constexprs like Triton's
 /// `grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)`.
 pub enum Grid {
     /// Fixed programs per axis.
     Fixed([usize; 3]),
     /// Computed from the launch's constexprs.
-    Dynamic(Box<dyn Fn(&Meta) -> [usize; 3] + Send + Sync>),
+    Dynamic(Box<GridFn>),
 }
 
 impl fmt::Debug for Grid {
@@ -330,13 +333,13 @@ impl<'k> Launch<'k> {
         }
         let plan = self.bind(&kernel)?;
         match self.target {
-            Target::Auto if device::default_device()? == Device::Gpu => Err(Error::Unsupported(
-                format!(
+            Target::Auto if device::default_device()? == Device::Gpu => {
+                Err(Error::Unsupported(format!(
                     "kernel `{}`: launching on the GPU device needs the Metal code generator, \
                      which is not part of this build yet; use .target(Target::Cpu)",
                     kernel.name
-                ),
-            )),
+                )))
+            }
             Target::Auto | Target::Cpu => run_cpu(kernel, grid, plan),
         }
     }
@@ -398,10 +401,14 @@ impl<'k> Launch<'k> {
                     ));
                 }
                 (ParamKind::Ptr(d), Arg::Scalar(s)) => {
-                    return Err(self.err(format!("{at}: expected an array of {d}, got scalar {s:?}")))
+                    return Err(
+                        self.err(format!("{at}: expected an array of {d}, got scalar {s:?}"))
+                    )
                 }
                 (ParamKind::Scalar(d), Arg::Scalar(s)) => {
-                    bound.slots.push(Slot::Scalar(check_scalar(*s, d).map_err(|m| self.err(format!("{at}: {m}")))?));
+                    bound.slots.push(Slot::Scalar(
+                        check_scalar(*s, d).map_err(|m| self.err(format!("{at}: {m}")))?,
+                    ));
                 }
                 (ParamKind::Scalar(d), _) => {
                     return Err(self.err(format!("{at}: expected a scalar of {d}, got an array")))
@@ -483,7 +490,7 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound) -> Result<Vec<Arr
             args.push(match slot {
                 Slot::Input => ExecArg::Buffer(ins.next().copied().unwrap_or(&[])),
                 Slot::Output => match outs.next() {
-                    Some(b) => ExecArg::BufferMut(&mut **b),
+                    Some(b) => ExecArg::BufferMut(b),
                     None => ExecArg::Buffer(&[]),
                 },
                 Slot::Scalar(ScalarValue::Int(v)) => ExecArg::Int(*v),
