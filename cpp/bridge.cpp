@@ -304,6 +304,7 @@ ArrayPtr op_binary(rust::Str op_, const MlxArray& a, const MlxArray& b) {
   if (op == "equal") return wrap(mx::equal(x, y));
   if (op == "less") return wrap(mx::less(x, y));
   if (op == "greater") return wrap(mx::greater(x, y));
+  if (op == "conv2d") return wrap(mx::conv2d(x, y));
   throw std::invalid_argument("unknown binary op `" + op + "`");
 }
 
@@ -320,6 +321,8 @@ ArrayPtr op_reduce(rust::Str op_, const MlxArray& a, rust::Slice<const int32_t> 
   if (op == "min") return wrap(mx::min(x, axes, keepdims));
   if (op == "mean") return wrap(mx::mean(x, axes, keepdims));
   if (op == "prod") return wrap(mx::prod(x, axes, keepdims));
+  if (op == "any") return wrap(mx::any(x, axes, keepdims));
+  if (op == "all") return wrap(mx::all(x, axes, keepdims));
   if (op == "argmax" || op == "argmin") {
     if (all_axes) {
       auto flat = mx::reshape(x, {-1});

@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod dtype;
+pub mod emu;
 pub mod error;
 pub mod ir;
 pub mod tl;
@@ -18,6 +19,10 @@ pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
+pub mod testing;
+
+pub mod graph;
+pub mod opt;
 
 pub use array::Array;
 pub use device::{Backend, Device, HardwareInfo};

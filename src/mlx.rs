@@ -293,3 +293,19 @@ pub mod random {
         )
     }
 }
+
+/// True where any element over `axes` is non-zero (`None`: all axes); gives bool.
+pub fn any(a: &Array, axes: Option<&[i32]>, keep_dims: bool) -> Result<Array> {
+    reduce("any", a, axes, keep_dims)
+}
+
+/// True where every element over `axes` is non-zero (`None`: all axes); gives bool.
+pub fn all(a: &Array, axes: Option<&[i32]>, keep_dims: bool) -> Result<Array> {
+    reduce("all", a, axes, keep_dims)
+}
+
+/// 2-D convolution, stride 1, no padding: `input` is NHWC, `weight` is OHWI (MLX's
+/// layout), the result is `[N, H - KH + 1, W - KW + 1, O]`.
+pub fn conv2d(input: &Array, weight: &Array) -> Result<Array> {
+    binary("conv2d", input, weight)
+}

@@ -276,7 +276,7 @@ impl Kernel {
 
     /// Recomputes [`Param::stored`] and [`Param::loaded`] by tracing which parameters each
     /// pointer value may derive from (through pointer arithmetic, shape ops, selects,
-    /// loop-carried values and branch results).
+    /// loop-carried values and branch results). The kernel must be verified.
     pub fn compute_param_access(&mut self) {
         let nparams = self.params.len();
         if nparams == 0 {

@@ -14,7 +14,7 @@
 
 use std::fmt::{self, Write};
 
-use super::kernel::{Kernel, OpId, RegionId, Value};
+use super::kernel::{Hint, Kernel, OpId, RegionId, Value};
 use super::op::Op;
 
 impl Kernel {
@@ -48,7 +48,11 @@ impl Kernel {
         }
         out.write_str(" {\n")?;
         for (v, h) in &self.hints {
-            writeln!(out, "  // hint {v}: {h:?}")?;
+            let (name, vals) = match h {
+                Hint::MultipleOf(x) => ("multiple_of", x),
+                Hint::MaxContiguous(x) => ("max_contiguous", x),
+            };
+            writeln!(out, "  hint {name} {v}, {vals:?}")?;
         }
         for &op in &self.region(self.body).ops {
             self.write_op(out, op, 1)?;
@@ -153,11 +157,7 @@ impl Kernel {
                 write!(out, ", key {}, {}, rounds {rounds}", key[0], key[1])?;
             }
             Op::For {
-                lo,
-                hi,
-                step,
-                init,
-                ..
+                lo, hi, step, init, ..
             } => {
                 write!(out, "for {lo}, {hi}, {step} iter(")?;
                 Self::write_list(out, init)?;
@@ -195,9 +195,9 @@ impl Kernel {
         let mut first = true;
         for (r, name) in data.op.regions().zip(names.iter().cycle()) {
             if first {
-                write!(out, " {name} {{\n")?;
+                writeln!(out, " {name} {{")?;
             } else {
-                write!(out, "{indent}}} {name} {{\n")?;
+                writeln!(out, "{indent}}} {name} {{")?;
             }
             first = false;
             self.write_region(out, r, depth)?;

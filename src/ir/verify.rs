@@ -115,7 +115,9 @@ impl<'k> Verifier<'k> {
         }
         let mut scope: Vec<Value> = Vec::new();
         for &a in &region.args {
-            if a.index() >= k.values.len() || k.values[a.index()].def != ValueDef::RegionArg(r, scope.len() as u32) {
+            if a.index() >= k.values.len()
+                || k.values[a.index()].def != ValueDef::RegionArg(r, scope.len() as u32)
+            {
                 return Err(self.kernel_err(format!("region {r}: bad argument {a}")));
             }
             self.defined[a.index()] = true;
@@ -141,12 +143,18 @@ impl<'k> Verifier<'k> {
                 }
             });
             if let Some(v) = missing {
-                return Err(wrap(self, format!("operand {v} is not defined before its use")));
+                return Err(wrap(
+                    self,
+                    format!("operand {v} is not defined before its use"),
+                ));
             }
             let is_last = pos + 1 == region.ops.len();
             if let Op::Yield { values } = &data.op {
                 if owner.is_none() || !is_last {
-                    return Err(wrap(self, "yield must be the last op of a nested region".into()));
+                    return Err(wrap(
+                        self,
+                        "yield must be the last op of a nested region".into(),
+                    ));
                 }
                 yielded = values.clone();
             } else if is_last && owner.is_some() {
@@ -156,7 +164,12 @@ impl<'k> Verifier<'k> {
             for (i, v) in data.results.iter().enumerate() {
                 match k.values.get(v.index()) {
                     Some(vd) if vd.def == ValueDef::OpResult(id, i as u32) => {}
-                    _ => return Err(wrap(self, format!("result {v} is not recorded as its result"))),
+                    _ => {
+                        return Err(wrap(
+                            self,
+                            format!("result {v} is not recorded as its result"),
+                        ))
+                    }
                 }
             }
             if let Err(m) = self.op(id, data) {
@@ -228,10 +241,14 @@ impl<'k> Verifier<'k> {
         let k = self.k;
         let res: Vec<Type> = data.results.iter().map(|v| k.ty(v).clone()).collect();
         let one = |res: &[Type]| -> std::result::Result<Type, String> {
-            ensure(res.len() == 1, || format!("expected 1 result, has {}", res.len()))?;
+            ensure(res.len() == 1, || {
+                format!("expected 1 result, has {}", res.len())
+            })?;
             Ok(res[0].clone())
         };
-        let num = |t: &Type, what: &str| ensure(!t.ptr, || format!("{what} must not be a pointer, got {t}"));
+        let num = |t: &Type, what: &str| {
+            ensure(!t.ptr, || format!("{what} must not be a pointer, got {t}"))
+        };
         let same = |a: &Type, b: &Type, what: &str| {
             ensure(a == b, || format!("{what}: types differ: {a} vs {b}"))
         };
@@ -318,35 +335,46 @@ impl<'k> Verifier<'k> {
                 same(self.ty(*a), self.ty(*b), "operands")?;
                 same(self.ty(*a), self.ty(*c), "operands")?;
                 same(&t, self.ty(*a), "result")?;
-                ensure(t.dtype.is_float() && !t.ptr, || format!("fma needs floats, got {t}"))
+                ensure(t.dtype.is_float() && !t.ptr, || {
+                    format!("fma needs floats, got {t}")
+                })
             }
             Op::Clamp { src, lo, hi, .. } => {
                 let t = one(&res)?;
                 same(self.ty(*src), self.ty(*lo), "operands")?;
                 same(self.ty(*src), self.ty(*hi), "operands")?;
                 same(&t, self.ty(*src), "result")?;
-                ensure(t.dtype.is_float() && !t.ptr, || format!("clamp needs floats, got {t}"))
+                ensure(t.dtype.is_float() && !t.ptr, || {
+                    format!("clamp needs floats, got {t}")
+                })
             }
             Op::Cast { src } => {
                 let t = one(&res)?;
                 let s = self.ty(*src);
                 num(s, "operand")?;
                 num(&t, "result")?;
-                ensure(s.shape == t.shape, || format!("cast changes shape: {s} -> {t}"))
+                ensure(s.shape == t.shape, || {
+                    format!("cast changes shape: {s} -> {t}")
+                })
             }
             Op::Bitcast { src } => {
                 let t = one(&res)?;
                 let s = self.ty(*src);
-                ensure(s.shape == t.shape && s.dtype.bits() == t.dtype.bits() && !s.ptr && !t.ptr, || {
-                    format!("bitcast needs equal shapes and widths: {s} -> {t}")
-                })
+                ensure(
+                    s.shape == t.shape && s.dtype.bits() == t.dtype.bits() && !s.ptr && !t.ptr,
+                    || format!("bitcast needs equal shapes and widths: {s} -> {t}"),
+                )
             }
             Op::AddPtr { ptr, offset } => {
                 let t = one(&res)?;
                 let (p, o) = (self.ty(*ptr), self.ty(*offset));
                 ensure(p.ptr, || format!("addptr base must be a pointer, got {p}"))?;
-                ensure(!o.ptr && o.dtype.is_int(), || format!("addptr offset must be an integer, got {o}"))?;
-                ensure(p.shape == o.shape, || format!("addptr shapes differ: {p} vs {o}"))?;
+                ensure(!o.ptr && o.dtype.is_int(), || {
+                    format!("addptr offset must be an integer, got {o}")
+                })?;
+                ensure(p.shape == o.shape, || {
+                    format!("addptr shapes differ: {p} vs {o}")
+                })?;
                 same(&t, p, "result")
             }
             Op::Load { ptr, mask, other } => {
@@ -380,7 +408,8 @@ impl<'k> Verifier<'k> {
                 same(self.ty(*value), &p.with_dtype(p.dtype), "value")?;
                 same(&t, &p.with_dtype(p.dtype), "result")?;
                 ensure(
-                    !matches!(kind, AtomicOp::And | AtomicOp::Or | AtomicOp::Xor) || p.dtype.is_int(),
+                    !matches!(kind, AtomicOp::And | AtomicOp::Or | AtomicOp::Xor)
+                        || p.dtype.is_int(),
                     || format!("atomic_{} needs integers, got {p}", kind.name()),
                 )?;
                 self.mask(p, *mask)
@@ -409,7 +438,9 @@ impl<'k> Verifier<'k> {
                 let t = one(&res)?;
                 let s = self.ty(*src);
                 let ax = *axis as usize;
-                ensure(ax <= s.rank(), || format!("axis {axis} out of range for {s}"))?;
+                ensure(ax <= s.rank(), || {
+                    format!("axis {axis} out of range for {s}")
+                })?;
                 let mut shape = s.shape.clone();
                 shape.insert(ax, 1);
                 same(&t, &s.with_shape(&shape), "result")
@@ -428,7 +459,8 @@ impl<'k> Verifier<'k> {
                 let mut sorted: Vec<u32> = order.clone();
                 sorted.sort_unstable();
                 ensure(
-                    sorted.iter().enumerate().all(|(i, d)| *d as usize == i) && order.len() == s.rank(),
+                    sorted.iter().enumerate().all(|(i, d)| *d as usize == i)
+                        && order.len() == s.rank(),
                     || format!("{order:?} is not a permutation of the dims of {s}"),
                 )?;
                 let shape: Vec<usize> = order.iter().map(|d| s.shape[*d as usize]).collect();
@@ -444,7 +476,9 @@ impl<'k> Verifier<'k> {
             }
             Op::Split { src } => {
                 let s = self.ty(*src);
-                ensure(s.shape.last() == Some(&2), || format!("split needs a last dim of 2, got {s}"))?;
+                ensure(s.shape.last() == Some(&2), || {
+                    format!("split needs a last dim of 2, got {s}")
+                })?;
                 let want = s.with_shape(&s.shape[..s.rank() - 1]);
                 ensure(res.len() == 2 && res[0] == want && res[1] == want, || {
                     format!("split of {s} must give two {want}")
@@ -455,16 +489,25 @@ impl<'k> Verifier<'k> {
                 let (ta, tb, tc) = (self.ty(*a), self.ty(*b), self.ty(*acc));
                 num(ta, "a")?;
                 num(tc, "acc")?;
-                ensure(ta.dtype == tb.dtype && !tb.ptr, || format!("dot operands differ: {ta} vs {tb}"))?;
+                ensure(ta.dtype == tb.dtype && !tb.ptr, || {
+                    format!("dot operands differ: {ta} vs {tb}")
+                })?;
                 let r = ta.rank();
-                ensure((r == 2 || r == 3) && tb.rank() == r && tc.rank() == r, || {
-                    format!("dot needs 2-D or 3-D operands of one rank: {ta}, {tb}, {tc}")
-                })?;
-                let (m, kk, k2, n) = (ta.shape[r - 2], ta.shape[r - 1], tb.shape[r - 2], tb.shape[r - 1]);
+                ensure(
+                    (r == 2 || r == 3) && tb.rank() == r && tc.rank() == r,
+                    || format!("dot needs 2-D or 3-D operands of one rank: {ta}, {tb}, {tc}"),
+                )?;
+                let (m, kk, k2, n) = (
+                    ta.shape[r - 2],
+                    ta.shape[r - 1],
+                    tb.shape[r - 2],
+                    tb.shape[r - 1],
+                );
                 let batch_ok = r == 2 || (ta.shape[0] == tb.shape[0] && tc.shape[0] == ta.shape[0]);
-                ensure(kk == k2 && tc.shape[r - 2] == m && tc.shape[r - 1] == n && batch_ok, || {
-                    format!("dot shapes do not match: {ta} x {tb} + {tc}")
-                })?;
+                ensure(
+                    kk == k2 && tc.shape[r - 2] == m && tc.shape[r - 1] == n && batch_ok,
+                    || format!("dot shapes do not match: {ta} x {tb} + {tc}"),
+                )?;
                 same(&t, tc, "result")
             }
             Op::Reduce {
@@ -473,19 +516,35 @@ impl<'k> Verifier<'k> {
                 srcs,
                 combine,
             } => {
-                let tys = self.reduce_common(srcs, *axis, combine.is_some(), *kind == ReduceKind::Custom)?;
+                let tys = self.reduce_common(
+                    srcs,
+                    *axis,
+                    combine.is_some(),
+                    *kind == ReduceKind::Custom,
+                )?;
                 let ax = *axis as usize;
-                let out_shape: Vec<usize> =
-                    tys[0].shape.iter().enumerate().filter(|(i, _)| *i != ax).map(|(_, d)| *d).collect();
+                let out_shape: Vec<usize> = tys[0]
+                    .shape
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != ax)
+                    .map(|(_, d)| *d)
+                    .collect();
                 let want: Vec<Type> = match kind {
-                    ReduceKind::ArgMax | ReduceKind::ArgMin => vec![Type::block(DType::I32, &out_shape)],
+                    ReduceKind::ArgMax | ReduceKind::ArgMin => {
+                        vec![Type::block(DType::I32, &out_shape)]
+                    }
                     _ => tys.iter().map(|t| t.with_shape(&out_shape)).collect(),
                 };
                 ensure(*kind != ReduceKind::Xor || tys[0].dtype.is_int(), || {
                     format!("xor_sum needs integers, got {}", tys[0])
                 })?;
                 ensure(res == want, || {
-                    format!("reduce results are {} but should be {}", Self::fmt_types(&res), Self::fmt_types(&want))
+                    format!(
+                        "reduce results are {} but should be {}",
+                        Self::fmt_types(&res),
+                        Self::fmt_types(&want)
+                    )
                 })?;
                 self.combine(id, *combine, &tys)
             }
@@ -496,19 +555,28 @@ impl<'k> Verifier<'k> {
                 combine,
                 ..
             } => {
-                let tys = self.reduce_common(srcs, *axis, combine.is_some(), *kind == ScanKind::Custom)?;
+                let tys =
+                    self.reduce_common(srcs, *axis, combine.is_some(), *kind == ScanKind::Custom)?;
                 ensure(res == tys, || {
-                    format!("scan results are {} but should be {}", Self::fmt_types(&res), Self::fmt_types(&tys))
+                    format!(
+                        "scan results are {} but should be {}",
+                        Self::fmt_types(&res),
+                        Self::fmt_types(&tys)
+                    )
                 })?;
                 self.combine(id, *combine, &tys)
             }
             Op::Philox { counters, key, .. } => {
                 let t = self.ty(counters[0]);
-                ensure(t.dtype == DType::U32 && !t.ptr, || format!("philox counters must be u32, got {t}"))?;
+                ensure(t.dtype == DType::U32 && !t.ptr, || {
+                    format!("philox counters must be u32, got {t}")
+                })?;
                 for v in counters.iter().chain(key) {
                     same(self.ty(*v), t, "philox operands")?;
                 }
-                ensure(res.len() == 4 && res.iter().all(|r| r == t), || format!("philox gives four {t}"))
+                ensure(res.len() == 4 && res.iter().all(|r| r == t), || {
+                    format!("philox gives four {t}")
+                })
             }
             Op::DebugBarrier => ensure(res.is_empty(), || "debug_barrier has no results".into()),
             Op::For {
@@ -525,15 +593,25 @@ impl<'k> Verifier<'k> {
                 same(self.ty(*hi), t, "loop bounds")?;
                 same(self.ty(*step), t, "loop bounds")?;
                 let carried = self.types(init);
-                ensure(res == carried, || "loop results must match the carried values".into())?;
+                ensure(res == carried, || {
+                    "loop results must match the carried values".into()
+                })?;
                 let mut args = vec![t.clone()];
                 args.extend(carried.iter().cloned());
                 self.sub(id, *body, &args, &carried, "for body")
             }
             Op::While { init, cond, body } => {
                 let carried = self.types(init);
-                ensure(res == carried, || "loop results must match the carried values".into())?;
-                self.sub(id, *cond, &carried, &[Type::scalar(DType::Bool)], "while cond")?;
+                ensure(res == carried, || {
+                    "loop results must match the carried values".into()
+                })?;
+                self.sub(
+                    id,
+                    *cond,
+                    &carried,
+                    &[Type::scalar(DType::Bool)],
+                    "while cond",
+                )?;
                 self.sub(id, *body, &carried, &carried, "while body")
             }
             Op::If {
@@ -555,23 +633,41 @@ impl<'k> Verifier<'k> {
             Some(m) => {
                 let t = self.ty(m);
                 ensure(*t == p.with_dtype(DType::Bool), || {
-                    format!("mask must be bool of the pointer shape {:?}, got {t}", p.shape)
+                    format!(
+                        "mask must be bool of the pointer shape {:?}, got {t}",
+                        p.shape
+                    )
                 })
             }
             None => Ok(()),
         }
     }
 
-    fn reduce_common(&self, srcs: &[Value], axis: u32, has_region: bool, custom: bool) -> std::result::Result<Vec<Type>, String> {
+    fn reduce_common(
+        &self,
+        srcs: &[Value],
+        axis: u32,
+        has_region: bool,
+        custom: bool,
+    ) -> std::result::Result<Vec<Type>, String> {
         ensure(!srcs.is_empty(), || "no operands".into())?;
         let tys = self.types(srcs);
         let t0 = &tys[0];
-        ensure(t0.is_block() && (axis as usize) < t0.rank(), || format!("axis {axis} out of range for {t0}"))?;
-        ensure(tys.iter().all(|t| t.shape == t0.shape && !t.ptr), || {
-            format!("operands must be number blocks of one shape: {}", Self::fmt_types(&tys))
+        ensure(t0.is_block() && (axis as usize) < t0.rank(), || {
+            format!("axis {axis} out of range for {t0}")
         })?;
-        ensure(custom == has_region, || "a combine region is required exactly for custom kinds".into())?;
-        ensure(custom || tys.len() == 1, || "builtin kinds take one operand".into())?;
+        ensure(tys.iter().all(|t| t.shape == t0.shape && !t.ptr), || {
+            format!(
+                "operands must be number blocks of one shape: {}",
+                Self::fmt_types(&tys)
+            )
+        })?;
+        ensure(custom == has_region, || {
+            "a combine region is required exactly for custom kinds".into()
+        })?;
+        ensure(custom || tys.len() == 1, || {
+            "builtin kinds take one operand".into()
+        })?;
         Ok(tys)
     }
 

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 
 use super::tensor::Tensor;
 use crate::error::{Error, SourceLoc};
-use crate::ir::{Kernel, Op, OpData, OpId, RegionData, RegionId, Type, Value, ValueData, ValueDef, ValueRange};
+use crate::ir::{
+    Kernel, Op, OpData, OpId, RegionData, RegionId, Type, Value, ValueData, ValueDef, ValueRange,
+};
 
 /// Result of a semantics function: a message, completed into an [`Error::Build`] by [`op`].
 pub(crate) type Res<T> = std::result::Result<T, String>;
@@ -177,7 +179,11 @@ pub(crate) fn with<R>(f: impl FnOnce(Option<&mut Builder>) -> R) -> R {
 
 /// Runs one DSL operation named `name` at `loc`: `f` gets the builder and returns the result
 /// value; errors are recorded and give a poisoned tensor.
-pub(crate) fn op(name: &'static str, loc: SourceLoc, f: impl FnOnce(&mut Builder) -> Res<Value>) -> Tensor {
+pub(crate) fn op(
+    name: &'static str,
+    loc: SourceLoc,
+    f: impl FnOnce(&mut Builder) -> Res<Value>,
+) -> Tensor {
     with(|b| match b {
         Some(b) if b.error.is_none() => {
             b.loc = loc;
@@ -196,7 +202,11 @@ pub(crate) fn op(name: &'static str, loc: SourceLoc, f: impl FnOnce(&mut Builder
 
 /// Like [`op`] for operations with any result (or none): `None` after an error or outside a
 /// kernel closure.
-pub(crate) fn op_any<R>(name: &'static str, loc: SourceLoc, f: impl FnOnce(&mut Builder) -> Res<R>) -> Option<R> {
+pub(crate) fn op_any<R>(
+    name: &'static str,
+    loc: SourceLoc,
+    f: impl FnOnce(&mut Builder) -> Res<R>,
+) -> Option<R> {
     with(|b| match b {
         Some(b) if b.error.is_none() => {
             b.loc = loc;
@@ -232,11 +242,9 @@ pub(crate) fn run_build(name: &str, given: BTreeMap<String, i64>, body: impl FnO
     let guard = Guard;
     body();
     drop(guard);
-    STACK
-        .with(|s| s.borrow_mut().pop())
-        .unwrap_or_else(|| {
-            let mut b = Builder::new(name, BTreeMap::new());
-            b.fail("internal error: builder stack underflow".into());
-            b
-        })
+    STACK.with(|s| s.borrow_mut().pop()).unwrap_or_else(|| {
+        let mut b = Builder::new(name, BTreeMap::new());
+        b.fail("internal error: builder stack underflow".into());
+        b
+    })
 }

@@ -107,7 +107,11 @@ impl Range {
     pub fn fold<C: Carry>(self, init: C, body: impl FnOnce(Tensor, C) -> C) -> C {
         let loc = self.loc;
         let start = op_any("for", loc, |b| {
-            let (lo, hi, step) = (resolve(b, self.lo)?, resolve(b, self.hi)?, resolve(b, self.step)?);
+            let (lo, hi, step) = (
+                resolve(b, self.lo)?,
+                resolve(b, self.hi)?,
+                resolve(b, self.step)?,
+            );
             let bounds = b.loop_bounds(lo, hi, step)?;
             let init_vals = values(b, &init)?;
             let mut tys = vec![b.ty(bounds[0]).clone()];
@@ -141,7 +145,11 @@ impl Range {
 
 /// `while cond(carried): carried = body(carried)`; returns the final carried values.
 #[track_caller]
-pub fn while_loop<C: Carry>(init: C, cond: impl FnOnce(C) -> Tensor, body: impl FnOnce(C) -> C) -> C {
+pub fn while_loop<C: Carry>(
+    init: C,
+    cond: impl FnOnce(C) -> Tensor,
+    body: impl FnOnce(C) -> C,
+) -> C {
     let loc = SourceLoc::caller();
     let start = op_any("while", loc, |b| {
         let init_vals = values(b, &init)?;
@@ -176,7 +184,11 @@ pub fn while_loop<C: Carry>(init: C, cond: impl FnOnce(C) -> Tensor, body: impl 
 /// `if cond: then() else: else_()` on a scalar condition; both branches return values of the
 /// same types (`()` for none).
 #[track_caller]
-pub fn if_<C: Carry>(cond: impl Into<Operand>, then: impl FnOnce() -> C, else_: impl FnOnce() -> C) -> C {
+pub fn if_<C: Carry>(
+    cond: impl Into<Operand>,
+    then: impl FnOnce() -> C,
+    else_: impl FnOnce() -> C,
+) -> C {
     let (loc, cond) = (SourceLoc::caller(), cond.into());
     let start = op_any("if", loc, |b| {
         let c = resolve(b, cond)?;
@@ -197,7 +209,12 @@ pub fn if_<C: Carry>(cond: impl Into<Operand>, then: impl FnOnce() -> C, else_: 
     let e = else_();
     op_any("if", loc, |b| {
         let yields = values(b, &e)?;
-        b.finish_region(re, &yields, Some(&tys), "else branch (must match the then branch)")?;
+        b.finish_region(
+            re,
+            &yields,
+            Some(&tys),
+            "else branch (must match the then branch)",
+        )?;
         let vs = b.emit_if(c, rt, re, tys);
         Ok(rebuild(b, &t, &vs))
     })
@@ -263,7 +280,12 @@ pub fn reduce<C: Carry>(input: C, axis: impl Into<Axis>, combine: impl FnOnce(C,
 /// `associative_scan(input, axis, combine, reverse)`: inclusive scan with a custom
 /// associative `combine(a, b)` on scalars.
 #[track_caller]
-pub fn associative_scan<C: Carry>(input: C, axis: i64, reverse: bool, combine: impl FnOnce(C, C) -> C) -> C {
+pub fn associative_scan<C: Carry>(
+    input: C,
+    axis: i64,
+    reverse: bool,
+    combine: impl FnOnce(C, C) -> C,
+) -> C {
     let loc = SourceLoc::caller();
     let start = op_any("associative_scan", loc, |b| {
         let xs = values(b, &input)?;

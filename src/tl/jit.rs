@@ -24,7 +24,9 @@ fn declare(b: &mut Builder, name: &str) -> std::result::Result<(), String> {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !name.starts_with(|c: char| c.is_ascii_digit());
     if !ok {
-        return Err(format!("`{name}` is not a valid parameter name (letters, digits, `_`)"));
+        return Err(format!(
+            "`{name}` is not a valid parameter name (letters, digits, `_`)"
+        ));
     }
     if b.declared.iter().any(|n| n == name) {
         return Err(format!("parameter `{name}` is declared twice"));
@@ -87,7 +89,9 @@ impl KernelBuilder {
                 (None, None) => {
                     b.wants_constexpr = true;
                     let given: Vec<&String> = b.given.keys().collect();
-                    return Err(format!("constexpr `{name}` was not given (given: {given:?})"));
+                    return Err(format!(
+                        "constexpr `{name}` was not given (given: {given:?})"
+                    ));
                 }
             };
             b.k.constexprs.push((name.to_string(), v));
@@ -109,13 +113,21 @@ pub struct JitKernel {
 
 impl std::fmt::Debug for JitKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JitKernel").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("JitKernel")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
 /// Builds (records and verifies) one specialisation of `body` without caching.
-pub fn build(name: &str, constexprs: &BTreeMap<String, i64>, body: impl FnOnce(&mut KernelBuilder)) -> Result<Kernel> {
-    let b = run_build(name, constexprs.clone(), || body(&mut KernelBuilder { _private: () }));
+pub fn build(
+    name: &str,
+    constexprs: &BTreeMap<String, i64>,
+    body: impl FnOnce(&mut KernelBuilder),
+) -> Result<Kernel> {
+    let b = run_build(name, constexprs.clone(), || {
+        body(&mut KernelBuilder { _private: () })
+    });
     finish(b)
 }
 
@@ -124,18 +136,26 @@ fn finish(b: Builder) -> Result<Kernel> {
         return Err(e);
     }
     let mut k = b.k;
-    let unknown: Vec<&String> = b.given.keys().filter(|n| k.constexpr(n).is_none()).collect();
+    let unknown: Vec<&String> = b
+        .given
+        .keys()
+        .filter(|n| k.constexpr(n).is_none())
+        .collect();
     if !unknown.is_empty() {
         let known: Vec<&String> = k.constexprs.iter().map(|(n, _)| n).collect();
         return Err(Error::Build {
             kernel: k.name.clone(),
             op: "constexpr".into(),
-            loc: SourceLoc { file: "<specialize>", line: 0, column: 0 },
+            loc: SourceLoc {
+                file: "<specialize>",
+                line: 0,
+                column: 0,
+            },
             msg: format!("unknown constexpr(s) {unknown:?}; the kernel declares {known:?}"),
         });
     }
-    k.compute_param_access();
     verify(&k)?;
+    k.compute_param_access();
     Ok(k)
 }
 
@@ -144,15 +164,26 @@ fn finish(b: Builder) -> Result<Kernel> {
 /// naming the kernel, the op and the user's source line.
 ///
 /// A kernel without constexprs is built right away, so its errors surface here.
-pub fn jit(name: &str, body: impl Fn(&mut KernelBuilder) + Send + Sync + 'static) -> Result<JitKernel> {
+pub fn jit(
+    name: &str,
+    body: impl Fn(&mut KernelBuilder) + Send + Sync + 'static,
+) -> Result<JitKernel> {
     let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !valid {
-        return Err(Error::InvalidArgument(format!("`{name}` is not a valid kernel name (letters, digits, `_`)")));
+        return Err(Error::InvalidArgument(format!(
+            "`{name}` is not a valid kernel name (letters, digits, `_`)"
+        )));
     }
-    let jk = JitKernel { name: name.to_string(), body: Arc::new(body), cache: Mutex::new(HashMap::new()) };
+    let jk = JitKernel {
+        name: name.to_string(),
+        body: Arc::new(body),
+        cache: Mutex::new(HashMap::new()),
+    };
     // Trial build with no constexprs: catches errors early for kernels that need none.
     let empty = BTreeMap::new();
-    let b = run_build(name, empty.clone(), || (jk.body)(&mut KernelBuilder { _private: () }));
+    let b = run_build(name, empty.clone(), || {
+        (jk.body)(&mut KernelBuilder { _private: () })
+    });
     if !b.wants_constexpr {
         let k = finish(b)?;
         jk.lock().insert(empty, Arc::new(k));
@@ -182,7 +213,10 @@ impl JitKernel {
 
     /// [`JitKernel::specialize`] from `(name, value)` pairs.
     pub fn specialize_with(&self, constexprs: &[(&str, i64)]) -> Result<Arc<Kernel>> {
-        let map = constexprs.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        let map = constexprs
+            .iter()
+            .map(|(n, v)| (n.to_string(), *v))
+            .collect();
         self.specialize(&map)
     }
 

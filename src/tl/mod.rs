@@ -36,7 +36,9 @@ mod ops;
 mod semantics;
 mod tensor;
 
-pub use control::{associative_scan, if_, if_then, range, reduce, static_range, while_loop, Carry, Range};
+pub use control::{
+    associative_scan, if_, if_then, range, reduce, static_range, while_loop, Carry, Range,
+};
 pub use jit::{build, jit, JitKernel, KernelBuilder};
 pub use ops::*;
 pub use semantics::{computation_type, integer_promote, scalar_dtype};
@@ -44,5 +46,9 @@ pub use tensor::{Operand, Scalar, Tensor};
 
 pub use crate::dtype::DType::{
     Bool as int1, BF16 as bfloat16, F16 as float16, F32 as float32, F64 as float64, I16 as int16,
-    I32 as int32, I64 as int64, I8 as int8, U16 as uint16, U32 as uint32, U64 as uint64, U8 as uint8,
+    I32 as int32, I64 as int64, I8 as int8, U16 as uint16, U32 as uint32, U64 as uint64,
+    U8 as uint8,
 };
+
+#[cfg(test)]
+mod tests;

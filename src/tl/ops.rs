@@ -5,7 +5,7 @@ use super::semantics::Opnd;
 use super::tensor::{compare, resolve, Operand, Tensor};
 use crate::dtype::DType;
 use crate::error::SourceLoc;
-use crate::ir::{AtomicOp, CmpPred, Hint, OpId, ReduceKind, ScanKind, UnaryOp};
+use crate::ir::{AtomicOp, CmpPred, OpId, ReduceKind, ScanKind, UnaryOp};
 
 /// A block shape argument: `[64, 32]`, `&[m, n]`, `vec![..]` of `i64`, `i32` or `usize`.
 pub trait IntoShape {
@@ -43,31 +43,46 @@ pub struct Axis {
 
 impl From<i64> for Axis {
     fn from(a: i64) -> Self {
-        Axis { axis: Some(a), keep_dims: false }
+        Axis {
+            axis: Some(a),
+            keep_dims: false,
+        }
     }
 }
 
 impl From<i32> for Axis {
     fn from(a: i32) -> Self {
-        Axis { axis: Some(a as i64), keep_dims: false }
+        Axis {
+            axis: Some(a as i64),
+            keep_dims: false,
+        }
     }
 }
 
 impl From<usize> for Axis {
     fn from(a: usize) -> Self {
-        Axis { axis: Some(a as i64), keep_dims: false }
+        Axis {
+            axis: Some(a as i64),
+            keep_dims: false,
+        }
     }
 }
 
 impl From<Option<i64>> for Axis {
     fn from(a: Option<i64>) -> Self {
-        Axis { axis: a, keep_dims: false }
+        Axis {
+            axis: a,
+            keep_dims: false,
+        }
     }
 }
 
 /// `axis` with `keep_dims=True`: `tl::sum(x, tl::keep_dims(1))`; `keep_dims(None)` for all axes.
 pub fn keep_dims(axis: impl Into<Axis>) -> Axis {
-    Axis { keep_dims: true, ..axis.into() }
+    Axis {
+        keep_dims: true,
+        ..axis.into()
+    }
 }
 
 // ---- programs -----------------------------------------------------------------------------
@@ -75,13 +90,17 @@ pub fn keep_dims(axis: impl Into<Axis>) -> Axis {
 /// `program_id(axis)`: this program's index along `axis` (0, 1 or 2); `i32` scalar.
 #[track_caller]
 pub fn program_id(axis: i64) -> Tensor {
-    op("program_id", SourceLoc::caller(), |b| b.program_id(axis, false))
+    op("program_id", SourceLoc::caller(), |b| {
+        b.program_id(axis, false)
+    })
 }
 
 /// `num_programs(axis)`: the grid size along `axis`; `i32` scalar.
 #[track_caller]
 pub fn num_programs(axis: i64) -> Tensor {
-    op("num_programs", SourceLoc::caller(), |b| b.program_id(axis, true))
+    op("num_programs", SourceLoc::caller(), |b| {
+        b.program_id(axis, true)
+    })
 }
 
 // ---- creation -----------------------------------------------------------------------------
@@ -106,7 +125,9 @@ pub fn full(shape: impl IntoShape, value: impl Into<Operand>, dtype: DType) -> T
 #[track_caller]
 pub fn zeros(shape: impl IntoShape, dtype: DType) -> Tensor {
     let (loc, shape) = (SourceLoc::caller(), shape.into_shape());
-    op("zeros", loc, |b| b.full(&shape, Opnd::Weak(super::Scalar::Int(0)), dtype))
+    op("zeros", loc, |b| {
+        b.full(&shape, Opnd::Weak(super::Scalar::Int(0)), dtype)
+    })
 }
 
 /// `zeros_like(x)`.
@@ -149,7 +170,6 @@ pub fn load_with(ptr: Tensor, mask: impl Into<Operand>, other: impl Into<Operand
 
 /// A recorded `store`; [`Store::mask`] adds Triton's `mask=`.
 #[derive(Clone, Copy, Debug)]
-#[must_use = "a store is recorded already; call .mask(m) on it or drop it with `;`"]
 pub struct Store {
     op: Option<(OpId, u32)>,
 }
@@ -596,26 +616,32 @@ pub fn static_assert(cond: bool, msg: &str) {
 fn hint(name: &'static str, loc: SourceLoc, x: Tensor, values: Vec<i64>, multiple: bool) -> Tensor {
     op(name, loc, |b| {
         let v = b.value(x)?;
-        let t = b.ty(v);
-        if values.len() != t.rank().max(1) || values.iter().any(|&d| d <= 0) {
-            return Err(format!("{name} needs one positive value per dim of {t}, got {values:?}"));
-        }
-        let h = if multiple { Hint::MultipleOf(values) } else { Hint::MaxContiguous(values) };
-        b.k.hints.push((v, h));
-        Ok(v)
+        b.hint(name, v, values, multiple)
     })
 }
 
 /// `multiple_of(x, values)`: a hint (semantic no-op) that elements are multiples of `values`.
 #[track_caller]
 pub fn multiple_of(x: Tensor, values: impl IntoShape) -> Tensor {
-    hint("multiple_of", SourceLoc::caller(), x, values.into_shape(), true)
+    hint(
+        "multiple_of",
+        SourceLoc::caller(),
+        x,
+        values.into_shape(),
+        true,
+    )
 }
 
 /// `max_contiguous(x, values)`: a hint (semantic no-op) about contiguous runs.
 #[track_caller]
 pub fn max_contiguous(x: Tensor, values: impl IntoShape) -> Tensor {
-    hint("max_contiguous", SourceLoc::caller(), x, values.into_shape(), false)
+    hint(
+        "max_contiguous",
+        SourceLoc::caller(),
+        x,
+        values.into_shape(),
+        false,
+    )
 }
 
 // ---- Tensor methods -----------------------------------------------------------------------

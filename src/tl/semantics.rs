@@ -9,7 +9,8 @@ use super::builder::{Builder, Res};
 use super::tensor::Scalar;
 use crate::dtype::DType;
 use crate::ir::{
-    AtomicOp, BinaryOp, CmpPred, Const, Op, OpId, ReduceKind, RegionId, ScanKind, Type, UnaryOp, Value,
+    AtomicOp, BinaryOp, CmpPred, Const, Hint, Op, OpId, ReduceKind, RegionId, ScanKind, Type,
+    UnaryOp, Value,
 };
 
 /// A resolved operand: an IR value or a weakly typed Rust scalar.
@@ -84,7 +85,13 @@ pub fn integer_promote(a: DType, b: DType) -> DType {
 
 /// Triton's `computation_type_impl`: the dtype both operands of an arithmetic op are cast to.
 /// `a_weak`/`b_weak` mark Rust scalars (Triton's Python scalars).
-pub fn computation_type(a: DType, a_weak: bool, b: DType, b_weak: bool, div_or_mod: bool) -> Result<DType, String> {
+pub fn computation_type(
+    a: DType,
+    a_weak: bool,
+    b: DType,
+    b_weak: bool,
+    div_or_mod: bool,
+) -> Result<DType, String> {
     // 0) A scalar of the same or a lower kind does not take part in promotion.
     if a_weak != b_weak {
         let (s, t) = if a_weak { (a, b) } else { (b, a) };
@@ -139,7 +146,9 @@ pub fn scalar_dtype(s: Scalar) -> Result<DType, String> {
             } else if ((1i128 << 63)..(1i128 << 64)).contains(&x) {
                 Ok(DType::U64)
             } else {
-                Err(format!("integer literal {x} is not representable in 64 bits"))
+                Err(format!(
+                    "integer literal {x} is not representable in 64 bits"
+                ))
             }
         }
         Scalar::Float(x) => {
@@ -207,7 +216,7 @@ impl Builder {
     }
 
     /// `to_tensor`: a weak scalar becomes a constant of its default dtype.
-    pub(crate) fn to_value(&mut self, o: Opnd) -> Res<Value> {
+    pub(crate) fn value_of(&mut self, o: Opnd) -> Res<Value> {
         match o {
             Opnd::Val(v) => Ok(v),
             Opnd::Weak(s) => {
@@ -303,7 +312,10 @@ impl Builder {
             return self.splat(v, shape);
         }
         if t.rank() != shape.len() {
-            return Err(format!("cannot broadcast, rank mismatch: {:?}, {:?}", t.shape, shape));
+            return Err(format!(
+                "cannot broadcast, rank mismatch: {:?}, {:?}",
+                t.shape, shape
+            ));
         }
         if t.shape == shape {
             return Ok(v);
@@ -367,8 +379,20 @@ impl Builder {
     ) -> Res<(Value, Value)> {
         let (da, pa, wa) = self.opnd_dtype(a)?;
         let (db, pb, wb) = self.opnd_dtype(b)?;
-        let show = |d: DType, p: bool| if p { format!("pointer<{}>", dts(d)) } else { dts(d).to_string() };
-        let incompatible = || format!("invalid operands of type {} and {}", show(da, pa), show(db, pb));
+        let show = |d: DType, p: bool| {
+            if p {
+                format!("pointer<{}>", dts(d))
+            } else {
+                dts(d).to_string()
+            }
+        };
+        let incompatible = || {
+            format!(
+                "invalid operands of type {} and {}",
+                show(da, pa),
+                show(db, pb)
+            )
+        };
         // Triton's `check_ptr_type_impl`, both ways round.
         let ptr_ok = |p: bool, d: DType, allow: bool, other_p: bool, od: DType| {
             !p || (allow && !(other_p && od != d) && (other_p || !od.is_float()))
@@ -399,14 +423,21 @@ impl Builder {
             let b = conv(b, self)?;
             (a, b)
         } else {
-            (self.to_value(a)?, self.to_value(b)?)
+            (self.value_of(a)?, self.value_of(b)?)
         };
         self.broadcast_pair(a, b)
     }
 
     fn bin(&mut self, kind: BinaryOp, a: Value, b: Value) -> Value {
         let t = self.tyc(a);
-        self.emit1(Op::Binary { kind, lhs: a, rhs: b }, t)
+        self.emit1(
+            Op::Binary {
+                kind,
+                lhs: a,
+                rhs: b,
+            },
+            t,
+        )
     }
 
     /// Dispatch for the Rust operators.
@@ -417,7 +448,9 @@ impl Builder {
             BinaryOp::Mul => self.mul(a, b),
             BinaryOp::Div => self.truediv(a, b),
             BinaryOp::Rem => self.rem(a, b),
-            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor | BinaryOp::Shl | BinaryOp::Shr => self.bitwise(kind, a, b),
+            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor | BinaryOp::Shl | BinaryOp::Shr => {
+                self.bitwise(kind, a, b)
+            }
             BinaryOp::Max | BinaryOp::MaxNan => self.max_min(a, b, true, kind == BinaryOp::MaxNan),
             BinaryOp::Min | BinaryOp::MinNan => self.max_min(a, b, false, kind == BinaryOp::MinNan),
             BinaryOp::MulHi => self.umulhi(a, b),
@@ -442,7 +475,10 @@ impl Builder {
     fn addptr(&mut self, p: Value, off: Value) -> Res<Value> {
         let to = self.tyc(off);
         if !to.dtype.is_int() {
-            return Err(format!("pointer offsets must be integers, got {}", dts(to.dtype)));
+            return Err(format!(
+                "pointer offsets must be integers, got {}",
+                dts(to.dtype)
+            ));
         }
         // Unsigned offsets narrower than 64 bits are zero-extended (addptr treats offsets as signed).
         let off = if to.dtype.is_unsigned_int() && to.dtype.bits() < 64 {
@@ -451,7 +487,13 @@ impl Builder {
             off
         };
         let t = self.tyc(p);
-        Ok(self.emit1(Op::AddPtr { ptr: p, offset: off }, t))
+        Ok(self.emit1(
+            Op::AddPtr {
+                ptr: p,
+                offset: off,
+            },
+            t,
+        ))
     }
 
     pub(crate) fn sub(&mut self, a: Opnd, b: Opnd) -> Res<Value> {
@@ -503,7 +545,11 @@ impl Builder {
         let (a, b) = self.binary_prep(a, b, false, false, true, true)?;
         let (da, db) = (self.ty(a).dtype, self.ty(b).dtype);
         if !(is_int(da) && is_int(db)) {
-            return Err(format!("floordiv (//) needs integers, got {} and {}", dts(da), dts(db)));
+            return Err(format!(
+                "floordiv (//) needs integers, got {} and {}",
+                dts(da),
+                dts(db)
+            ));
         }
         Ok(self.bin(BinaryOp::Div, a, b))
     }
@@ -519,7 +565,12 @@ impl Builder {
         let (a, b) = self.binary_prep(a, b, false, false, true, false)?;
         let (da, db) = (self.ty(a).dtype, self.ty(b).dtype);
         if !is_int(da) || !is_int(db) {
-            return Err(format!("invalid operands of type {} and {}: `{}` needs integers", dts(da), dts(db), kind.name()));
+            return Err(format!(
+                "invalid operands of type {} and {}: `{}` needs integers",
+                dts(da),
+                dts(db),
+                kind.name()
+            ));
         }
         Ok(self.bin(kind, a, b))
     }
@@ -547,7 +598,14 @@ impl Builder {
 
     pub(crate) fn cmp_values(&mut self, pred: CmpPred, a: Value, b: Value) -> Res<Value> {
         let t = self.tyc(a);
-        Ok(self.emit1(Op::Cmp { pred, lhs: a, rhs: b }, t.with_dtype(DType::Bool)))
+        Ok(self.emit1(
+            Op::Cmp {
+                pred,
+                lhs: a,
+                rhs: b,
+            },
+            t.with_dtype(DType::Bool),
+        ))
     }
 
     pub(crate) fn compare(&mut self, pred: CmpPred, a: Opnd, b: Opnd) -> Res<Value> {
@@ -555,7 +613,13 @@ impl Builder {
         self.cmp_values(pred, a, b)
     }
 
-    pub(crate) fn max_min(&mut self, a: Opnd, b: Opnd, max: bool, propagate_nan: bool) -> Res<Value> {
+    pub(crate) fn max_min(
+        &mut self,
+        a: Opnd,
+        b: Opnd,
+        max: bool,
+        propagate_nan: bool,
+    ) -> Res<Value> {
         let (a, b) = self.binary_prep(a, b, false, false, true, false)?;
         let d = self.ty(a).dtype;
         let kind = match (max, propagate_nan && d.is_float()) {
@@ -571,7 +635,10 @@ impl Builder {
         let (a, b) = self.binary_prep(a, b, false, false, true, false)?;
         let d = self.ty(a).dtype;
         if !matches!(d, DType::I32 | DType::U32 | DType::I64 | DType::U64) {
-            return Err(format!("umulhi expects int32, int64, uint32 or uint64, got {}", dts(d)));
+            return Err(format!(
+                "umulhi expects int32, int64, uint32 or uint64, got {}",
+                dts(d)
+            ));
         }
         Ok(self.bin(BinaryOp::MulHi, a, b))
     }
@@ -587,7 +654,15 @@ impl Builder {
         if !t.dtype.is_float() {
             return Err(format!("clamp only supports floats, got {}", dts(t.dtype)));
         }
-        Ok(self.emit1(Op::Clamp { src: x, lo, hi, propagate_nan }, t))
+        Ok(self.emit1(
+            Op::Clamp {
+                src: x,
+                lo,
+                hi,
+                propagate_nan,
+            },
+            t,
+        ))
     }
 
     pub(crate) fn fma(&mut self, x: Opnd, y: Opnd, z: Opnd) -> Res<Value> {
@@ -606,13 +681,16 @@ impl Builder {
 
     /// Math functions; Triton accepts fp32 and fp64 only (`abs` takes any number).
     pub(crate) fn unary(&mut self, kind: UnaryOp, x: Opnd) -> Res<Value> {
-        let x = self.to_value(x)?;
+        let x = self.value_of(x)?;
         let t = self.tyc(x);
         if t.ptr {
             return Err(format!("{} of a pointer ({t})", kind.name()));
         }
         if kind.float_only() && !matches!(t.dtype, DType::F32 | DType::F64) {
-            return Err(format!("expected dtype fp32 or fp64 but got {} (cast with .to(F32) first)", dts(t.dtype)));
+            return Err(format!(
+                "expected dtype fp32 or fp64 but got {} (cast with .to(F32) first)",
+                dts(t.dtype)
+            ));
         }
         if kind == UnaryOp::Abs && (t.dtype.is_unsigned_int() || t.dtype.is_bool()) {
             return Ok(x);
@@ -622,7 +700,7 @@ impl Builder {
 
     /// `sigmoid(x) = 1 / (1 + exp(-x))`, as Triton's standard library.
     pub(crate) fn sigmoid(&mut self, x: Opnd) -> Res<Value> {
-        let x = self.to_value(x)?;
+        let x = self.value_of(x)?;
         let nx = self.minus(x)?;
         let e = self.unary(UnaryOp::Exp, Opnd::Val(nx))?;
         let d = self.add(Opnd::Weak(Scalar::Int(1)), Opnd::Val(e))?;
@@ -638,14 +716,21 @@ impl Builder {
 
     /// `where(cond, x, y)`.
     pub(crate) fn where_(&mut self, c: Opnd, x: Opnd, y: Opnd) -> Res<Value> {
-        let c = self.to_value(c)?;
+        let c = self.value_of(c)?;
         let c = self.cast(c, DType::Bool)?;
         let (x, y) = self.binary_prep(x, y, true, true, true, false)?;
         let (c, x) = self.broadcast_pair(c, x)?;
         let (x, y) = self.broadcast_pair(x, y)?;
         let (c, _) = self.broadcast_pair(c, y)?;
         let t = self.tyc(x);
-        Ok(self.emit1(Op::Select { cond: c, on_true: x, on_false: y }, t))
+        Ok(self.emit1(
+            Op::Select {
+                cond: c,
+                on_true: x,
+                on_false: y,
+            },
+            t,
+        ))
     }
 
     // ---------------------------------------------------------------------------------
@@ -658,7 +743,11 @@ impl Builder {
             return Err(format!("{f} axis must be 0, 1, or 2 but got {axis}"));
         }
         let axis = axis as u8;
-        let op = if num { Op::NumPrograms { axis } } else { Op::ProgramId { axis } };
+        let op = if num {
+            Op::NumPrograms { axis }
+        } else {
+            Op::ProgramId { axis }
+        };
         Ok(self.emit1(op, Type::scalar(DType::I32)))
     }
 
@@ -668,16 +757,25 @@ impl Builder {
             return Err(format!("arange must fit in int32, got ({start}, {end})"));
         }
         if end <= start {
-            return Err(format!("arange's end argument ({end}) must be greater than the start argument ({start})"));
+            return Err(format!(
+                "arange's end argument ({end}) must be greater than the start argument ({start})"
+            ));
         }
         let n = end - start;
         if n & (n - 1) != 0 {
-            return Err(format!("arange's range must be a power of 2, got {end} - {start} = {n}"));
+            return Err(format!(
+                "arange's range must be a power of 2, got {end} - {start} = {n}"
+            ));
         }
         if n > 1 << 20 {
-            return Err(format!("arange's range {n} is larger than the maximum block size 2^20"));
+            return Err(format!(
+                "arange's range {n} is larger than the maximum block size 2^20"
+            ));
         }
-        Ok(self.emit1(Op::Arange { start, end }, Type::block(DType::I32, &[n as usize])))
+        Ok(self.emit1(
+            Op::Arange { start, end },
+            Type::block(DType::I32, &[n as usize]),
+        ))
     }
 
     /// Checks a block shape: dims are powers of two and the block has at most 2^20 elements.
@@ -686,13 +784,17 @@ impl Builder {
         let mut out = Vec::with_capacity(shape.len());
         for &d in shape {
             if d <= 0 || d & (d - 1) != 0 {
-                return Err(format!("shape {shape:?}: block dimensions must be powers of 2, got {d}"));
+                return Err(format!(
+                    "shape {shape:?}: block dimensions must be powers of 2, got {d}"
+                ));
             }
             numel = numel.saturating_mul(d);
             out.push(d as usize);
         }
         if numel > 1 << 20 {
-            return Err(format!("shape {shape:?} has {numel} elements; the maximum block size is 2^20"));
+            return Err(format!(
+                "shape {shape:?} has {numel} elements; the maximum block size is 2^20"
+            ));
         }
         Ok(out)
     }
@@ -726,14 +828,22 @@ impl Builder {
         }
         let mut shape = t.shape.clone();
         shape.insert(ax as usize, 1);
-        Ok(self.emit1(Op::ExpandDims { src: v, axis: ax as u32 }, t.with_shape(&shape)))
+        Ok(self.emit1(
+            Op::ExpandDims {
+                src: v,
+                axis: ax as u32,
+            },
+            t.with_shape(&shape),
+        ))
     }
 
     pub(crate) fn reshape(&mut self, v: Value, shape: &[usize]) -> Res<Value> {
         let t = self.tyc(v);
         let n: usize = shape.iter().product();
         if n != t.numel() {
-            return Err(format!("reshape() cannot change the number of elements: {t} to {shape:?}"));
+            return Err(format!(
+                "reshape() cannot change the number of elements: {t} to {shape:?}"
+            ));
         }
         if t.shape == shape {
             return Ok(v);
@@ -746,7 +856,10 @@ impl Builder {
         let mut sorted: Vec<i64> = dims.to_vec();
         sorted.sort_unstable();
         if dims.len() != t.rank() || sorted.iter().enumerate().any(|(i, d)| *d != i as i64) {
-            return Err(format!("permute dims must be a permutation of 0..{}, got {dims:?} for {t}", t.rank()));
+            return Err(format!(
+                "permute dims must be a permutation of 0..{}, got {dims:?} for {t}",
+                t.rank()
+            ));
         }
         if dims.iter().enumerate().all(|(i, d)| *d == i as i64) {
             return Ok(v);
@@ -760,7 +873,9 @@ impl Builder {
         let (a, b) = self.broadcast_pair(a, b)?;
         let (ta, tb) = (self.tyc(a), self.tyc(b));
         if ta != tb {
-            return Err(format!("join needs operands of one type, got {ta} and {tb}"));
+            return Err(format!(
+                "join needs operands of one type, got {ta} and {tb}"
+            ));
         }
         let mut shape = ta.shape.clone();
         shape.push(2);
@@ -783,7 +898,7 @@ impl Builder {
 
     fn mask_for(&mut self, ptr_ty: &Type, mask: Option<Opnd>, what: &str) -> Res<Option<Value>> {
         let Some(m) = mask else { return Ok(None) };
-        let m = self.to_value(m)?;
+        let m = self.value_of(m)?;
         let mt = self.tyc(m);
         if mt.dtype != DType::Bool || mt.ptr {
             return Err(format!("mask must have boolean scalar type, got {mt}"));
@@ -802,7 +917,12 @@ impl Builder {
         Ok(t)
     }
 
-    pub(crate) fn load(&mut self, ptr: Value, mask: Option<Opnd>, other: Option<Opnd>) -> Res<Value> {
+    pub(crate) fn load(
+        &mut self,
+        ptr: Value,
+        mask: Option<Opnd>,
+        other: Option<Opnd>,
+    ) -> Res<Value> {
         let pt = self.ptr_ty(ptr, "load")?;
         if mask.is_none() && other.is_some() {
             return Err("`other` cannot be provided without `mask`".into());
@@ -811,9 +931,12 @@ impl Builder {
         let other = match other {
             None => None,
             Some(o) => {
-                let o = self.to_value(o)?;
+                let o = self.value_of(o)?;
                 if !pt.is_block() && self.ty(o).is_block() {
-                    return Err("other argument cannot be a block when the pointer argument is not a block".into());
+                    return Err(
+                        "other argument cannot be a block when the pointer argument is not a block"
+                            .into(),
+                    );
                 }
                 let o = self.broadcast_to(o, &pt.shape)?;
                 Some(self.cast(o, pt.dtype)?)
@@ -823,8 +946,16 @@ impl Builder {
     }
 
     /// Re-emits an unused `load` at the end of the current region with a new mask/other.
-    pub(crate) fn patch_load(&mut self, v: Value, mask: Option<Opnd>, other: Option<Opnd>) -> Res<Value> {
-        let id = self.k.def_op(v).ok_or("`.mask()`/`.other()` apply to the result of tl::load or an atomic")?;
+    pub(crate) fn patch_load(
+        &mut self,
+        v: Value,
+        mask: Option<Opnd>,
+        other: Option<Opnd>,
+    ) -> Res<Value> {
+        let id = self
+            .k
+            .def_op(v)
+            .ok_or("`.mask()`/`.other()` apply to the result of tl::load or an atomic")?;
         let region = self.current_region();
         let data = &self.k.ops[id.index()];
         if data.parent != region || self.uses[v.index()] != 0 {
@@ -833,7 +964,10 @@ impl Builder {
                 .into());
         }
         let op = data.op.clone();
-        let pos = self.k.regions[region.index()].ops.iter().rposition(|o| *o == id);
+        let pos = self.k.regions[region.index()]
+            .ops
+            .iter()
+            .rposition(|o| *o == id);
         match (&op, mask, other) {
             (Op::Load { mask: Some(_), .. }, Some(_), _) | (Op::AtomicRmw { mask: Some(_), .. }, Some(_), _) => {
                 Err("mask given twice".into())
@@ -851,7 +985,7 @@ impl Builder {
                         if new_mask.is_none() {
                             return Err("`other` cannot be provided without `mask` (call .mask() first)".into());
                         }
-                        let o = self.to_value(o)?;
+                        let o = self.value_of(o)?;
                         let o = self.broadcast_to(o, &pt.shape)?;
                         Some(self.cast(o, pt.dtype)?)
                     }
@@ -890,9 +1024,12 @@ impl Builder {
 
     pub(crate) fn store(&mut self, ptr: Value, val: Opnd, mask: Option<Opnd>) -> Res<OpId> {
         let pt = self.ptr_ty(ptr, "store")?;
-        let val = self.to_value(val)?;
+        let val = self.value_of(val)?;
         if !pt.is_block() && self.ty(val).is_block() {
-            return Err(format!("value argument cannot be a block ({}) when the pointer argument is not a block", self.ty(val)));
+            return Err(format!(
+                "value argument cannot be a block ({}) when the pointer argument is not a block",
+                self.ty(val)
+            ));
         }
         if self.ty(val).ptr {
             return Err("cannot store pointers".into());
@@ -900,7 +1037,14 @@ impl Builder {
         let val = self.broadcast_to(val, &pt.shape)?;
         let val = self.cast(val, pt.dtype)?;
         let mask = self.mask_for(&pt, mask, "store")?;
-        self.emit(Op::Store { ptr, value: val, mask }, vec![]);
+        self.emit(
+            Op::Store {
+                ptr,
+                value: val,
+                mask,
+            },
+            vec![],
+        );
         Ok(OpId(self.k.ops.len() as u32 - 1))
     }
 
@@ -911,19 +1055,35 @@ impl Builder {
             return Err("unknown store".into());
         };
         if data.parent != region {
-            return Err("`.mask()` must be applied to the store directly (in the same region)".into());
+            return Err(
+                "`.mask()` must be applied to the store directly (in the same region)".into(),
+            );
         }
-        let Op::Store { ptr, value, mask: None } = data.op else {
+        let Op::Store {
+            ptr,
+            value,
+            mask: None,
+        } = data.op
+        else {
             return Err("mask given twice".into());
         };
-        let pos = self.k.regions[region.index()].ops.iter().rposition(|o| *o == id);
+        let pos = self.k.regions[region.index()]
+            .ops
+            .iter()
+            .rposition(|o| *o == id);
         let pt = self.tyc(ptr);
         let mask = self.mask_for(&pt, Some(mask), "store")?;
         self.move_to_end(id, pos, Op::Store { ptr, value, mask });
         Ok(())
     }
 
-    pub(crate) fn atomic_rmw(&mut self, kind: AtomicOp, ptr: Value, val: Opnd, mask: Option<Opnd>) -> Res<Value> {
+    pub(crate) fn atomic_rmw(
+        &mut self,
+        kind: AtomicOp,
+        ptr: Value,
+        val: Opnd,
+        mask: Option<Opnd>,
+    ) -> Res<Value> {
         let pt = self.ptr_ty(ptr, "atomic")?;
         let d = pt.dtype;
         let name = kind.name();
@@ -937,26 +1097,42 @@ impl Builder {
             _ => {}
         }
         if d.bits() < 16 && kind != AtomicOp::Xchg || d.is_bool() {
-            return Err(format!("atomic_{name} does not support {} (elements of at least 16 bits)", dts(d)));
+            return Err(format!(
+                "atomic_{name} does not support {} (elements of at least 16 bits)",
+                dts(d)
+            ));
         }
-        let val = self.to_value(val)?;
+        let val = self.value_of(val)?;
         if !pt.is_block() && self.ty(val).is_block() {
-            return Err("value argument cannot be a block when the pointer argument is not a block".into());
+            return Err(
+                "value argument cannot be a block when the pointer argument is not a block".into(),
+            );
         }
         let val = self.broadcast_to(val, &pt.shape)?;
         let val = self.cast(val, d)?;
         let mask = self.mask_for(&pt, mask, "atomic")?;
-        Ok(self.emit1(Op::AtomicRmw { kind, ptr, value: val, mask }, pt.with_dtype(d)))
+        Ok(self.emit1(
+            Op::AtomicRmw {
+                kind,
+                ptr,
+                value: val,
+                mask,
+            },
+            pt.with_dtype(d),
+        ))
     }
 
     pub(crate) fn atomic_cas(&mut self, ptr: Value, cmp: Opnd, val: Opnd) -> Res<Value> {
         let pt = self.ptr_ty(ptr, "atomic_cas")?;
         let d = pt.dtype;
         if !matches!(d.bits(), 16 | 32 | 64) {
-            return Err(format!("atomic_cas only supports elements of width 16, 32 or 64, got {}", dts(d)));
+            return Err(format!(
+                "atomic_cas only supports elements of width 16, 32 or 64, got {}",
+                dts(d)
+            ));
         }
         let conv = |o: Opnd, this: &mut Self| -> Res<Value> {
-            let v = this.to_value(o)?;
+            let v = this.value_of(o)?;
             let v = this.broadcast_to(v, &pt.shape)?;
             this.cast(v, d)
         };
@@ -969,19 +1145,34 @@ impl Builder {
     // linear algebra
     // ---------------------------------------------------------------------------------
 
-    pub(crate) fn dot(&mut self, a: Value, b: Value, acc: Option<Value>, out: Option<DType>) -> Res<Value> {
+    pub(crate) fn dot(
+        &mut self,
+        a: Value,
+        b: Value,
+        acc: Option<Value>,
+        out: Option<DType>,
+    ) -> Res<Value> {
         let (ta, tb) = (self.tyc(a), self.tyc(b));
         if ta.ptr || tb.ptr || !ta.is_block() || !tb.is_block() {
             return Err(format!("dot needs two number blocks, got {ta} and {tb}"));
         }
         if ta.dtype != tb.dtype {
-            return Err(format!("first input ({}) and second input ({}) must have the same dtype", dts(ta.dtype), dts(tb.dtype)));
+            return Err(format!(
+                "first input ({}) and second input ({}) must have the same dtype",
+                dts(ta.dtype),
+                dts(tb.dtype)
+            ));
         }
         let r = ta.rank();
         if !((r == 2 || r == 3) && tb.rank() == r) {
             return Err(format!("both inputs must be either 2D or 3D: {ta} vs {tb}"));
         }
-        let (m, k, k2, n) = (ta.shape[r - 2], ta.shape[r - 1], tb.shape[r - 2], tb.shape[r - 1]);
+        let (m, k, k2, n) = (
+            ta.shape[r - 2],
+            ta.shape[r - 1],
+            tb.shape[r - 2],
+            tb.shape[r - 1],
+        );
         if k != k2 {
             return Err(format!(
                 "first input shape {:?} and second input shape {:?} are not compatible for matmul (K: {k} vs {k2})",
@@ -989,20 +1180,31 @@ impl Builder {
             ));
         }
         if r == 3 && ta.shape[0] != tb.shape[0] {
-            return Err(format!("batch dimensions differ: {:?} vs {:?}", ta.shape, tb.shape));
+            return Err(format!(
+                "batch dimensions differ: {:?} vs {:?}",
+                ta.shape, tb.shape
+            ));
         }
         if k < 16 {
-            return Err(format!("input shapes should have K >= 16, got K = {k} ({ta} x {tb})"));
+            return Err(format!(
+                "input shapes should have K >= 16, got K = {k} ({ta} x {tb})"
+            ));
         }
         let d = ta.dtype;
         let out_d = out.unwrap_or(DType::F32);
         let ret = if is_int(d) {
             if d != DType::I8 {
-                return Err(format!("only int8 is supported for integer dot, got {}", dts(d)));
+                return Err(format!(
+                    "only int8 is supported for integer dot, got {}",
+                    dts(d)
+                ));
             }
             DType::I32
         } else if out_d == DType::BF16 {
-            return Err("out_dtype=bfloat16 is unsupported; use float32/float16 and cast with .to(BF16)".into());
+            return Err(
+                "out_dtype=bfloat16 is unsupported; use float32/float16 and cast with .to(BF16)"
+                    .into(),
+            );
         } else if matches!(d, DType::F32 | DType::BF16) {
             DType::F32
         } else if d == DType::F64 {
@@ -1047,20 +1249,30 @@ impl Builder {
     }
 
     /// Flattens for `axis=None`; returns (inputs, axis, original shape).
-    pub(crate) fn reduce_prep(&mut self, xs: &[Value], axis: Option<i64>) -> Res<(Vec<Value>, u32, Vec<usize>)> {
+    pub(crate) fn reduce_prep(
+        &mut self,
+        xs: &[Value],
+        axis: Option<i64>,
+    ) -> Res<(Vec<Value>, u32, Vec<usize>)> {
         let t = self.tyc(xs[0]);
         if !t.is_block() || t.ptr {
             return Err(format!("reductions need a block of numbers, got {t}"));
         }
         for &x in &xs[1..] {
             if self.ty(x).shape != t.shape {
-                return Err(format!("reduction inputs must have one shape: {t} vs {}", self.ty(x)));
+                return Err(format!(
+                    "reduction inputs must have one shape: {t} vs {}",
+                    self.ty(x)
+                ));
             }
         }
         match axis {
             None => {
                 let n = t.numel();
-                let flat = xs.iter().map(|&x| self.reshape(x, &[n])).collect::<Res<Vec<_>>>()?;
+                let flat = xs
+                    .iter()
+                    .map(|&x| self.reshape(x, &[n]))
+                    .collect::<Res<Vec<_>>>()?;
                 Ok((flat, 0, t.shape.clone()))
             }
             Some(a) => Ok((xs.to_vec(), self.norm_axis(&t, a)?, t.shape.clone())),
@@ -1068,7 +1280,13 @@ impl Builder {
     }
 
     /// Re-inserts reduced dims for `keep_dims`.
-    pub(crate) fn keep_dims(&mut self, v: Value, axis: Option<i64>, orig: &[usize], reduced_axis: u32) -> Res<Value> {
+    pub(crate) fn keep_dims(
+        &mut self,
+        v: Value,
+        axis: Option<i64>,
+        orig: &[usize],
+        reduced_axis: u32,
+    ) -> Res<Value> {
         match axis {
             Some(_) => self.expand_dims(v, reduced_axis as i64),
             None => self.reshape(v, &vec![1; orig.len()]),
@@ -1084,7 +1302,13 @@ impl Builder {
         }
     }
 
-    pub(crate) fn reduce_builtin(&mut self, kind: ReduceKind, x: Value, axis: Option<i64>, keep: bool) -> Res<Value> {
+    pub(crate) fn reduce_builtin(
+        &mut self,
+        kind: ReduceKind,
+        x: Value,
+        axis: Option<i64>,
+        keep: bool,
+    ) -> Res<Value> {
         let d = self.ty(x).dtype;
         // Input promotion as Triton's standard library.
         let x = match kind {
@@ -1105,18 +1329,35 @@ impl Builder {
             }
             ReduceKind::Xor => {
                 if !is_int(d) {
-                    return Err(format!("xor_sum only supported for integers, got {}", dts(d)));
+                    return Err(format!(
+                        "xor_sum only supported for integers, got {}",
+                        dts(d)
+                    ));
                 }
                 x
             }
-            ReduceKind::Custom => return Err("internal: custom reduce without a combine function".into()),
+            ReduceKind::Custom => {
+                return Err("internal: custom reduce without a combine function".into())
+            }
         };
         let (xs, ax, orig) = self.reduce_prep(&[x], axis)?;
         let t = self.tyc(xs[0]);
         let mut shape = t.shape.clone();
         shape.remove(ax as usize);
-        let rd = if matches!(kind, ReduceKind::ArgMax | ReduceKind::ArgMin) { DType::I32 } else { t.dtype };
-        let r = self.emit1(Op::Reduce { kind, axis: ax, srcs: xs, combine: None }, Type::block(rd, &shape));
+        let rd = if matches!(kind, ReduceKind::ArgMax | ReduceKind::ArgMin) {
+            DType::I32
+        } else {
+            t.dtype
+        };
+        let r = self.emit1(
+            Op::Reduce {
+                kind,
+                axis: ax,
+                srcs: xs,
+                combine: None,
+            },
+            Type::block(rd, &shape),
+        );
         if keep {
             self.keep_dims(r, axis, &orig, ax)
         } else {
@@ -1125,7 +1366,12 @@ impl Builder {
     }
 
     /// Emits a custom reduce whose combine region `combine` was already built.
-    pub(crate) fn reduce_custom(&mut self, xs: Vec<Value>, ax: u32, combine: RegionId) -> Res<Vec<Value>> {
+    pub(crate) fn reduce_custom(
+        &mut self,
+        xs: Vec<Value>,
+        ax: u32,
+        combine: RegionId,
+    ) -> Res<Vec<Value>> {
         let tys: Vec<Type> = xs
             .iter()
             .map(|&x| {
@@ -1135,25 +1381,67 @@ impl Builder {
                 t.with_shape(&s)
             })
             .collect();
-        let r = self.emit(Op::Reduce { kind: ReduceKind::Custom, axis: ax, srcs: xs, combine: Some(combine) }, tys);
+        let r = self.emit(
+            Op::Reduce {
+                kind: ReduceKind::Custom,
+                axis: ax,
+                srcs: xs,
+                combine: Some(combine),
+            },
+            tys,
+        );
         Ok(r.iter().collect())
     }
 
-    pub(crate) fn scan_builtin(&mut self, kind: ScanKind, x: Value, axis: i64, reverse: bool) -> Res<Value> {
+    pub(crate) fn scan_builtin(
+        &mut self,
+        kind: ScanKind,
+        x: Value,
+        axis: i64,
+        reverse: bool,
+    ) -> Res<Value> {
         let t = self.tyc(x);
         if !t.is_block() || t.ptr {
             return Err(format!("scans need a block of numbers, got {t}"));
         }
-        let d = if t.dtype == DType::BF16 { DType::F32 } else { Self::sum_dtype(t.dtype) };
+        let d = if t.dtype == DType::BF16 {
+            DType::F32
+        } else {
+            Self::sum_dtype(t.dtype)
+        };
         let x = self.cast(x, d)?;
         let ax = self.norm_axis(&t, axis)?;
         let rt = self.tyc(x);
-        Ok(self.emit1(Op::Scan { kind, axis: ax, reverse, srcs: vec![x], combine: None }, rt))
+        Ok(self.emit1(
+            Op::Scan {
+                kind,
+                axis: ax,
+                reverse,
+                srcs: vec![x],
+                combine: None,
+            },
+            rt,
+        ))
     }
 
-    pub(crate) fn scan_custom(&mut self, xs: Vec<Value>, ax: u32, reverse: bool, combine: RegionId) -> Res<Vec<Value>> {
+    pub(crate) fn scan_custom(
+        &mut self,
+        xs: Vec<Value>,
+        ax: u32,
+        reverse: bool,
+        combine: RegionId,
+    ) -> Res<Vec<Value>> {
         let tys: Vec<Type> = xs.iter().map(|&x| self.tyc(x)).collect();
-        let r = self.emit(Op::Scan { kind: ScanKind::Custom, axis: ax, reverse, srcs: xs, combine: Some(combine) }, tys);
+        let r = self.emit(
+            Op::Scan {
+                kind: ScanKind::Custom,
+                axis: ax,
+                reverse,
+                srcs: xs,
+                combine: Some(combine),
+            },
+            tys,
+        );
         Ok(r.iter().collect())
     }
 
@@ -1164,7 +1452,10 @@ impl Builder {
         }
         for &x in &xs[1..] {
             if self.ty(x).shape != t.shape {
-                return Err(format!("scan inputs must have one shape: {t} vs {}", self.ty(x)));
+                return Err(format!(
+                    "scan inputs must have one shape: {t} vs {}",
+                    self.ty(x)
+                ));
             }
         }
         self.norm_axis(&t, axis)
@@ -1180,10 +1471,12 @@ impl Builder {
         if ot.ptr || !matches!(ot.dtype, DType::I32 | DType::U32) {
             return Err(format!("random offsets must be int32 or uint32, got {ot}"));
         }
-        let seed = self.to_value(seed)?;
+        let seed = self.value_of(seed)?;
         let st = self.tyc(seed);
         if st.is_block() || !is_int(st.dtype) {
-            return Err(format!("the random seed must be an integer scalar, got {st}"));
+            return Err(format!(
+                "the random seed must be an integer scalar, got {st}"
+            ));
         }
         // seed.to(uint64); lo = seed & 0xffffffff; hi = seed >> 32 (as uint32).
         let s64 = self.cast(seed, DType::U64)?;
@@ -1196,8 +1489,20 @@ impl Builder {
         let zero = self.constant(Const::Int(0), ct.clone());
         let k0 = self.splat(lo, &ct.shape)?;
         let k1 = self.splat(hi, &ct.shape)?;
-        let r = self.emit(Op::Philox { counters: [c0, zero, zero, zero], key: [k0, k1], rounds }, vec![ct; 4]);
-        Ok([Value(r.start), Value(r.start + 1), Value(r.start + 2), Value(r.start + 3)])
+        let r = self.emit(
+            Op::Philox {
+                counters: [c0, zero, zero, zero],
+                key: [k0, k1],
+                rounds,
+            },
+            vec![ct; 4],
+        );
+        Ok([
+            Value(r.start),
+            Value(r.start + 1),
+            Value(r.start + 2),
+            Value(r.start + 3),
+        ])
     }
 
     /// `uint32_to_uniform_float`.
@@ -1220,8 +1525,16 @@ impl Builder {
         let u1 = self.uint_to_uniform(i1)?;
         let u2 = self.uint_to_uniform(i2)?;
         // pair_uniform_to_normal (Box-Muller), first output.
-        let u1 = self.max_min(Opnd::Weak(Scalar::Float(1.0e-7)), Opnd::Val(u1), true, false)?;
-        let th = self.mul(Opnd::Weak(Scalar::Float(6.283185307179586)), Opnd::Val(u2))?;
+        let u1 = self.max_min(
+            Opnd::Weak(Scalar::Float(1.0e-7)),
+            Opnd::Val(u1),
+            true,
+            false,
+        )?;
+        let th = self.mul(
+            Opnd::Weak(Scalar::Float(std::f64::consts::TAU)),
+            Opnd::Val(u2),
+        )?;
         let l = self.unary(UnaryOp::Log, Opnd::Val(u1))?;
         let m = self.mul(Opnd::Weak(Scalar::Float(-2.0)), Opnd::Val(l))?;
         let r = self.unary(UnaryOp::Sqrt, Opnd::Val(m))?;
@@ -1264,10 +1577,20 @@ impl Builder {
     }
 
     /// Ends region `r` with a `yield` of `vals`, checking their types against `want`.
-    pub(crate) fn finish_region(&mut self, r: RegionId, vals: &[Value], want: Option<&[Type]>, what: &str) -> Res<()> {
+    pub(crate) fn finish_region(
+        &mut self,
+        r: RegionId,
+        vals: &[Value],
+        want: Option<&[Type]>,
+        what: &str,
+    ) -> Res<()> {
         if let Some(want) = want {
             if vals.len() != want.len() {
-                return Err(format!("{what}: expected {} values, got {}", want.len(), vals.len()));
+                return Err(format!(
+                    "{what}: expected {} values, got {}",
+                    want.len(),
+                    vals.len()
+                ));
             }
             for (i, (v, w)) in vals.iter().zip(want).enumerate() {
                 let t = self.ty(*v);
@@ -1276,36 +1599,96 @@ impl Builder {
                 }
             }
         }
-        self.emit(Op::Yield { values: vals.to_vec() }, vec![]);
+        self.emit(
+            Op::Yield {
+                values: vals.to_vec(),
+            },
+            vec![],
+        );
         self.pop_region(r)
     }
 
-    pub(crate) fn emit_for(&mut self, b: [Value; 3], init: Vec<Value>, body: RegionId) -> Vec<Value> {
+    pub(crate) fn emit_for(
+        &mut self,
+        b: [Value; 3],
+        init: Vec<Value>,
+        body: RegionId,
+    ) -> Vec<Value> {
         let tys: Vec<Type> = init.iter().map(|&v| self.tyc(v)).collect();
-        let r = self.emit(Op::For { lo: b[0], hi: b[1], step: b[2], init, body }, tys);
+        let r = self.emit(
+            Op::For {
+                lo: b[0],
+                hi: b[1],
+                step: b[2],
+                init,
+                body,
+            },
+            tys,
+        );
         r.iter().collect()
     }
 
-    pub(crate) fn emit_while(&mut self, init: Vec<Value>, cond: RegionId, body: RegionId) -> Vec<Value> {
+    pub(crate) fn emit_while(
+        &mut self,
+        init: Vec<Value>,
+        cond: RegionId,
+        body: RegionId,
+    ) -> Vec<Value> {
         let tys: Vec<Type> = init.iter().map(|&v| self.tyc(v)).collect();
         let r = self.emit(Op::While { init, cond, body }, tys);
         r.iter().collect()
     }
 
-    pub(crate) fn emit_if(&mut self, cond: Value, then_r: RegionId, else_r: RegionId, tys: Vec<Type>) -> Vec<Value> {
-        let r = self.emit(Op::If { cond, then_region: then_r, else_region: else_r }, tys);
+    pub(crate) fn emit_if(
+        &mut self,
+        cond: Value,
+        then_r: RegionId,
+        else_r: RegionId,
+        tys: Vec<Type>,
+    ) -> Vec<Value> {
+        let r = self.emit(
+            Op::If {
+                cond,
+                then_region: then_r,
+                else_region: else_r,
+            },
+            tys,
+        );
         r.iter().collect()
     }
 
     /// The `bool` scalar condition of `if`/`while`.
     pub(crate) fn scalar_cond(&mut self, c: Opnd) -> Res<Value> {
-        let c = self.to_value(c)?;
+        let c = self.value_of(c)?;
         let t = self.tyc(c);
         if t.is_block() && t.numel() != 1 {
             return Err(format!("the condition must be a scalar, got {t}"));
         }
         let c = self.reshape(c, &[])?;
         self.cast(c, DType::Bool)
+    }
+
+    /// `multiple_of` / `max_contiguous`: records a hint on `v` (no op).
+    pub(crate) fn hint(
+        &mut self,
+        name: &str,
+        v: Value,
+        values: Vec<i64>,
+        multiple: bool,
+    ) -> Res<Value> {
+        let t = self.ty(v);
+        if values.len() != t.rank().max(1) || values.iter().any(|&d| d <= 0) {
+            return Err(format!(
+                "{name} needs one positive value per dim of {t}, got {values:?}"
+            ));
+        }
+        let h = if multiple {
+            Hint::MultipleOf(values)
+        } else {
+            Hint::MaxContiguous(values)
+        };
+        self.k.hints.push((v, h));
+        Ok(v)
     }
 
     pub(crate) fn debug_barrier(&mut self) {

@@ -201,9 +201,23 @@ binop!(Sub, sub, SubAssign, sub_assign, "sub", BinaryOp::Sub);
 binop!(Mul, mul, MulAssign, mul_assign, "mul", BinaryOp::Mul);
 binop!(Div, div, DivAssign, div_assign, "truediv", BinaryOp::Div);
 binop!(Rem, rem, RemAssign, rem_assign, "mod", BinaryOp::Rem);
-binop!(BitAnd, bitand, BitAndAssign, bitand_assign, "and", BinaryOp::And);
+binop!(
+    BitAnd,
+    bitand,
+    BitAndAssign,
+    bitand_assign,
+    "and",
+    BinaryOp::And
+);
 binop!(BitOr, bitor, BitOrAssign, bitor_assign, "or", BinaryOp::Or);
-binop!(BitXor, bitxor, BitXorAssign, bitxor_assign, "xor", BinaryOp::Xor);
+binop!(
+    BitXor,
+    bitxor,
+    BitXorAssign,
+    bitxor_assign,
+    "xor",
+    BinaryOp::Xor
+);
 binop!(Shl, shl, ShlAssign, shl_assign, "shl", BinaryOp::Shl);
 binop!(Shr, shr, ShrAssign, shr_assign, "shr", BinaryOp::Shr);
 

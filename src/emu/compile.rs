@@ -1,0 +1,266 @@
+//! Finding clang, compiling the generated C++ into a cached shared object, loading it.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use crate::{Error, Result};
+
+/// `tm_emu_launch(bufs, grid, threadgroup, reverse, workers, err, errlen)` in the .so.
+pub(crate) type LaunchFn = unsafe extern "C" fn(
+    *const *mut c_void,
+    *const u32,
+    *const u32,
+    i32,
+    i32,
+    *mut c_char,
+    usize,
+) -> i32;
+
+/// Flags are part of the cache key; `-O1` keeps compiles fast while inlining the shim.
+/// Stack-clash protection probes big stack frames page by page, so a kernel whose locals
+/// overflow its fiber stack hits the guard page instead of writing over other memory.
+const FLAGS: [&str; 12] = [
+    "-std=c++20",
+    "-O1",
+    "-shared",
+    "-fPIC",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-pthread",
+    "-w",
+    "-ferror-limit=20",
+    "-fno-color-diagnostics",
+    "-ffp-contract=off",
+    "-fstack-clash-protection",
+];
+
+/// Oldest clang whose x86-64 target has `_Float16` (Metal's `half`).
+const MIN_CLANG: u32 = 15;
+
+/// A usable clang: its path and `--version` first line.
+#[derive(Clone, Debug)]
+pub(crate) struct Clang {
+    pub path: PathBuf,
+    pub version: String,
+}
+
+fn clang_major(version: &str) -> Option<u32> {
+    let rest = &version[version.find("clang version ")? + "clang version ".len()..];
+    rest.split(['.', ' ']).next()?.parse().ok()
+}
+
+fn probe(cmd: &str) -> Option<Clang> {
+    let out = Command::new(cmd).arg("--version").output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let version = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    (clang_major(&version)? >= MIN_CLANG).then(|| Clang {
+        path: PathBuf::from(cmd),
+        version,
+    })
+}
+
+/// The clang to use: `$TRITON_METAL_EMU_CXX`, else the newest `clang++-N`, else `clang++`,
+/// provided it is at least clang 15.
+pub(crate) fn clang() -> Option<&'static Clang> {
+    static FOUND: OnceLock<Option<Clang>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if let Ok(cmd) = std::env::var("TRITON_METAL_EMU_CXX") {
+                return probe(&cmd);
+            }
+            (MIN_CLANG..=25)
+                .rev()
+                .map(|v| format!("clang++-{v}"))
+                .chain(["clang++".to_string()])
+                .find_map(|c| probe(&c))
+        })
+        .as_ref()
+}
+
+/// Where compiled kernels are kept: `$TRITON_METAL_EMU_CACHE`, else
+/// `$XDG_CACHE_HOME/triton-metal/emu`, else `$HOME/.cache/triton-metal/emu`, else the
+/// system temp dir.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TRITON_METAL_EMU_CACHE") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("triton-metal").join("emu");
+    }
+    if let Some(d) = std::env::var_os("HOME") {
+        return PathBuf::from(d)
+            .join(".cache")
+            .join("triton-metal")
+            .join("emu");
+    }
+    std::env::temp_dir().join("triton-metal-emu")
+}
+
+/// FNV-1a, twice with different offsets: stable across Rust versions (unlike
+/// `DefaultHasher`), which an on-disk cache needs.
+fn hash128(parts: &[&str]) -> String {
+    let mut h = [0xcbf29ce484222325u64, 0x84222325cbf29ce4u64];
+    for p in parts {
+        for b in p.bytes().chain([0xff]) {
+            for (k, x) in h.iter_mut().enumerate() {
+                *x ^= b as u64 + k as u64;
+                *x = x.wrapping_mul(0x100000001b3);
+            }
+        }
+    }
+    format!("{:016x}{:016x}", h[0], h[1])
+}
+
+fn loaded() -> &'static Mutex<HashMap<String, LaunchFn>> {
+    static LOADED: OnceLock<Mutex<HashMap<String, LaunchFn>>> = OnceLock::new();
+    LOADED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Compiles (or finds in the cache) `cpp` and returns its launch entry. `msl` is the
+/// kernel as MLX wrote it, quoted in compile errors.
+pub(crate) fn load(cpp: &str, kernel: &str, msl: &str) -> Result<LaunchFn> {
+    let clang = clang().ok_or_else(|| Error::Unsupported(super::MISSING_CLANG.into()))?;
+    let path_str = clang.path.to_string_lossy();
+    let mut key_parts = vec![path_str.as_ref(), clang.version.as_str()];
+    key_parts.extend(FLAGS);
+    key_parts.push(cpp);
+    let key = hash128(&key_parts);
+    if let Some(f) = loaded().lock().ok().and_then(|m| m.get(&key).copied()) {
+        return Ok(f);
+    }
+    let dir = cache_dir();
+    std::fs::create_dir_all(&dir)?;
+    let so = dir.join(format!("{key}.so"));
+    if !so.exists() {
+        build(clang, cpp, &dir, &key, &so, kernel, msl)?;
+    }
+    // SAFETY: the library is our own compiled kernel; its initialisers only set up
+    // thread-locals. It is leaked so the function pointer stays valid for the process.
+    let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Compile {
+        kernel: kernel.into(),
+        backend: "emulator".into(),
+        msg: format!("cannot load {}: {e}", so.display()),
+    })?;
+    let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+    // SAFETY: the harness appends `tm_emu_launch` with exactly this signature.
+    let f: LaunchFn = unsafe { lib.get::<LaunchFn>(b"tm_emu_launch\0") }
+        .map(|s| *s)
+        .map_err(|e| Error::Compile {
+            kernel: kernel.into(),
+            backend: "emulator".into(),
+            msg: format!("{} has no tm_emu_launch: {e}", so.display()),
+        })?;
+    if let Ok(mut m) = loaded().lock() {
+        m.insert(key, f);
+    }
+    Ok(f)
+}
+
+fn build(
+    clang: &Clang,
+    cpp: &str,
+    dir: &Path,
+    key: &str,
+    so: &Path,
+    kernel: &str,
+    msl: &str,
+) -> Result<()> {
+    let src = dir.join(format!("{key}.cpp"));
+    std::fs::write(&src, cpp)?;
+    // Unique temporary name, then rename: concurrent tests may build the same kernel.
+    let tmp = dir.join(format!(
+        "{key}.{}.{:?}.tmp",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let out = Command::new(&clang.path)
+        .args(FLAGS)
+        .arg("-x")
+        .arg("c++")
+        .arg(&src)
+        .arg("-o")
+        .arg(&tmp)
+        .output()
+        .map_err(|e| Error::Compile {
+            kernel: kernel.into(),
+            backend: "emulator".into(),
+            msg: format!("cannot run {}: {e}", clang.path.display()),
+        })?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(Error::Compile {
+            kernel: kernel.into(),
+            backend: "emulator".into(),
+            msg: compile_message(&stderr, msl, &src),
+        });
+    }
+    std::fs::rename(&tmp, so)?;
+    Ok(())
+}
+
+/// clang's diagnostics (trimmed) followed by the MSL lines they point at.
+fn compile_message(stderr: &str, msl: &str, src: &Path) -> String {
+    let lines: Vec<&str> = msl.lines().collect();
+    let mut cited = Vec::new();
+    for l in stderr.lines() {
+        let Some(rest) = l.split("kernel.metal:").nth(1) else {
+            continue;
+        };
+        if !rest.contains("error") {
+            continue;
+        }
+        if let Some(n) = rest.split(':').next().and_then(|n| n.parse::<usize>().ok()) {
+            if !cited.contains(&n) {
+                cited.push(n);
+            }
+        }
+    }
+    let mut msg: String = stderr.chars().take(6000).collect();
+    if !cited.is_empty() {
+        msg.push_str("\noffending MSL lines:\n");
+        for n in cited {
+            if let Some(text) = n.checked_sub(1).and_then(|i| lines.get(i)) {
+                msg.push_str(&format!("{n:>5} | {text}\n"));
+            }
+        }
+    }
+    msg.push_str(&format!("(C++ kept at {})", src.display()));
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_and_hashes_are_stable() {
+        assert_eq!(
+            clang_major("Debian clang version 19.1.7 (3~deb12u1)"),
+            Some(19)
+        );
+        assert_eq!(clang_major("clang version 14.0.6"), Some(14));
+        assert_eq!(clang_major("gcc"), None);
+        assert_eq!(hash128(&["a", "b"]), hash128(&["a", "b"]));
+        assert_ne!(hash128(&["ab"]), hash128(&["a", "b"]));
+    }
+
+    #[test]
+    fn compile_messages_quote_the_offending_msl_line() {
+        let msg = compile_message(
+            "kernel.metal:2:5: error: use of undeclared identifier 'y'\n",
+            "line one\n  out[i] = y;\n",
+            Path::new("/tmp/x.cpp"),
+        );
+        assert!(msg.contains("    2 |   out[i] = y;"), "{msg}");
+    }
+}

@@ -1,0 +1,523 @@
+//! Launching a [`JitKernel`] on MLX arrays: `kernel.launch().grid(..).args(..).run()`.
+//!
+//! Pointer parameters take MLX [`Array`]s; pointers the kernel stores to are outputs: the
+//! caller gives their shape and dtype ([`out`], [`out_like`]) and optionally a fill value,
+//! and `run` returns them as new lazy arrays, in parameter order. Scalars are Rust values;
+//! constexprs are given by name and select (and cache) a specialisation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Index;
+use std::sync::Arc;
+
+use crate::array::Array;
+use crate::device::{self, Device};
+use crate::dtype::DType;
+use crate::exec::ExecArg;
+use crate::error::{Error, Result};
+use crate::ir::{Kernel, ParamKind};
+use crate::runtime::mlx_kernel::{cpu_launch, OutputSpec};
+use crate::tl::JitKernel;
+
+/// `triton.cdiv`: `(x + d - 1) / d` for positive `d`.
+pub fn cdiv(x: impl TryInto<i64>, d: impl TryInto<i64>) -> usize {
+    let x: i64 = x.try_into().unwrap_or(0);
+    let d: i64 = d.try_into().unwrap_or(1).max(1);
+    ((x.max(0) + d - 1) / d) as usize
+}
+
+/// The constexprs of a launch, as a grid function sees them (`meta["BLOCK_SIZE"]`).
+#[derive(Clone, Debug, Default)]
+pub struct Meta(BTreeMap<String, i64>);
+
+impl Meta {
+    /// The value of a constexpr, if given.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.0.get(name).copied()
+    }
+}
+
+impl Index<&str> for Meta {
+    type Output = i64;
+    /// Missing names read as 1 here; the launch itself then fails with a clear error
+    /// naming the missing constexpr, so a grid lambda never panics.
+    fn index(&self, name: &str) -> &i64 {
+        self.0.get(name).unwrap_or(&1)
+    }
+}
+
+/// A launch grid in programs per axis, fixed or computed from the constexprs like Triton's
+/// `grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)`.
+pub enum Grid {
+    /// Fixed programs per axis.
+    Fixed([usize; 3]),
+    /// Computed from the launch's constexprs.
+    Dynamic(Box<dyn Fn(&Meta) -> [usize; 3] + Send + Sync>),
+}
+
+impl fmt::Debug for Grid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Grid::Fixed(g) => write!(f, "Grid::Fixed({g:?})"),
+            Grid::Dynamic(_) => f.write_str("Grid::Dynamic(..)"),
+        }
+    }
+}
+
+/// Grid lengths of 1, 2 or 3 axes (missing axes are 1).
+pub trait IntoGridDims {
+    /// As three axes.
+    fn dims(self) -> [usize; 3];
+}
+
+impl IntoGridDims for usize {
+    fn dims(self) -> [usize; 3] {
+        [self, 1, 1]
+    }
+}
+impl IntoGridDims for [usize; 1] {
+    fn dims(self) -> [usize; 3] {
+        [self[0], 1, 1]
+    }
+}
+impl IntoGridDims for [usize; 2] {
+    fn dims(self) -> [usize; 3] {
+        [self[0], self[1], 1]
+    }
+}
+impl IntoGridDims for [usize; 3] {
+    fn dims(self) -> [usize; 3] {
+        self
+    }
+}
+
+/// A grid computed from the constexprs: `grid(|meta| [cdiv(n, meta["BLOCK_SIZE"])])`.
+pub fn grid<D: IntoGridDims>(f: impl Fn(&Meta) -> D + Send + Sync + 'static) -> Grid {
+    Grid::Dynamic(Box::new(move |m| f(m).dims()))
+}
+
+impl<D: IntoGridDims> From<D> for Grid {
+    fn from(d: D) -> Grid {
+        Grid::Fixed(d.dims())
+    }
+}
+
+/// A scalar launch argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    /// `bool` / int1.
+    Bool(bool),
+    /// Any integer (range-checked against the parameter's dtype).
+    Int(i64),
+    /// Any float (converted to the parameter's dtype).
+    Float(f64),
+}
+
+/// One launch argument, matched to the kernel's runtime parameters in order.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    /// An input array for a pointer parameter.
+    Array(Array),
+    /// An output for a pointer parameter the kernel stores to.
+    Out {
+        /// Shape of the returned array.
+        shape: Vec<usize>,
+        /// Element type (must match the pointer's).
+        dtype: DType,
+        /// Value every element holds before the kernel runs.
+        fill: Option<f64>,
+    },
+    /// A scalar parameter.
+    Scalar(Scalar),
+}
+
+/// An output of `shape` and `dtype`.
+pub fn out(shape: &[usize], dtype: DType) -> Arg {
+    Arg::Out {
+        shape: shape.to_vec(),
+        dtype,
+        fill: None,
+    }
+}
+
+/// An output with the shape and dtype of `like`.
+pub fn out_like(like: &Array) -> Arg {
+    Arg::Out {
+        shape: like.shape(),
+        dtype: like.dtype(),
+        fill: None,
+    }
+}
+
+impl Arg {
+    /// Sets an output's initial value (e.g. `f64::NAN` to poison unwritten elements, or 0
+    /// for atomic accumulation). No effect on other arguments.
+    pub fn fill(self, value: f64) -> Arg {
+        match self {
+            Arg::Out { shape, dtype, .. } => Arg::Out {
+                shape,
+                dtype,
+                fill: Some(value),
+            },
+            other => other,
+        }
+    }
+}
+
+impl From<&Array> for Arg {
+    fn from(a: &Array) -> Arg {
+        Arg::Array(a.clone())
+    }
+}
+impl From<Array> for Arg {
+    fn from(a: Array) -> Arg {
+        Arg::Array(a)
+    }
+}
+macro_rules! scalar_from {
+    ($($t:ty => $v:ident as $c:ty),*) => {$(
+        impl From<$t> for Arg {
+            fn from(x: $t) -> Arg { Arg::Scalar(Scalar::$v(x as $c)) }
+        }
+    )*};
+}
+scalar_from!(i8 => Int as i64, i16 => Int as i64, i32 => Int as i64, i64 => Int as i64,
+    u8 => Int as i64, u16 => Int as i64, u32 => Int as i64, usize => Int as i64,
+    f32 => Float as f64, f64 => Float as f64);
+impl From<bool> for Arg {
+    fn from(b: bool) -> Arg {
+        Arg::Scalar(Scalar::Bool(b))
+    }
+}
+
+/// Tuples of arguments: `.args((&x, &y, out_like(&x), n))`.
+pub trait IntoArgs {
+    /// The arguments in order.
+    fn into_args(self) -> Vec<Arg>;
+}
+
+macro_rules! tuple_args {
+    ($($name:ident),+) => {
+        impl<$($name: Into<Arg>),+> IntoArgs for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn into_args(self) -> Vec<Arg> {
+                let ($($name,)+) = self;
+                vec![$($name.into()),+]
+            }
+        }
+    };
+}
+tuple_args!(A);
+tuple_args!(A, B);
+tuple_args!(A, B, C);
+tuple_args!(A, B, C, D);
+tuple_args!(A, B, C, D, E);
+tuple_args!(A, B, C, D, E, F);
+tuple_args!(A, B, C, D, E, F, G);
+tuple_args!(A, B, C, D, E, F, G, H);
+tuple_args!(A, B, C, D, E, F, G, H, I);
+tuple_args!(A, B, C, D, E, F, G, H, I, J);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L);
+
+impl IntoArgs for Vec<Arg> {
+    fn into_args(self) -> Vec<Arg> {
+        self
+    }
+}
+
+/// Where a launch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Target {
+    /// Metal when MLX's default device is an Apple GPU, otherwise the CPU executor.
+    #[default]
+    Auto,
+    /// The CPU executor, as an MLX primitive (lazy outputs).
+    Cpu,
+}
+
+/// A launch being configured; see [`JitKernel::launch`].
+pub struct Launch<'k> {
+    kernel: &'k JitKernel,
+    grid: Option<Grid>,
+    args: Vec<Arg>,
+    constexprs: BTreeMap<String, i64>,
+    num_warps: usize,
+    target: Target,
+}
+
+impl JitKernel {
+    /// Starts a launch: `kernel.launch().grid(..).args(..).constexpr(..).run()`.
+    pub fn launch(&self) -> Launch<'_> {
+        Launch {
+            kernel: self,
+            grid: None,
+            args: Vec::new(),
+            constexprs: BTreeMap::new(),
+            num_warps: 4,
+            target: Target::Auto,
+        }
+    }
+}
+
+impl<'k> Launch<'k> {
+    /// Programs per axis: `[n]`, `[x, y]`, `[x, y, z]`, or [`grid`]`(|meta| ..)`.
+    pub fn grid(mut self, g: impl Into<Grid>) -> Self {
+        self.grid = Some(g.into());
+        self
+    }
+
+    /// All runtime arguments at once, in parameter order.
+    pub fn args(mut self, args: impl IntoArgs) -> Self {
+        self.args = args.into_args();
+        self
+    }
+
+    /// Appends one runtime argument.
+    pub fn arg(mut self, a: impl Into<Arg>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    /// Gives a constexpr (specialises the kernel).
+    pub fn constexpr(mut self, name: &str, value: i64) -> Self {
+        self.constexprs.insert(name.to_string(), value);
+        self
+    }
+
+    /// Warps (32 threads each) per program on GPUs; a power of two (default 4).
+    pub fn num_warps(mut self, n: usize) -> Self {
+        self.num_warps = n;
+        self
+    }
+
+    /// Chooses where to run (default [`Target::Auto`]).
+    pub fn target(mut self, t: Target) -> Self {
+        self.target = t;
+        self
+    }
+
+    fn err(&self, msg: impl Into<String>) -> Error {
+        Error::Launch {
+            kernel: self.kernel.name().to_string(),
+            msg: msg.into(),
+        }
+    }
+
+    /// The specialisation this launch would run (built once per constexpr set).
+    pub fn specialize(&self) -> Result<Arc<Kernel>> {
+        self.kernel.specialize(&self.constexprs)
+    }
+
+    /// Checks everything and runs; returns the outputs (the stored-to pointer arguments)
+    /// in parameter order, as lazy MLX arrays.
+    pub fn run(self) -> Result<Vec<Array>> {
+        if !self.num_warps.is_power_of_two() || self.num_warps > 32 {
+            return Err(self.err(format!(
+                "num_warps = {} must be a power of two between 1 and 32",
+                self.num_warps
+            )));
+        }
+        let kernel = self.specialize()?;
+        let meta = Meta(self.constexprs.clone());
+        let grid = match &self.grid {
+            None => return Err(self.err("no grid given: call .grid([programs, ...])")),
+            Some(Grid::Fixed(g)) => *g,
+            Some(Grid::Dynamic(f)) => f(&meta),
+        };
+        if grid.iter().any(|&g| g > i32::MAX as usize) {
+            return Err(self.err(format!("grid {grid:?} has an axis above 2^31 - 1 programs")));
+        }
+        let plan = self.bind(&kernel)?;
+        match self.target {
+            Target::Auto if device::default_device()? == Device::Gpu => Err(Error::Unsupported(
+                format!(
+                    "kernel `{}`: launching on the GPU device needs the Metal code generator, \
+                     which is not part of this build yet; use .target(Target::Cpu)",
+                    kernel.name
+                ),
+            )),
+            Target::Auto | Target::Cpu => run_cpu(kernel, grid, plan),
+        }
+    }
+
+    /// Matches arguments to parameters, checking count, kinds, dtypes and ranges.
+    fn bind(&self, kernel: &Kernel) -> Result<Bound> {
+        let params = &kernel.params;
+        if self.args.len() != params.len() {
+            let names: Vec<String> = params
+                .iter()
+                .map(|p| match p.kind {
+                    ParamKind::Ptr(d) => format!("{}: *{d}", p.name),
+                    ParamKind::Scalar(d) => format!("{}: {d}", p.name),
+                })
+                .collect();
+            return Err(self.err(format!(
+                "expected {} arguments ({}), got {}",
+                params.len(),
+                names.join(", "),
+                self.args.len()
+            )));
+        }
+        let mut bound = Bound::default();
+        for (i, (p, a)) in params.iter().zip(&self.args).enumerate() {
+            let at = format!("argument {i} (`{}`)", p.name);
+            match (p.kind, a) {
+                (ParamKind::Ptr(d), Arg::Array(arr)) => {
+                    if arr.dtype() != d {
+                        return Err(self.err(format!(
+                            "{at}: expected an array of {d}, got {}",
+                            arr.dtype()
+                        )));
+                    }
+                    if p.stored {
+                        return Err(self.err(format!(
+                            "{at}: the kernel stores through this pointer, so it is an output: \
+                             pass out(shape, dtype) or out_like(&array) (MLX arrays are immutable)"
+                        )));
+                    }
+                    bound.slots.push(Slot::Input);
+                    bound.inputs.push(arr.clone());
+                }
+                (ParamKind::Ptr(d), Arg::Out { shape, dtype, fill }) => {
+                    if *dtype != d {
+                        return Err(self.err(format!(
+                            "{at}: output dtype {dtype} does not match the pointer's {d}"
+                        )));
+                    }
+                    bound.slots.push(Slot::Output);
+                    // Outputs start uninitialised, like MLX's own kernels, unless a fill
+                    // is asked for or the kernel reads the buffer before writing it.
+                    let fill = fill.or(if p.loaded { Some(0.0) } else { None });
+                    bound.outputs.push((
+                        OutputSpec {
+                            shape: shape.clone(),
+                            dtype: *dtype,
+                        },
+                        fill,
+                    ));
+                }
+                (ParamKind::Ptr(d), Arg::Scalar(s)) => {
+                    return Err(self.err(format!("{at}: expected an array of {d}, got scalar {s:?}")))
+                }
+                (ParamKind::Scalar(d), Arg::Scalar(s)) => {
+                    bound.slots.push(Slot::Scalar(check_scalar(*s, d).map_err(|m| self.err(format!("{at}: {m}")))?));
+                }
+                (ParamKind::Scalar(d), _) => {
+                    return Err(self.err(format!("{at}: expected a scalar of {d}, got an array")))
+                }
+            }
+        }
+        Ok(bound)
+    }
+}
+
+/// A scalar converted to its parameter's dtype.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScalarValue {
+    /// Integers and bools, sign- or zero-extended.
+    Int(i64),
+    /// Floats.
+    Float(f64),
+}
+
+fn check_scalar(s: Scalar, d: DType) -> std::result::Result<ScalarValue, String> {
+    let range = |lo: i64, hi: i64, v: i64| {
+        if v < lo || v > hi {
+            Err(format!("{v} does not fit in {d}"))
+        } else {
+            Ok(ScalarValue::Int(v))
+        }
+    };
+    match (s, d) {
+        (Scalar::Bool(b), DType::Bool) => Ok(ScalarValue::Int(b as i64)),
+        (Scalar::Int(v), DType::Bool) if v == 0 || v == 1 => Ok(ScalarValue::Int(v)),
+        (Scalar::Int(v), DType::I8) => range(i8::MIN as i64, i8::MAX as i64, v),
+        (Scalar::Int(v), DType::I16) => range(i16::MIN as i64, i16::MAX as i64, v),
+        (Scalar::Int(v), DType::I32) => range(i32::MIN as i64, i32::MAX as i64, v),
+        (Scalar::Int(v), DType::I64) => Ok(ScalarValue::Int(v)),
+        (Scalar::Int(v), DType::U8) => range(0, u8::MAX as i64, v),
+        (Scalar::Int(v), DType::U16) => range(0, u16::MAX as i64, v),
+        (Scalar::Int(v), DType::U32) => range(0, u32::MAX as i64, v),
+        (Scalar::Int(v), DType::U64) => range(0, i64::MAX, v),
+        (Scalar::Int(v), f) if f.is_float() => Ok(ScalarValue::Float(v as f64)),
+        (Scalar::Float(v), f) if f.is_float() => Ok(ScalarValue::Float(v)),
+        (s, d) => Err(format!("expected a {d} scalar, got {s:?}")),
+    }
+}
+
+#[derive(Debug)]
+enum Slot {
+    Input,
+    Output,
+    Scalar(ScalarValue),
+}
+
+#[derive(Default)]
+struct Bound {
+    slots: Vec<Slot>,
+    inputs: Vec<Array>,
+    outputs: Vec<(OutputSpec, Option<f64>)>,
+}
+
+fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound) -> Result<Vec<Array>> {
+    let Bound {
+        slots,
+        inputs,
+        outputs,
+    } = plan;
+    let fills: Vec<(DType, Option<f64>)> = outputs.iter().map(|(o, f)| (o.dtype, *f)).collect();
+    let specs: Vec<OutputSpec> = outputs.into_iter().map(|(o, _)| o).collect();
+    let name = kernel.name.clone();
+    let body = move |ins: &[&[u8]], outs: &mut [&mut [u8]]| -> Result<()> {
+        for (buf, (dtype, fill)) in outs.iter_mut().zip(&fills) {
+            if let Some(v) = fill {
+                fill_bytes(buf, *dtype, *v);
+            }
+        }
+        // Slots list inputs and outputs in parameter order, each list in its own order.
+        let mut ins = ins.iter();
+        let mut outs = outs.iter_mut();
+        let mut args = Vec::with_capacity(slots.len());
+        for slot in &slots {
+            args.push(match slot {
+                Slot::Input => ExecArg::Buffer(ins.next().copied().unwrap_or(&[])),
+                Slot::Output => match outs.next() {
+                    Some(b) => ExecArg::BufferMut(&mut **b),
+                    None => ExecArg::Buffer(&[]),
+                },
+                Slot::Scalar(ScalarValue::Int(v)) => ExecArg::Int(*v),
+                Slot::Scalar(ScalarValue::Float(v)) => ExecArg::Float(*v),
+            });
+        }
+        crate::exec::execute(&kernel, grid, &mut args)
+    };
+    let refs: Vec<&Array> = inputs.iter().collect();
+    cpu_launch(&name, Box::new(body), &refs, &specs)
+}
+
+/// Fills a buffer with `value` converted to `dtype` (bit patterns as MLX stores them).
+pub(crate) fn fill_bytes(buf: &mut [u8], dtype: DType, value: f64) {
+    let one: Vec<u8> = match dtype {
+        DType::Bool => vec![(value != 0.0) as u8],
+        DType::I8 => (value as i8).to_ne_bytes().to_vec(),
+        DType::I16 => (value as i16).to_ne_bytes().to_vec(),
+        DType::I32 => (value as i32).to_ne_bytes().to_vec(),
+        DType::I64 => (value as i64).to_ne_bytes().to_vec(),
+        DType::U8 => (value as u8).to_ne_bytes().to_vec(),
+        DType::U16 => (value as u16).to_ne_bytes().to_vec(),
+        DType::U32 => (value as u32).to_ne_bytes().to_vec(),
+        DType::U64 => (value as u64).to_ne_bytes().to_vec(),
+        DType::F16 => half::f16::from_f64(value).to_ne_bytes().to_vec(),
+        DType::BF16 => half::bf16::from_f64(value).to_ne_bytes().to_vec(),
+        DType::F32 => (value as f32).to_ne_bytes().to_vec(),
+        DType::F64 => value.to_ne_bytes().to_vec(),
+    };
+    if one.iter().all(|&b| b == one[0]) {
+        buf.fill(one[0]);
+    } else {
+        for chunk in buf.chunks_exact_mut(one.len()) {
+            chunk.copy_from_slice(&one);
+        }
+    }
+}

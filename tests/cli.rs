@@ -1,0 +1,308 @@
+//! The `triton-metal` binary run as a process: every subcommand's output, and bad input
+//! rejected with one line on stderr and exit code 2.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_triton-metal"));
+    // Tests must not depend on the developer's override.
+    c.env_remove("TRITON_METAL_HW");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+}
+
+/// Exit code 2 and exactly one line on stderr containing `needle`.
+fn rejected(args: &[&str], needle: &str) {
+    let o = run(args);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+fn tmp(name: &str, content: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("triton-metal-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+const SEED_OPS: &str = r#"{
+  "ops": [
+    {"type": "tt.reduce", "id": "sum_reduce_1d", "input_shapes": [[1024]], "args": {"axis": 0}},
+    {"type": "tt.sum", "id": "sum_reduce_2d", "input_shapes": [[512, 512]], "args": {"axis": 1}},
+    {"type": "tt.matmul", "id": "mm", "input_shapes": [[64, 32], [32, 16]], "args": {}}
+  ]
+}"#;
+
+#[test]
+fn analyze_a_seed_file_and_one_operation() {
+    let f = tmp("seed.json", SEED_OPS);
+    let out = ok(&["analyze", "--json", f.to_str().unwrap()]);
+    assert!(out.contains("sum_reduce_1d  tt.reduce  [1024]"), "{out}");
+    assert!(out.contains("COALESCED (8)"), "{out}");
+    assert!(out.contains("TILED (4)"), "{out}");
+    assert!(out.contains("2 of 3 ops use the COALESCED layout"), "{out}");
+
+    let out = ok(&[
+        "analyze",
+        "--operation",
+        "tt.reduce:[1024,512]:1",
+        "--verbose",
+    ]);
+    assert!(out.contains("COALESCED"), "{out}");
+    assert!(out.contains("threads"), "{out}");
+
+    let v = json(&[
+        "--format",
+        "json",
+        "analyze",
+        "--operation",
+        "tt.sum:[4096,4096]:1",
+    ]);
+    assert_eq!(v["ops"][0]["layout_value"], 8);
+    assert_eq!(v["ops"][0]["coalesced"], true);
+    assert_eq!(v["summary"]["coalesced"], 1);
+
+    // --output writes the same JSON document.
+    let outp = std::env::temp_dir().join(format!("tm-analyze-{}.json", std::process::id()));
+    ok(&[
+        "analyze",
+        "--json",
+        f.to_str().unwrap(),
+        "--output",
+        outp.to_str().unwrap(),
+    ]);
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&outp).unwrap()).unwrap();
+    assert_eq!(written["ops"].as_array().unwrap().len(), 3);
+    let _ = std::fs::remove_file(outp);
+}
+
+#[test]
+fn version_on_the_subcommand() {
+    let out = ok(&["analyze", "--version"]);
+    assert!(out.contains(env!("CARGO_PKG_VERSION")), "{out}");
+}
+
+#[test]
+fn layouts_follow_the_chosen_hardware() {
+    let m1 = json(&[
+        "--hw",
+        "m1",
+        "--format",
+        "json",
+        "layouts",
+        "--operation",
+        "tt.dot:[[2048,2048],[2048,2048]]",
+    ]);
+    let sm90 = json(&[
+        "--hw",
+        "sm90",
+        "--format",
+        "json",
+        "layouts",
+        "--operation",
+        "tt.dot:[[2048,2048],[2048,2048]]",
+    ]);
+    assert_eq!(m1["hardware"]["chip"], "m1");
+    assert_eq!(m1["ops"][0]["plan"]["tile"]["m"], 64);
+    assert_eq!(sm90["ops"][0]["plan"]["tile"]["m"], 128);
+    // The environment variable works too, and --hw wins over it.
+    let o = bin()
+        .env("TRITON_METAL_HW", "m4-max")
+        .args(["layouts"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&o).starts_with("hardware: Apple M4 Max (m4-max)"),
+        "{}",
+        stdout(&o)
+    );
+    let table = ok(&["--hw", "m3", "layouts"]);
+    assert!(table.contains("TWO-STAGE"), "{table}");
+    assert!(table.contains("softmax_rows"), "{table}");
+}
+
+#[test]
+fn sample_ops_round_trip_through_analyze() {
+    let small: Value = serde_json::from_str(&ok(&["sample-ops"])).unwrap();
+    let large: Value = serde_json::from_str(&ok(&["sample-ops", "--large"])).unwrap();
+    let n_small = small["ops"].as_array().unwrap().len();
+    assert!(large["ops"].as_array().unwrap().len() > n_small);
+    let f = std::env::temp_dir().join(format!("tm-large-{}.json", std::process::id()));
+    ok(&["sample-ops", "--large", "--output", f.to_str().unwrap()]);
+    let out = ok(&["analyze", "--json", f.to_str().unwrap()]);
+    assert!(out.contains("sum_16x65536_axis1"), "{out}");
+    let _ = std::fs::remove_file(f);
+}
+
+#[test]
+fn fuse_the_sample_graph_and_verify_it() {
+    let f = std::env::temp_dir().join(format!("tm-graph-{}.json", std::process::id()));
+    ok(&["sample-ops", "--graph", "--output", f.to_str().unwrap()]);
+    let out = ok(&["fuse", "--json", f.to_str().unwrap(), "--verify"]);
+    for p in [
+        "layer_norm",
+        "attention",
+        "fma",
+        "matmul_bias",
+        "rms_norm",
+        "swiglu",
+        "hierarchical_reduction",
+    ] {
+        assert!(out.contains(p), "{p}: {out}");
+    }
+    assert!(out.contains("memory traffic saved"), "{out}");
+    assert!(out.contains("verification"), "{out}");
+    let v = json(&[
+        "--format",
+        "json",
+        "fuse",
+        "--json",
+        f.to_str().unwrap(),
+        "--verify",
+    ]);
+    assert_eq!(v["summary"]["groups"].as_array().unwrap().len(), 7);
+    assert!(v["summary"]["bytes_saved"].as_u64().unwrap() > 0);
+    for o in v["verification"]["outputs"].as_array().unwrap() {
+        assert_eq!(o["mismatches"], 0, "{o}");
+    }
+    let _ = std::fs::remove_file(f);
+}
+
+#[test]
+fn profiles_and_check_system() {
+    let out = ok(&["profiles"]);
+    for name in [
+        "m1", "m2-pro", "m3-max", "m4-max", "apple", "sm80", "sm90", "cpu",
+    ] {
+        assert!(out.contains(name), "{name}: {out}");
+    }
+    assert!(
+        out.contains("546"),
+        "M4 Max bandwidth from DESIGN.md: {out}"
+    );
+    let out = ok(&["check-system"]);
+    for k in [
+        "os",
+        "mlx",
+        "backend",
+        "device",
+        "chip generation",
+        "metal",
+        "cuda",
+        "emulation harness",
+    ] {
+        assert!(out.contains(k), "{k}: {out}");
+    }
+    let v = json(&["--format", "json", "check-system"]);
+    assert_eq!(v["ok"], true);
+    assert!(v["mlx_version"].as_str().unwrap().starts_with("0."));
+    // A missing required harness fails with exit code 1.
+    let o = bin()
+        .env("PATH", "/nonexistent")
+        .args(["check-system", "--require-emu"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("missing: emulation harness"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let bad_json = tmp("bad.json", "{\"ops\": [ {\"type\": \"tt.sum\", ");
+    rejected(
+        &["analyze", "--json", bad_json.to_str().unwrap()],
+        "malformed op-graph JSON",
+    );
+    let unknown = tmp(
+        "unknown.json",
+        r#"{"ops":[{"type":"tt.frobnicate","id":"f","input_shapes":[[4]]}]}"#,
+    );
+    rejected(
+        &["analyze", "--json", unknown.to_str().unwrap()],
+        "op `f` (tt.frobnicate): type: unknown op type",
+    );
+    rejected(
+        &["fuse", "--json", unknown.to_str().unwrap()],
+        "unknown op type",
+    );
+    let dangling = tmp(
+        "dangling.json",
+        r#"{"inputs":[{"id":"x","shape":[4]}],"ops":[{"type":"tt.exp","id":"e","inputs":["y"]}]}"#,
+    );
+    rejected(
+        &["fuse", "--json", dangling.to_str().unwrap()],
+        "inputs[0]: `y` is not a graph input",
+    );
+    rejected(
+        &["analyze", "--operation", "tt.sum:[4,x]:1"],
+        "bad operation",
+    );
+    rejected(
+        &["analyze", "--operation", "tt.sum:[4,4"],
+        "unbalanced brackets",
+    );
+    rejected(
+        &["analyze", "--operation", "tt.sum:[4,-4]:1"],
+        "dimension must be",
+    );
+    rejected(
+        &["analyze", "--operation", "tt.sum:[4,4]:7"],
+        "args.axis: axis 7 is out of range",
+    );
+    rejected(
+        &["analyze", "--json", "/nonexistent/ops.json"],
+        "cannot read",
+    );
+    rejected(&["analyze"], "nothing to analyze");
+    rejected(&["--hw", "m9", "layouts"], "unknown hardware `m9`");
+    let o = bin()
+        .env("TRITON_METAL_HW", "pentium")
+        .args(["layouts"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("TRITON_METAL_HW: unknown hardware `pentium`; valid names: m1,"),
+        "{}",
+        stderr(&o)
+    );
+    rejected(&["analyze", "--frobnicate"], "--frobnicate");
+    rejected(&["frobnicate"], "frobnicate");
+}
