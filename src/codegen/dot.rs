@@ -77,7 +77,9 @@ impl Lowering<'_> {
             me.line(format!("const uint tm_tn = (tm_t % {tn}u) * 8u;"));
         };
         open_tiles(self);
-        self.line(format!("simdgroup_load({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"));
+        self.line(format!(
+            "simdgroup_load({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"
+        ));
         self.close();
         self.smem_read_done();
         // A and B (as float) over the same scratch.
@@ -90,7 +92,9 @@ impl Lowering<'_> {
         self.line(format!("simdgroup_matrix<float, 8, 8> {fb};"));
         self.open(format!("for (uint tm_kk = 0; tm_kk < {k}u; tm_kk += 8u)"));
         open_tiles(self);
-        self.line(format!("simdgroup_load({fa}, {s} + tm_tm * {k}u + tm_kk, {k});"));
+        self.line(format!(
+            "simdgroup_load({fa}, {s} + tm_tm * {k}u + tm_kk, {k});"
+        ));
         self.line(format!(
             "simdgroup_load({fb}, {s} + {}u + tm_kk * {n}u + tm_tn, {n});",
             m * k
@@ -104,7 +108,9 @@ impl Lowering<'_> {
         // C back through scratch into the blocked layout.
         self.smem_write_begin();
         open_tiles(self);
-        self.line(format!("simdgroup_store({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"));
+        self.line(format!(
+            "simdgroup_store({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"
+        ));
         self.close();
         self.smem_write_end();
         let dacc = self.edt(res);
@@ -152,7 +158,10 @@ impl Lowering<'_> {
         let accs = self.el(acc, "tm_i");
         self.open_regs(lay, true);
         if lay.has_idle_threads() {
-            self.line(format!("if (tm_l >= {}u) {{ {name}[tm_i] = {ct}(0); continue; }}", lay.n));
+            self.line(format!(
+                "if (tm_l >= {}u) {{ {name}[tm_i] = {ct}(0); continue; }}",
+                lay.n
+            ));
         }
         self.line(format!("const uint tm_b = tm_l / {}u;", m * n));
         self.line(format!("const uint tm_m = (tm_l / {n}u) % {m}u;"));
@@ -164,7 +173,9 @@ impl Lowering<'_> {
         if dacc.is_float() && dacc != DType::BF16 {
             self.line(format!("tm_c = fma({x}, {y}, tm_c);"));
         } else if dacc == DType::BF16 {
-            self.line(format!("tm_c = {ct}(fma(float({x}), float({y}), float(tm_c)));"));
+            self.line(format!(
+                "tm_c = {ct}(fma(float({x}), float({y}), float(tm_c)));"
+            ));
         } else {
             self.line(format!("tm_c = tm_c + {x} * {y};"));
         }
@@ -175,7 +186,8 @@ impl Lowering<'_> {
         self.set(res, Repr::Block(name));
         self.layouts.push(LayoutChoice {
             op: format!("dot {}x{m}x{n}x{k}", batch),
-            layout: "scalar FMA: operands staged in threadgroup memory, one C element per register".into(),
+            layout: "scalar FMA: operands staged in threadgroup memory, one C element per register"
+                .into(),
         });
         Ok(())
     }

@@ -159,6 +159,9 @@ mod tests {
         let small = BlockedLayout::new(16, 4, 128);
         assert_eq!(small.regs(), 4);
         assert!(small.has_idle_threads());
-        assert_eq!(deposit_expr("j", &[0, 1, 5]), "(j & 3u) | (((j >> 2) & 1u) << 5)");
+        assert_eq!(
+            deposit_expr("j", &[0, 1, 5]),
+            "(j & 3u) | (((j >> 2) & 1u) << 5)"
+        );
     }
 }

@@ -15,12 +15,11 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::dialect::Dialect;
 use super::layout::BlockedLayout;
-use super::{LayoutChoice, LaunchOptions};
+use super::{LaunchOptions, LayoutChoice};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{
-    AtomicOp, BinaryOp, CmpPred, Const, Kernel, Op, OpId, ParamKind, RegionId, Type, UnaryOp,
-    Value, ValueDef,
+    AtomicOp, BinaryOp, CmpPred, Const, Kernel, Op, OpId, ParamKind, RegionId, Type, UnaryOp, Value,
 };
 
 /// How a value is held by each thread.
@@ -70,10 +69,9 @@ pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
 impl<'k> Lowering<'k> {
     pub fn new(k: &'k Kernel, d: &'static Dialect, opts: &'k LaunchOptions) -> Lowering<'k> {
         let threads = opts.threads();
-        let wide = k
-            .ops
-            .iter()
-            .any(|o| matches!(o.op, Op::AddPtr { offset, .. } if k.ty(offset).dtype.size_bytes() == 8));
+        let wide = k.ops.iter().any(
+            |o| matches!(o.op, Op::AddPtr { offset, .. } if k.ty(offset).dtype.size_bytes() == 8),
+        );
         let mut names: HashSet<String> = k.params.iter().map(|p| p.name.clone()).collect();
         names.insert(k.name.clone());
         Lowering {
@@ -132,7 +130,10 @@ impl<'k> Lowering<'k> {
             } else {
                 format!("{base}_{n}")
             };
-            if !self.names.contains(&cand) && !cand.starts_with("tm_") {
+            if !self.names.contains(&cand)
+                && !cand.starts_with("tm_")
+                && !RESERVED_WORDS.contains(&cand.as_str())
+            {
                 self.names.insert(cand.clone());
                 return cand;
             }
@@ -363,14 +364,18 @@ impl<'k> Lowering<'k> {
     /// Pointer provenance: the one parameter each pointer value is an offset into.
     pub fn compute_provenance(&mut self) -> Result<()> {
         for (i, p) in self.k.params.iter().enumerate() {
-            if matches!(p.kind, ParamKind::Ptr(_)) {
+            let r = if matches!(p.kind, ParamKind::Ptr(_)) {
                 self.prov[p.value.index()] = Some(i);
-            }
+                "0".to_string()
+            } else {
+                p.name.clone()
+            };
+            self.reprs[p.value.index()] = Some(Repr::Scalar(r));
         }
         for id in self.k.walk() {
             let data = self.k.op(id);
             let get = |v: Value, prov: &Vec<Option<usize>>| prov[v.index()];
-            let mut setp = |v: Value, p: Option<usize>, prov: &mut Vec<Option<usize>>| {
+            let setp = |v: Value, p: Option<usize>, prov: &mut Vec<Option<usize>>| {
                 if p.is_some() {
                     prov[v.index()] = p;
                 }
@@ -495,12 +500,18 @@ impl<'k> Lowering<'k> {
         match &data.op {
             Op::ProgramId { axis } => {
                 let n = self.fresh(&format!("pid{axis}"));
-                self.line(format!("const int {n} = {};", self.d.program_id[*axis as usize]));
+                self.line(format!(
+                    "const int {n} = {};",
+                    self.d.program_id[*axis as usize]
+                ));
                 self.set(res, Repr::Scalar(n));
             }
             Op::NumPrograms { axis } => {
                 let n = self.fresh(&format!("num_programs{axis}"));
-                self.line(format!("const int {n} = {};", self.d.num_programs[*axis as usize]));
+                self.line(format!(
+                    "const int {n} = {};",
+                    self.d.num_programs[*axis as usize]
+                ));
                 self.set(res, Repr::Scalar(n));
             }
             Op::Constant { value } => {
@@ -534,9 +545,7 @@ impl<'k> Lowering<'k> {
             Op::Unary { kind, src } => {
                 let dt = self.edt(res);
                 let f = self.unary_expr(*kind, dt)?;
-                self.elementwise(res, &[*src], &kind.name().to_string(), &|a| {
-                    f.replace("{x}", &a[0])
-                })?;
+                self.elementwise(res, &[*src], kind.name(), &|a| f.replace("{x}", &a[0]))?;
             }
             Op::Binary { kind, lhs, rhs } => {
                 let dt = self.edt(*lhs);
@@ -573,7 +582,10 @@ impl<'k> Lowering<'k> {
                 let ct = self.cty(dt)?;
                 self.elementwise(res, &[*a, *b, *c], "fma", &|x| {
                     if dt == DType::BF16 {
-                        format!("{ct}(fma(float({}), float({}), float({})))", x[0], x[1], x[2])
+                        format!(
+                            "{ct}(fma(float({}), float({}), float({})))",
+                            x[0], x[1], x[2]
+                        )
                     } else {
                         format!("fma({}, {}, {})", x[0], x[1], x[2])
                     }
@@ -606,7 +618,11 @@ impl<'k> Lowering<'k> {
                 let (from, to) = (self.edt(*src), self.edt(res));
                 let ct = self.cty(to)?;
                 self.elementwise(res, &[*src], "cast", &|a| {
-                    if (from == DType::BF16 && !to.is_float()) || (to == DType::BF16 && !from.is_float()) || (from == DType::BF16 && to == DType::F16) || (from == DType::F16 && to == DType::BF16) {
+                    if (from == DType::BF16 && !to.is_float())
+                        || (to == DType::BF16 && !from.is_float())
+                        || (from == DType::BF16 && to == DType::F16)
+                        || (from == DType::F16 && to == DType::BF16)
+                    {
                         format!("{ct}(float({}))", a[0])
                     } else {
                         format!("{ct}({})", a[0])
@@ -776,7 +792,7 @@ impl<'k> Lowering<'k> {
         })
     }
 
-    fn binary_expr(&mut self, kind: BinaryOp, dt: DType) -> Result<String> {
+    pub(super) fn binary_expr(&mut self, kind: BinaryOp, dt: DType) -> Result<String> {
         let ct = self.cty(dt)?;
         let float = dt.is_float();
         let e = match kind {
@@ -795,8 +811,12 @@ impl<'k> Lowering<'k> {
             BinaryOp::Min if float => "fmin({a}, {b})".into(),
             BinaryOp::Max => "max({a}, {b})".into(),
             BinaryOp::Min => "min({a}, {b})".into(),
-            BinaryOp::MaxNan => "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmax({a}, {b}))".into(),
-            BinaryOp::MinNan => "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmin({a}, {b}))".into(),
+            BinaryOp::MaxNan => {
+                "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmax({a}, {b}))".into()
+            }
+            BinaryOp::MinNan => {
+                "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmin({a}, {b}))".into()
+            }
             BinaryOp::MulHi => "mulhi({a}, {b})".into(),
         };
         Ok(match dt {
@@ -874,7 +894,10 @@ impl<'k> Lowering<'k> {
         if conds.is_empty() {
             self.line(format!("{name}[tm_i] = {a};"));
         } else {
-            self.line(format!("{name}[tm_i] = ({}) ? {a} : {o};", conds.join(" && ")));
+            self.line(format!(
+                "{name}[tm_i] = ({}) ? {a} : {o};",
+                conds.join(" && ")
+            ));
         }
         self.close();
         self.set(res, Repr::Block(name));
@@ -940,7 +963,7 @@ impl<'k> Lowering<'k> {
             }
             None => {
                 self.helpers.insert("atomic_cas");
-                format!("tm_atomic_cas({addr}, {cmp}, {val})")
+                format!("tm_cas_strong({addr}, {cmp}, {val})")
             }
             Some(AtomicOp::Add) => f("fetch_add"),
             Some(AtomicOp::Max) if dt == DType::F32 => {
@@ -1086,9 +1109,14 @@ impl<'k> Lowering<'k> {
         let r = self.repr(src).clone();
         let to_scalar = self.ty(res).is_scalar();
         match r {
-            Repr::Scalar(s) | Repr::Splat(s) => {
-                self.set(res, if to_scalar { Repr::Scalar(s) } else { Repr::Splat(s) })
-            }
+            Repr::Scalar(s) | Repr::Splat(s) => self.set(
+                res,
+                if to_scalar {
+                    Repr::Scalar(s)
+                } else {
+                    Repr::Splat(s)
+                },
+            ),
             Repr::Block(_) if to_scalar => self.convert(res, src, "elem", &|_| "0u".into())?,
             // The layout depends only on the element count, which a reshape keeps.
             Repr::Block(a) => self.set(res, Repr::Block(a)),
@@ -1158,7 +1186,8 @@ impl<'k> Lowering<'k> {
                 self.line(format!("const {ct} {name} = {s}[{k}u];"));
                 self.set(r, Repr::Scalar(name));
             } else {
-                let name = self.gather("half", dt, n / 2, &|l| format!("{s}[({l} << 1) | {k}u]"))?;
+                let name =
+                    self.gather("half", dt, n / 2, &|l| format!("{s}[({l} << 1) | {k}u]"))?;
                 self.set(r, Repr::Block(name));
             }
         }
@@ -1183,7 +1212,10 @@ impl<'k> Lowering<'k> {
         let names: Vec<String> = (0..4).map(|k| self.fresh(&format!("rand{k}"))).collect();
         if uniform {
             let xs: Vec<String> = args.iter().map(|a| self.el(*a, "")).collect();
-            self.line(format!("const uint4 {tmp} = tm_philox({}, {rounds}u);", xs.join(", ")));
+            self.line(format!(
+                "const uint4 {tmp} = tm_philox({}, {rounds}u);",
+                xs.join(", ")
+            ));
             for (k, n) in names.iter().enumerate() {
                 self.line(format!("const uint {n} = {tmp}[{k}];"));
                 let r = if block {
@@ -1200,7 +1232,10 @@ impl<'k> Lowering<'k> {
         }
         let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_i")).collect();
         self.open_regs(lay, false);
-        self.line(format!("const uint4 {tmp} = tm_philox({}, {rounds}u);", xs.join(", ")));
+        self.line(format!(
+            "const uint4 {tmp} = tm_philox({}, {rounds}u);",
+            xs.join(", ")
+        ));
         for (k, n) in names.iter().enumerate() {
             self.line(format!("{n}[tm_i] = {tmp}[{k}];"));
         }
@@ -1364,13 +1399,7 @@ impl<'k> Lowering<'k> {
         Ok(())
     }
 
-    fn if_op(
-        &mut self,
-        id: OpId,
-        cond: Value,
-        then_r: RegionId,
-        else_r: RegionId,
-    ) -> Result<()> {
+    fn if_op(&mut self, id: OpId, cond: Value, then_r: RegionId, else_r: RegionId) -> Result<()> {
         let results: Vec<Value> = self.k.op(id).results.iter().collect();
         let mut vars = Vec::new();
         for (k, v) in results.iter().enumerate() {
@@ -1395,6 +1424,118 @@ impl<'k> Lowering<'k> {
         Ok(())
     }
 }
+
+/// Identifiers a generated name must not take: C++ keywords and alternative tokens, and
+/// the Metal functions and types the printer calls (a local named `exp` would hide `exp()`).
+const RESERVED_WORDS: &[&str] = &[
+    "and",
+    "or",
+    "xor",
+    "not",
+    "bitand",
+    "bitor",
+    "compl",
+    "and_eq",
+    "or_eq",
+    "xor_eq",
+    "not_eq",
+    "auto",
+    "bool",
+    "break",
+    "case",
+    "char",
+    "class",
+    "const",
+    "constant",
+    "continue",
+    "default",
+    "delete",
+    "device",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "explicit",
+    "extern",
+    "false",
+    "float",
+    "for",
+    "goto",
+    "half",
+    "bfloat",
+    "if",
+    "inline",
+    "int",
+    "kernel",
+    "long",
+    "namespace",
+    "new",
+    "operator",
+    "private",
+    "protected",
+    "public",
+    "register",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "struct",
+    "switch",
+    "template",
+    "this",
+    "thread",
+    "threadgroup",
+    "true",
+    "typedef",
+    "typename",
+    "uchar",
+    "uint",
+    "ulong",
+    "union",
+    "unsigned",
+    "ushort",
+    "using",
+    "void",
+    "volatile",
+    "while",
+    "abs",
+    "fabs",
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "erf",
+    "floor",
+    "ceil",
+    "max",
+    "min",
+    "fmax",
+    "fmin",
+    "fma",
+    "fmod",
+    "clamp",
+    "isnan",
+    "mulhi",
+    "select",
+    "as_type",
+    "metal",
+    "simd_sum",
+    "simd_max",
+    "simd_min",
+    "uint4",
+    "simd_shuffle_xor",
+    "simdgroup_load",
+    "simdgroup_store",
+    "INFINITY",
+    "NAN",
+    "in",
+    "out",
+];
 
 /// `(bit position, width)` of each dim of a row-major power-of-two shape.
 pub(super) fn bit_fields(shape: &[usize]) -> Vec<(u32, u32)> {
@@ -1441,10 +1582,4 @@ impl StartValue for crate::ir::ValueRange {
     fn start_value(self) -> Value {
         Value(self.start)
     }
-}
-
-/// True when `v` is defined by a parameter.
-#[allow(dead_code)]
-pub(super) fn is_param(k: &Kernel, v: Value) -> bool {
-    matches!(k.value(v).map(|d| d.def), Some(ValueDef::Param(_)))
 }

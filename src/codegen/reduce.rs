@@ -89,7 +89,15 @@ fn is_arg(kind: ReduceKind) -> bool {
 
 impl Lowering<'_> {
     /// `acc (, ai) <- combine(acc (, ai), v (, vi))` as one statement.
-    fn combine(&mut self, kind: ReduceKind, dt: DType, acc: &str, ai: &str, v: &str, vi: &str) -> Result<String> {
+    fn combine(
+        &mut self,
+        kind: ReduceKind,
+        dt: DType,
+        acc: &str,
+        ai: &str,
+        v: &str,
+        vi: &str,
+    ) -> Result<String> {
         let op = match kind {
             ReduceKind::Sum => BinaryOp::Add,
             ReduceKind::Max => BinaryOp::Max,
@@ -107,7 +115,9 @@ impl Lowering<'_> {
                 let gt = if kind == ReduceKind::ArgMax { ">" } else { "<" };
                 let plain = format!("({a} {gt} {b} || ({a} == {b} && {vi} < {ai}))");
                 let better = if dt.is_float() {
-                    format!("(isnan({b}) ? (!isnan({a}) || {vi} < {ai}) : (!isnan({a}) && {plain}))")
+                    format!(
+                        "(isnan({b}) ? (!isnan({a}) || {vi} < {ai}) : (!isnan({a}) && {plain}))"
+                    )
                 } else {
                     plain
                 };
@@ -117,8 +127,11 @@ impl Lowering<'_> {
                 return Err(unsupported(self.k, "reduce with a custom combine function"))
             }
         };
-        let e = self.binary_expr_pub(op, dt)?;
-        Ok(format!("{acc} = {};", e.replace("{a}", acc).replace("{b}", v)))
+        let e = self.binary_expr(op, dt)?;
+        Ok(format!(
+            "{acc} = {};",
+            e.replace("{a}", acc).replace("{b}", v)
+        ))
     }
 
     pub(super) fn reduce(
@@ -133,15 +146,31 @@ impl Lowering<'_> {
             return Err(unsupported(self.k, "reduce with a custom combine function"));
         }
         let x = srcs[0];
-        let res = self.k.op(id).results.iter().next().expect("reduce has a result");
+        let res = self
+            .k
+            .op(id)
+            .results
+            .iter()
+            .next()
+            .expect("reduce has a result");
         let shape = self.ty(x).shape.clone();
         let dt = self.edt(x);
         let geo = Geo::new(&shape, axis);
         self.materialize(x)?;
-        let mut strategy = self.opts.reduction_layout.unwrap_or(ReductionLayout::Coalesced);
+        let mut strategy = self
+            .opts
+            .reduction_layout
+            .unwrap_or(ReductionLayout::Coalesced);
         let shuffles = matches!(
             dt,
-            DType::F32 | DType::F16 | DType::I32 | DType::U32 | DType::I16 | DType::U16 | DType::I8 | DType::U8
+            DType::F32
+                | DType::F16
+                | DType::I32
+                | DType::U32
+                | DType::I16
+                | DType::U16
+                | DType::I8
+                | DType::U8
         );
         if strategy == ReductionLayout::Coalesced && !shuffles {
             strategy = ReductionLayout::Default;
@@ -175,7 +204,11 @@ impl Lowering<'_> {
         let rbits = lay.regs().trailing_zeros();
         let (mut ra, mut rk) = (Vec::new(), Vec::new());
         for r in 0..rbits {
-            let flat = if r < lay.vec_bits() { r } else { r + lay.thread_bits() };
+            let flat = if r < lay.vec_bits() {
+                r
+            } else {
+                r + lay.thread_bits()
+            };
             if geo.is_axis_bit(flat) {
                 ra.push(r);
             } else {
@@ -193,7 +226,10 @@ impl Lowering<'_> {
             Repr::Block(a) => a.clone(),
             _ => unreachable!("materialized above"),
         };
-        self.open(format!("for (uint tm_j = 0; tm_j < {}u; ++tm_j)", 1usize << rk.len()));
+        self.open(format!(
+            "for (uint tm_j = 0; tm_j < {}u; ++tm_j)",
+            1usize << rk.len()
+        ));
         self.line(format!("const uint tm_i0 = {};", deposit_expr("tm_j", &rk)));
         self.line(format!("{acc}[tm_j] = {xs}[tm_i0];"));
         if arg {
@@ -201,8 +237,14 @@ impl Lowering<'_> {
             self.line(format!("{acci}[tm_j] = {};", geo.kidx(&format!("({l})"))));
         }
         if !ra.is_empty() {
-            self.open(format!("for (uint tm_r = 1; tm_r < {}u; ++tm_r)", 1usize << ra.len()));
-            self.line(format!("const uint tm_i = tm_i0 | {};", deposit_expr("tm_r", &ra)));
+            self.open(format!(
+                "for (uint tm_r = 1; tm_r < {}u; ++tm_r)",
+                1usize << ra.len()
+            ));
+            self.line(format!(
+                "const uint tm_i = tm_i0 | {};",
+                deposit_expr("tm_r", &ra)
+            ));
             let l = lay.flat_expr("tm_i", "tm_lid");
             let vi = geo.kidx(&format!("({l})"));
             let s = self.combine(
@@ -259,21 +301,32 @@ impl Lowering<'_> {
             ReduceKind::Min => self.d.simd_min,
             _ => None,
         }
-        .filter(|_| la.len() == lane_bits && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32));
+        .filter(|_| {
+            la.len() == lane_bits && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
+        });
         let mut how = vec![format!("{} partial(s) per thread", nk)];
         if !la.is_empty() {
             self.uses_simd = true;
             self.open(format!("for (uint tm_j = 0; tm_j < {nk}u; ++tm_j)"));
             if let Some(t) = simd {
-                self.line(format!("{acc}[tm_j] = {};", t.replace("{x}", &format!("{acc}[tm_j]"))));
+                self.line(format!(
+                    "{acc}[tm_j] = {};",
+                    t.replace("{x}", &format!("{acc}[tm_j]"))
+                ));
                 how.push("simd collective".into());
             } else {
                 for b in &la {
                     let m = format!("{}u", 1u32 << b);
                     let sh = |v: &str| self.d.shuffle_xor.replace("{x}", v).replace("{m}", &m);
-                    self.line(format!("const {ct} tm_o{b} = {};", sh(&format!("{acc}[tm_j]"))));
+                    self.line(format!(
+                        "const {ct} tm_o{b} = {};",
+                        sh(&format!("{acc}[tm_j]"))
+                    ));
                     if arg {
-                        self.line(format!("const int tm_oi{b} = {};", sh(&format!("{acci}[tm_j]"))));
+                        self.line(format!(
+                            "const int tm_oi{b} = {};",
+                            sh(&format!("{acci}[tm_j]"))
+                        ));
                     }
                     let s = self.combine(
                         kind,
@@ -292,7 +345,11 @@ impl Lowering<'_> {
         if !wa.is_empty() {
             let t = self.threads;
             let s = self.scratch_array(dt, nk * t)?;
-            let si = if arg { self.scratch_array(DType::I32, nk * t)? } else { String::new() };
+            let si = if arg {
+                self.scratch_array(DType::I32, nk * t)?
+            } else {
+                String::new()
+            };
             self.smem_write_begin();
             self.open(format!("for (uint tm_j = 0; tm_j < {nk}u; ++tm_j)"));
             self.line(format!("{s}[tm_j * {t}u + tm_lid] = {acc}[tm_j];"));
@@ -304,26 +361,41 @@ impl Lowering<'_> {
             let pos: Vec<u32> = wa.iter().map(|w| w + lane_bits as u32).collect();
             let mask: u32 = pos.iter().map(|p| 1u32 << p).sum();
             self.open(format!("for (uint tm_j = 0; tm_j < {nk}u; ++tm_j)"));
-            self.line(format!("const uint tm_base = tm_j * {t}u + (tm_lid & ~{mask}u);"));
+            self.line(format!(
+                "const uint tm_base = tm_j * {t}u + (tm_lid & ~{mask}u);"
+            ));
             self.line(format!("{acc}[tm_j] = {s}[tm_base];"));
             if arg {
                 self.line(format!("{acci}[tm_j] = {si}[tm_base];"));
             }
-            self.open(format!("for (uint tm_w = 1; tm_w < {}u; ++tm_w)", 1usize << wa.len()));
-            self.line(format!("const uint tm_at = tm_base | {};", deposit_expr("tm_w", &pos)));
+            self.open(format!(
+                "for (uint tm_w = 1; tm_w < {}u; ++tm_w)",
+                1usize << wa.len()
+            ));
+            self.line(format!(
+                "const uint tm_at = tm_base | {};",
+                deposit_expr("tm_w", &pos)
+            ));
             let c = self.combine(
                 kind,
                 dt,
                 &format!("{acc}[tm_j]"),
                 &format!("{acci}[tm_j]"),
                 &format!("{s}[tm_at]"),
-                &if arg { format!("{si}[tm_at]") } else { String::new() },
+                &if arg {
+                    format!("{si}[tm_at]")
+                } else {
+                    String::new()
+                },
             )?;
             self.line(c);
             self.close();
             self.close();
             self.smem_read_done();
-            how.push(format!("{} SIMD-group(s) combined in threadgroup memory", 1usize << wa.len()));
+            how.push(format!(
+                "{} SIMD-group(s) combined in threadgroup memory",
+                1usize << wa.len()
+            ));
         }
         let out = if arg { &acci } else { &acc };
         let rdt = self.edt(res);
@@ -335,12 +407,17 @@ impl Lowering<'_> {
             return Ok((Repr::Scalar(name), how.join(", ")));
         }
         let lane_mask: u32 = la.iter().map(|b| 1u32 << b).sum::<u32>()
-            + wa.iter().map(|w| 1u32 << (w + lane_bits as u32)).sum::<u32>();
+            + wa.iter()
+                .map(|w| 1u32 << (w + lane_bits as u32))
+                .sum::<u32>();
         let s2 = self.scratch_array(rdt, geo.nout)?;
         self.smem_write_begin();
         self.open(format!("for (uint tm_j = 0; tm_j < {nk}u; ++tm_j)"));
         self.line(format!("const uint tm_i0 = {};", deposit_expr("tm_j", &rk)));
-        self.line(format!("const uint tm_l = {};", lay.flat_expr("tm_i0", "tm_lid")));
+        self.line(format!(
+            "const uint tm_l = {};",
+            lay.flat_expr("tm_i0", "tm_lid")
+        ));
         let mut conds = vec![format!("(tm_lid & {lane_mask}u) == 0")];
         if lay.has_idle_threads() {
             conds.push(format!("tm_l < {}u", lay.n));
@@ -392,16 +469,38 @@ impl Lowering<'_> {
             .chain(wa.iter().map(|w| w + lane_bits))
             .collect();
         let p = 1usize << pos.len();
-        let fields: Vec<(u32, u32, u32)> = pos.iter().enumerate().map(|(d, &b)| (b, 1, d as u32)).collect();
+        let fields: Vec<(u32, u32, u32)> = pos
+            .iter()
+            .enumerate()
+            .map(|(d, &b)| (b, 1, d as u32))
+            .collect();
         let s = self.scratch_array(dt, geo.nout * p)?;
-        let si = if arg { self.scratch_array(DType::I32, geo.nout * p)? } else { String::new() };
+        let si = if arg {
+            self.scratch_array(DType::I32, geo.nout * p)?
+        } else {
+            String::new()
+        };
         self.smem_write_begin();
-        self.line(format!("const uint tm_slot = {};", remap_expr("tm_lid", &fields)));
+        let slot = self.fresh("slot");
+        self.line(format!(
+            "const uint {slot} = {};",
+            remap_expr("tm_lid", &fields)
+        ));
         self.open(format!("for (uint tm_j = 0; tm_j < {nk}u; ++tm_j)"));
         self.line(format!("const uint tm_i0 = {};", deposit_expr("tm_j", &rk)));
-        self.line(format!("const uint tm_l = {};", lay.flat_expr("tm_i0", "tm_lid")));
-        self.line(format!("const uint tm_at = ({}) * {p}u + tm_slot;", geo.out_index("tm_l")));
-        let guard = if lay.has_idle_threads() { format!("if (tm_l < {}u) ", lay.n) } else { String::new() };
+        self.line(format!(
+            "const uint tm_l = {};",
+            lay.flat_expr("tm_i0", "tm_lid")
+        ));
+        self.line(format!(
+            "const uint tm_at = ({}) * {p}u + {slot};",
+            geo.out_index("tm_l")
+        ));
+        let guard = if lay.has_idle_threads() {
+            format!("if (tm_l < {}u) ", lay.n)
+        } else {
+            String::new()
+        };
         self.line(format!("{guard}{s}[tm_at] = {acc}[tm_j];"));
         if arg {
             self.line(format!("{guard}{si}[tm_at] = {acci}[tm_j];"));
@@ -423,14 +522,21 @@ impl Lowering<'_> {
                     &a,
                     &ai,
                     &format!("{s}[({o}) * {p}u + tm_p]"),
-                    &if arg { format!("{si}[({o}) * {p}u + tm_p]") } else { String::new() },
+                    &if arg {
+                        format!("{si}[({o}) * {p}u + tm_p]")
+                    } else {
+                        String::new()
+                    },
                 )?;
                 me.line(c);
                 me.close();
             }
             Ok(if arg { ai } else { a })
         })?;
-        Ok((r, format!("{nk} partial(s) per thread, {p} partial(s) per output in threadgroup memory")))
+        Ok((
+            r,
+            format!("{nk} partial(s) per thread, {p} partial(s) per output in threadgroup memory"),
+        ))
     }
 
     /// Prints one result per output owner: `body(o)` prints statements and returns the
@@ -483,7 +589,11 @@ impl Lowering<'_> {
         let tiled = strategy == ReductionLayout::Tiled;
         let col = strategy == ReductionLayout::ColumnMajor;
         let s = self.scratch_array(dt, geo.n)?;
-        let si = if arg && tiled { self.scratch_array(DType::I32, geo.n)? } else { String::new() };
+        let si = if arg && tiled {
+            self.scratch_array(DType::I32, geo.n)?
+        } else {
+            String::new()
+        };
         let at = |o: &str, k: &str| {
             if col {
                 format!("({k}) * {}u + ({o})", geo.nout)
@@ -502,22 +612,35 @@ impl Lowering<'_> {
         if !si.is_empty() {
             let lay = self.layout(x);
             self.open_regs(lay, true);
-            let g = if lay.has_idle_threads() { format!("if (tm_l < {}u) ", lay.n) } else { String::new() };
+            let g = if lay.has_idle_threads() {
+                format!("if (tm_l < {}u) ", lay.n)
+            } else {
+                String::new()
+            };
             self.line(format!("{g}{si}[tm_l] = {};", geo.kidx("tm_l")));
             self.close();
         }
         self.smem_write_end();
         let t = self.threads;
         if tiled {
-            self.open(format!("for (uint tm_s = {}u; tm_s > 0u; tm_s >>= 1)", geo.k / 2));
+            self.open(format!(
+                "for (uint tm_s = {}u; tm_s > 0u; tm_s >>= 1)",
+                geo.k / 2
+            ));
             self.open(format!(
                 "for (uint tm_p = tm_lid; tm_p < {}u * tm_s; tm_p += {t}u)",
                 geo.nout
             ));
             self.line("const uint tm_o = tm_p / tm_s;");
             self.line("const uint tm_k = tm_p % tm_s;");
-            self.line(format!("const uint tm_a = {};", geo.in_index("tm_o", "tm_k")));
-            self.line(format!("const uint tm_b = {};", geo.in_index("tm_o", "tm_k + tm_s")));
+            self.line(format!(
+                "const uint tm_a = {};",
+                geo.in_index("tm_o", "tm_k")
+            ));
+            self.line(format!(
+                "const uint tm_b = {};",
+                geo.in_index("tm_o", "tm_k + tm_s")
+            ));
             let c = self.combine(
                 kind,
                 dt,
@@ -538,7 +661,10 @@ impl Lowering<'_> {
                 me.line(format!("const {ct} {name} = {arr}[{at0}];"));
                 Ok(name)
             })?;
-            return Ok((r, format!("pairwise tree over {} in threadgroup memory", geo.k)));
+            return Ok((
+                r,
+                format!("pairwise tree over {} in threadgroup memory", geo.k),
+            ));
         }
         let k = geo.k;
         let r = self.per_output(res, kind, dt, geo.nout, &mut |me, o| {
@@ -549,7 +675,14 @@ impl Lowering<'_> {
                 me.line(format!("int {ai} = 0;"));
             }
             me.open(format!("for (uint tm_k = 1; tm_k < {k}u; ++tm_k)"));
-            let c = me.combine(kind, dt, &a, &ai, &format!("{s}[{}]", at(o, "tm_k")), "int(tm_k)")?;
+            let c = me.combine(
+                kind,
+                dt,
+                &a,
+                &ai,
+                &format!("{s}[{}]", at(o, "tm_k")),
+                "int(tm_k)",
+            )?;
             me.line(c);
             me.close();
             Ok(if arg { ai } else { a })
@@ -575,11 +708,20 @@ impl Lowering<'_> {
             ScanKind::Sum => BinaryOp::Add,
             ScanKind::Prod => BinaryOp::Mul,
             ScanKind::Custom => {
-                return Err(unsupported(self.k, "associative_scan with a custom combine function"))
+                return Err(unsupported(
+                    self.k,
+                    "associative_scan with a custom combine function",
+                ))
             }
         };
         let x = srcs[0];
-        let res = self.k.op(id).results.iter().next().expect("scan has a result");
+        let res = self
+            .k
+            .op(id)
+            .results
+            .iter()
+            .next()
+            .expect("scan has a result");
         let dt = self.edt(x);
         let ct = self.cty(dt)?;
         let shape = self.ty(x).shape.clone();
@@ -589,15 +731,34 @@ impl Lowering<'_> {
         self.smem_write_begin();
         self.stage(x, &s, 0, &|l| l.to_string())?;
         self.smem_write_end();
-        let e = self.binary_expr_pub(op, dt)?;
+        let e = self.binary_expr(op, dt)?;
         let t = self.threads;
         let k = geo.k;
-        let kk = |i: &str| if reverse { format!("{}u - {i}", k - 1) } else { i.to_string() };
-        self.open(format!("for (uint tm_o = tm_lid; tm_o < {}u; tm_o += {t}u)", geo.nout));
-        self.line(format!("{ct} tm_run = {s}[{}];", geo.in_index("tm_o", &kk("0u"))));
+        let kk = |i: &str| {
+            if reverse {
+                format!("{}u - {i}", k - 1)
+            } else {
+                i.to_string()
+            }
+        };
+        self.open(format!(
+            "for (uint tm_o = tm_lid; tm_o < {}u; tm_o += {t}u)",
+            geo.nout
+        ));
+        self.line(format!(
+            "{ct} tm_run = {s}[{}];",
+            geo.in_index("tm_o", &kk("0u"))
+        ));
         self.open(format!("for (uint tm_k = 1; tm_k < {k}u; ++tm_k)"));
-        self.line(format!("const uint tm_a = {};", geo.in_index("tm_o", &kk("tm_k"))));
-        self.line(format!("tm_run = {};", e.replace("{a}", "tm_run").replace("{b}", &format!("{s}[tm_a]"))));
+        self.line(format!(
+            "const uint tm_a = {};",
+            geo.in_index("tm_o", &kk("tm_k"))
+        ));
+        self.line(format!(
+            "tm_run = {};",
+            e.replace("{a}", "tm_run")
+                .replace("{b}", &format!("{s}[tm_a]"))
+        ));
         self.line(format!("{s}[tm_a] = tm_run;"));
         self.close();
         self.close();
