@@ -8,6 +8,7 @@
 pub mod dtype;
 pub mod emu;
 pub mod error;
+pub mod exec;
 pub mod ir;
 pub mod tl;
 

@@ -86,7 +86,8 @@ pub(crate) fn clang() -> Option<&'static Clang> {
         .as_ref()
 }
 
-/// Where compiled kernels are kept: `$TRITON_METAL_EMU_CACHE`, else
+/// Where compiled kernels are kept (the generated C++ beside them when
+/// `TRITON_METAL_EMU_KEEP` is set, or when it failed to compile): `$TRITON_METAL_EMU_CACHE`, else
 /// `$XDG_CACHE_HOME/triton-metal/emu`, else `$HOME/.cache/triton-metal/emu`, else the
 /// system temp dir.
 pub fn cache_dir() -> PathBuf {
@@ -205,6 +206,10 @@ fn build(
         });
     }
     std::fs::rename(&tmp, so)?;
+    if std::env::var_os("TRITON_METAL_EMU_KEEP").is_none() {
+        // The .cpp embeds the whole shim; keep it only on request (or on failure).
+        let _ = std::fs::remove_file(&src);
+    }
     Ok(())
 }
 
