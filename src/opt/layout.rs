@@ -14,8 +14,11 @@ use serde::Serialize;
 use super::hardware::{Chip, HardwareProfile, TileShape};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::graph::fusion::{FusedGraph, FusedGroup, Node, PatternParams};
+use crate::graph::ops::OpArgs;
 use crate::graph::ops::{OpCategory, OpKind, ReduceOp};
 use crate::graph::spec::{Graph, GraphSpec, OpNode, OpSpec, TensorType};
+use std::collections::HashMap;
 
 /// Memory-layout flags; combine with `|`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
@@ -252,6 +255,143 @@ pub fn plan_graph(graph: &Graph, hw: &HardwareProfile) -> Vec<(String, LayoutPla
             (op.id.clone(), plan_layout(op, &ins, hw))
         })
         .collect()
+}
+
+/// Plans every node of a fused graph: ops as in [`plan_graph`], each fused group as the
+/// op that dominates its memory traffic (the row-wise op of a norm or softmax, the
+/// matmul of an epilogue or of attention's scores, the collapsed reduction, the
+/// elementwise result of a chain).
+pub fn plan_fused(graph: &FusedGraph, hw: &HardwareProfile) -> Vec<(String, LayoutPlan)> {
+    let mut types: HashMap<&str, &TensorType> = graph
+        .inputs
+        .iter()
+        .map(|i| (i.id.as_str(), &i.ty))
+        .collect();
+    for n in &graph.nodes {
+        types.insert(n.id(), n.ty());
+        if let Node::Group(g) = n {
+            for o in &g.ops {
+                types.insert(o.id.as_str(), &o.ty);
+            }
+        }
+    }
+    graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let plan = match n {
+                Node::Op(op) => {
+                    let ins: Vec<&TensorType> = op
+                        .inputs
+                        .iter()
+                        .filter_map(|r| types.get(r.as_str()).copied())
+                        .collect();
+                    plan_layout(op, &ins, hw)
+                }
+                Node::Group(g) => plan_group(g, &types, hw),
+            };
+            (n.id().to_string(), plan)
+        })
+        .collect()
+}
+
+fn plan_group(
+    g: &FusedGroup,
+    types: &HashMap<&str, &TensorType>,
+    hw: &HardwareProfile,
+) -> LayoutPlan {
+    let ty = |id: &str| types.get(id).copied().cloned();
+    let synth = |kind: OpKind, args: OpArgs, inputs: Vec<TensorType>, out: TensorType| {
+        let node = OpNode {
+            id: g.id.clone(),
+            kind,
+            type_name: g.pattern.to_string(),
+            args,
+            inputs: vec![],
+            ty: out,
+        };
+        let refs: Vec<&TensorType> = inputs.iter().collect();
+        let mut p = plan_layout(&node, &refs, hw);
+        p.reason = format!("fused {}: {}", g.pattern, p.reason);
+        p
+    };
+    let all_inputs: Vec<TensorType> = g.inputs.iter().filter_map(|r| ty(r)).collect();
+    let elementwise = || {
+        synth(
+            OpKind::Add,
+            OpArgs::default(),
+            all_inputs.clone(),
+            g.ty.clone(),
+        )
+    };
+    let or_elementwise = |ids: &[&str], kind: OpKind, args: OpArgs, out: TensorType| match ids
+        .iter()
+        .map(|r| ty(r))
+        .collect::<Option<Vec<_>>>()
+    {
+        Some(ins) => synth(kind, args, ins, out),
+        None => elementwise(),
+    };
+    match &g.params {
+        PatternParams::Softmax { x, axis } => or_elementwise(
+            &[x],
+            OpKind::Softmax,
+            OpArgs {
+                axes: Some(vec![*axis]),
+                ..Default::default()
+            },
+            g.ty.clone(),
+        ),
+        PatternParams::LayerNorm { x, .. } => {
+            or_elementwise(&[x], OpKind::LayerNorm, OpArgs::default(), g.ty.clone())
+        }
+        PatternParams::RmsNorm { x, .. } => {
+            or_elementwise(&[x], OpKind::RmsNorm, OpArgs::default(), g.ty.clone())
+        }
+        PatternParams::MatmulBias { a, b, .. } => {
+            or_elementwise(&[a, b], OpKind::Dot, OpArgs::default(), g.ty.clone())
+        }
+        PatternParams::ConvBiasActivation { x, w, .. } => {
+            or_elementwise(&[x, w], OpKind::Conv2d, OpArgs::default(), g.ty.clone())
+        }
+        PatternParams::Attention {
+            q, k, k_transposed, ..
+        } => {
+            // The scores product q @ k^T dominates: plan its tiles.
+            match (ty(q), ty(k)) {
+                (Some(qt), Some(mut kt)) => {
+                    let n = kt.shape.len();
+                    if *k_transposed && n >= 2 {
+                        kt.shape.swap(n - 2, n - 1);
+                    }
+                    let mut out = qt.clone();
+                    let m = out.shape.len();
+                    if m >= 2 && kt.shape.len() >= 2 {
+                        out.shape[m - 1] = kt.shape[kt.shape.len() - 1];
+                    }
+                    synth(OpKind::Dot, OpArgs::default(), vec![qt, kt], out)
+                }
+                _ => elementwise(),
+            }
+        }
+        PatternParams::HierarchicalReduction {
+            op, axes, source, ..
+        } => or_elementwise(
+            &[source],
+            OpKind::Reduce,
+            OpArgs {
+                axes: Some(axes.clone()),
+                keep_dims: true,
+                reduce_op: Some(*op),
+                ..Default::default()
+            },
+            g.ty.clone(),
+        ),
+        PatternParams::Fma { .. }
+        | PatternParams::ElementwiseChain
+        | PatternParams::Gelu { .. }
+        | PatternParams::SwiGlu { .. } => elementwise(),
+    }
 }
 
 /// Plans one validated op whose operands have types `inputs`.
@@ -657,6 +797,28 @@ mod tests {
         let p = plan("tt.softmax", vec![vec![8, 4096]], json!({}), Chip::M2);
         assert_eq!(p.layout, MemoryLayout::ROW_MAJOR | MemoryLayout::COALESCED);
         assert_eq!(p.threads_per_threadgroup, 1024);
+    }
+
+    #[test]
+    fn fused_groups_are_planned_by_their_dominant_op() {
+        let g = Graph::from_spec(&crate::graph::samples::sample_graph()).unwrap();
+        let (fused, _) = crate::graph::fuse(&g);
+        let hw = HardwareProfile::of(Chip::M2Pro);
+        let plans: HashMap<String, LayoutPlan> = plan_fused(&fused, &hw).into_iter().collect();
+        assert_eq!(plans.len(), fused.nodes.len());
+        assert_eq!(
+            plans["h0"].layout,
+            MemoryLayout::ROW_MAJOR | MemoryLayout::COALESCED
+        );
+        assert_eq!(plans["attn"].layout, MemoryLayout::TILED);
+        assert_eq!(plans["mlp_act"].layout, MemoryLayout::TILED);
+        assert_eq!(plans["energy"].layout, MemoryLayout::COALESCED);
+        assert_eq!(
+            plans["energy"].reduction.as_ref().unwrap().reduce_elements,
+            16 * 32
+        );
+        assert_eq!(plans["res"].layout, MemoryLayout::DEFAULT);
+        assert!(plans["attn"].reason.starts_with("fused attention"));
     }
 
     #[test]
