@@ -362,6 +362,10 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
                             "no".into()
                         }
                     }),
+                    match (p.roofline.limit, p.roofline.min_time_us) {
+                        (Some(l), Some(t)) => format!("{l} >={t:.2}us"),
+                        _ => format!("{:.2} flop/B", p.roofline.intensity),
+                    },
                 ];
                 if input.verbose {
                     r.push(p.reason.clone());
@@ -382,6 +386,7 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
             "TG-MEM",
             "TILE",
             "TWO-STAGE",
+            "BOUND",
         ];
         if input.verbose {
             header.push("WHY");

@@ -169,6 +169,85 @@ pub struct ReductionPlan {
     pub partials_per_output: u64,
 }
 
+/// What limits an op on a chip, from the profile's peak figures: a lower bound on its
+/// time, not a measurement.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Roofline {
+    /// Bytes the op must move at least (operands read once, result written once).
+    pub bytes: u64,
+    /// Floating-point (or integer) operations.
+    pub flops: u64,
+    /// `flops / bytes`.
+    pub intensity: f64,
+    /// `memory` or `compute`: which peak the op reaches first; `None` when the profile
+    /// has no peak figures (the CPU profile).
+    pub limit: Option<&'static str>,
+    /// `max(bytes / bandwidth, flops / peak)` in microseconds, when known.
+    pub min_time_us: Option<f64>,
+}
+
+impl Roofline {
+    /// The bound for `bytes` and `flops` on `hw`.
+    pub fn new(bytes: u64, flops: u64, hw: &HardwareProfile) -> Roofline {
+        let intensity = if bytes == 0 {
+            0.0
+        } else {
+            flops as f64 / bytes as f64
+        };
+        let (limit, min_time_us) = match (hw.memory_bandwidth_gbps, hw.fp32_tflops) {
+            (Some(bw), Some(tf)) => {
+                let mem = bytes as f64 / (bw * 1e9) * 1e6;
+                let cmp = flops as f64 / (tf * 1e12) * 1e6;
+                (
+                    Some(if cmp > mem { "compute" } else { "memory" }),
+                    Some(mem.max(cmp)),
+                )
+            }
+            _ => (None, None),
+        };
+        Roofline {
+            bytes,
+            flops,
+            intensity,
+            limit,
+            min_time_us,
+        }
+    }
+}
+
+/// Arithmetic of one op: 2 per multiply-add, 1 per other elementwise or combine step;
+/// transcendental-heavy row-wise ops count their few passes over the row.
+pub fn op_flops(op: &OpNode, inputs: &[&TensorType]) -> u64 {
+    let out = op.ty.numel();
+    let first = inputs.first().map_or(out, |t| t.numel());
+    match op.kind.category() {
+        OpCategory::Elementwise => match op.kind {
+            OpKind::Fma => 2 * out,
+            OpKind::Gelu | OpKind::Silu => 4 * out,
+            _ => out,
+        },
+        OpCategory::Reduction => first,
+        OpCategory::Matmul => {
+            let k = inputs
+                .first()
+                .and_then(|t| t.shape.last().copied())
+                .unwrap_or(1) as u64;
+            2 * out * k
+        }
+        OpCategory::Conv => {
+            let k: u64 = inputs
+                .get(1)
+                .map_or(1, |w| w.shape.iter().skip(1).map(|&d| d as u64).product());
+            2 * out * k
+        }
+        // max, subtract, exp, sum, divide
+        OpCategory::RowWise if op.kind == OpKind::Softmax => 5 * out,
+        // mean, subtract, square, mean, rsqrt, multiply (+ affine)
+        OpCategory::RowWise => 8 * out,
+        OpCategory::Transpose | OpCategory::Shape => 0,
+    }
+}
+
 /// The layout decision for one op, with every parameter a code generator needs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LayoutPlan {
@@ -198,6 +277,8 @@ pub struct LayoutPlan {
     pub tile: Option<TileShape>,
     /// Reduction details.
     pub reduction: Option<ReductionPlan>,
+    /// Compulsory traffic and arithmetic against the profile's peaks.
+    pub roofline: Roofline,
     /// Why, in a few words.
     pub reason: String,
 }
@@ -313,6 +394,27 @@ fn plan_group(
         let refs: Vec<&TensorType> = inputs.iter().collect();
         let mut p = plan_layout(&node, &refs, hw);
         p.reason = format!("fused {}: {}", g.pattern, p.reason);
+        // The group moves its external inputs and result once and does all its ops' work.
+        let bytes = g
+            .inputs
+            .iter()
+            .filter_map(|r| types.get(r.as_str()))
+            .map(|t| t.bytes())
+            .sum::<u64>()
+            + g.ty.bytes();
+        let flops = g
+            .ops
+            .iter()
+            .map(|o| {
+                let ins: Vec<&TensorType> = o
+                    .inputs
+                    .iter()
+                    .filter_map(|r| types.get(r.as_str()).copied())
+                    .collect();
+                op_flops(o, &ins)
+            })
+            .sum();
+        p.roofline = Roofline::new(bytes, flops, hw);
         p
     };
     let all_inputs: Vec<TensorType> = g.inputs.iter().filter_map(|r| ty(r)).collect();
@@ -411,6 +513,11 @@ pub fn plan_layout(op: &OpNode, inputs: &[&TensorType], hw: &HardwareProfile) ->
         threadgroup_memory_bytes: 0,
         tile: None,
         reduction: None,
+        roofline: Roofline::new(
+            inputs.iter().map(|t| t.bytes()).sum::<u64>() + op.ty.bytes(),
+            op_flops(op, inputs),
+            hw,
+        ),
         reason: String::new(),
     };
     let in_shape = inputs.first().map(|t| t.shape.clone()).unwrap_or_default();
@@ -819,6 +926,34 @@ mod tests {
         );
         assert_eq!(plans["res"].layout, MemoryLayout::DEFAULT);
         assert!(plans["attn"].reason.starts_with("fused attention"));
+    }
+
+    #[test]
+    fn rooflines_from_profile_peaks() {
+        let mm = plan(
+            "tt.dot",
+            vec![vec![4096, 4096], vec![4096, 4096]],
+            json!({}),
+            Chip::M4Max,
+        );
+        assert_eq!(mm.roofline.flops, 2 * 4096u64.pow(3));
+        assert_eq!(mm.roofline.limit, Some("compute"));
+        let add = plan(
+            "tt.add",
+            vec![vec![1 << 24], vec![1 << 24]],
+            json!({}),
+            Chip::M4Max,
+        );
+        assert_eq!(add.roofline.bytes, 3 * 4 * (1 << 24));
+        assert_eq!(add.roofline.limit, Some("memory"));
+        // 201 MB at 546 GB/s.
+        let t = add.roofline.min_time_us.unwrap();
+        assert!(
+            (t - 3.0 * 4.0 * 16_777_216.0 / 546e9 * 1e6).abs() < 1e-6,
+            "{t}"
+        );
+        let cpu = plan("tt.add", vec![vec![1024], vec![1024]], json!({}), Chip::Cpu);
+        assert_eq!(cpu.roofline.limit, None);
     }
 
     #[test]
