@@ -8,6 +8,7 @@
 pub mod dtype;
 pub mod emu;
 pub mod error;
+pub mod exec;
 pub mod ir;
 pub mod tl;
 
@@ -21,6 +22,7 @@ pub mod mlx;
 pub mod runtime;
 pub mod testing;
 
+pub mod codegen;
 pub mod graph;
 pub mod opt;
 

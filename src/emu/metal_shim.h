@@ -1156,6 +1156,48 @@ inline bool simd_is_first() {
   return __builtin_ctz(s.present) == s.lane;
 }
 
+// ----- quad collectives: groups of 4 consecutive lanes (all simd lanes rendezvous) -----
+template <class T> inline T quad_sum(T v) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  T r = T(0);
+  for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
+    if (s.has(l)) r = T(r + s.template get<T>(l));
+  return r;
+}
+template <class T> inline T quad_max(T v) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  T r = v;
+  for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
+    if (s.has(l)) r = T(max(r, s.template get<T>(l)));
+  return r;
+}
+template <class T> inline T quad_min(T v) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  T r = v;
+  for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
+    if (s.has(l)) r = T(min(r, s.template get<T>(l)));
+  return r;
+}
+template <class T, class I> inline T quad_shuffle(T v, I lane) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  return tm_read_lane(s, v, (long)((s.lane & ~3) | ((int)lane & 3)));
+}
+template <class T, class I> inline T quad_broadcast(T v, I lane) { return quad_shuffle(v, lane); }
+template <class T, class I> inline T quad_shuffle_xor(T v, I mask) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  return tm_read_lane(s, v, (long)((s.lane & ~3) | ((s.lane ^ (int)mask) & 3)));
+}
+template <class T, class I> inline T quad_shuffle_down(T v, I delta) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  int q = (s.lane & 3) + (int)delta;
+  return q > 3 ? v : tm_read_lane(s, v, (long)((s.lane & ~3) | q));
+}
+template <class T, class I> inline T quad_shuffle_up(T v, I delta) {
+  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  int q = (s.lane & 3) - (int)delta;
+  return q < 0 ? v : tm_read_lane(s, v, (long)((s.lane & ~3) | q));
+}
+
 // ----- atomics -----
 enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release, memory_order_acq_rel, memory_order_seq_cst };
 template <class T> struct atomic {

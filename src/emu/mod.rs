@@ -10,6 +10,17 @@
 //! until they block, in forward or in reverse lane order ([`LaneOrder`]); a missing barrier
 //! changes the result in at least one of the two. This proves correctness, not speed.
 //!
+//! As with `dispatchThreads`, edge threadgroups are partial: only in-grid threads exist,
+//! `threads_per_threadgroup` is the group's actual size and
+//! `dispatch_threads_per_threadgroup` the requested one. Faults in kernel code (integer
+//! division by zero, a wild pointer, a thread overflowing its 256 KiB stack) come back as
+//! [`Error::Runtime`] naming the thread; reads just past a buffer's end are not caught.
+//!
+//! Not emulated: MLX's own `metal::utils()` helpers (`Limits`, `elem_to_loc`, ...), bool
+//! vectors produced by vector comparisons (clang yields integer masks), `bfloat` vectors
+//! beyond element access, textures, and simd collectives inside divergent control flow
+//! (reported as a deadlock). Numerics are the host's (libm), not Apple's.
+//!
 //! ```no_run
 //! use triton_metal::emu::{self, EmuBuffer, MetalLaunch, OutputSpec};
 //! use triton_metal::DType;
@@ -28,12 +39,14 @@
 //! # Ok(()) }
 //! ```
 
+mod arrays;
 mod compile;
 mod rewrite;
 pub mod signature;
 
 use std::ffi::c_void;
 
+pub use arrays::run_call;
 pub use compile::cache_dir;
 pub use signature::{MlxKernel, Param, SigInput, TemplateArg};
 

@@ -19,8 +19,10 @@ pub use kernel::{
 };
 pub use op::{AtomicOp, BinaryOp, CmpPred, Op, OpProps, ReduceKind, ScanKind, UnaryOp};
 pub use types::{Const, Type};
+mod filecheck;
 mod parse;
 mod text;
 mod verify;
 
+pub use filecheck::filecheck;
 pub use verify::verify;

@@ -110,8 +110,8 @@ pub enum BinaryOp {
     MaxNan,
     /// Float minimum that propagates NaN.
     MinNan,
-    /// High half of the full-width product of two 32- or 64-bit integers (`umulhi`;
-    /// unsigned or signed by dtype).
+    /// High half of the full-width *unsigned* product of two 32- or 64-bit integers
+    /// (Triton's `umulhi`, whatever the operands' signedness).
     MulHi,
 }
 

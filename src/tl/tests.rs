@@ -254,6 +254,15 @@ fn op_result_types() {
             vec![4, 2, 2]
         );
         assert_eq!(broadcast_to(offs, [4, 16]).shape(), vec![4, 16]);
+        assert_eq!(ravel(x2).shape(), vec![16]);
+        assert_eq!(interleave(x2, x2).shape(), vec![4, 8]);
+        let (bx, by) = broadcast(offs.col(), offs.row());
+        assert_eq!((bx.shape(), by.shape()), (vec![16, 16], vec![16, 16]));
+        assert_eq!(softmax(xh.to(F32)).dtype(), F32);
+        let (si, sj) = swizzle2d(program_id(0), program_id(1), 16, 16, 4);
+        assert_eq!((si.dtype(), sj.dtype()), (I32, I32));
+        let (mx, ix) = max_with_indices(x2, 1);
+        assert_eq!((mx.shape(), ix.dtype()), (vec![4], I32));
     });
     assert!(k
         .ops
@@ -541,6 +550,23 @@ fn invalid_kernels_give_clear_errors() {
     expect(|_| ignore(zeros([4], F32).bitcast(I16)), "bitcast", "size");
     // 29. zeros with a non-power-of-two shape
     expect(|_| ignore(zeros([3, 4], F32)), "zeros", "powers of 2");
+    // 31. atomics on 8-bit elements
+    expect(
+        |k| ignore(atomic_add(k.ptr(I8, "p"), 1)),
+        "atomic_add",
+        "does not support",
+    );
+    // 32. `.mask()` that would move a load past a store
+    expect(
+        |k| {
+            let p = k.ptr(F32, "p") + arange(0, 4);
+            let x = load(p);
+            store(p, 1.0);
+            ignore(x.mask(true));
+        },
+        "load",
+        "right after",
+    );
     // 30. a combine function that changes the type
     expect(
         |_| ignore(reduce(zeros([4], F32), 0, |a, _b| a.to(I32))),

@@ -1,0 +1,721 @@
+//! The block-level interpreter: runs one program's ops in order, each op on whole blocks.
+//!
+//! Every SSA value owns one slot of an environment (`Vec<Data>`); a rayon worker keeps its
+//! environment across the programs it runs, so after the first program the slots' buffers
+//! are reused and ops allocate nothing. Region arguments (loop-carried values) are slots
+//! too; loops copy yielded values into them between iterations.
+
+use super::data::{fill_const, ptr_pack, same_kind, Data};
+use super::memops::{self, MemErr};
+use super::memory::Mem;
+use super::{dot, elementwise as ew, reduce, shape};
+use crate::error::{Error, Result};
+use crate::ir::{Kernel, Op, OpId, ParamKind, RegionId, Value};
+
+/// One launch: the kernel, its argument buffers and scalar values, and the grid.
+pub(crate) struct Launch<'k, 'a> {
+    pub(crate) kernel: &'k Kernel,
+    pub(crate) mems: Vec<Option<Mem<'a>>>,
+    /// Per parameter: its value in every program (scalars, and pointers at offset 0).
+    pub(crate) params: Vec<Data>,
+    pub(crate) grid: [usize; 3],
+}
+
+/// An error message plus what the interpreter knows about where it happened.
+type OpRes = std::result::Result<(), String>;
+
+fn take(env: &mut [Data], v: Value) -> Data {
+    std::mem::take(&mut env[v.index()])
+}
+
+/// Runs `f(env, &mut slot_of_r)` with the result slot taken out of `env` (SSA results
+/// never alias their operands).
+fn with_out(env: &mut [Data], r: Value, f: impl FnOnce(&[Data], &mut Data) -> OpRes) -> OpRes {
+    let mut out = take(env, r);
+    let res = f(env, &mut out);
+    env[r.index()] = out;
+    res
+}
+
+/// `env[dst] = env[src]`, reusing `dst`'s buffer.
+fn copy(env: &mut [Data], dst: Value, src: Value) {
+    if dst != src {
+        let mut d = take(env, dst);
+        d.assign(&env[src.index()]);
+        env[dst.index()] = d;
+    }
+}
+
+/// Broadcasts a one-element buffer to `lanes` elements (combine regions may yield constants).
+fn fit_lanes(d: &mut Data, lanes: usize) {
+    if d.len() == 1 && lanes > 1 {
+        let one = d.clone();
+        same_kind!(&one, d, |s, o| o.resize(lanes, s[0]));
+    }
+}
+
+impl<'k, 'a> Launch<'k, 'a> {
+    /// A fresh environment with the parameters in place.
+    pub(crate) fn new_env(&self) -> Vec<Data> {
+        let mut env = vec![Data::default(); self.kernel.values.len()];
+        for (p, d) in self.kernel.params.iter().zip(&self.params) {
+            env[p.value.index()] = d.clone();
+        }
+        env
+    }
+
+    /// The parameters' values (pointers at offset 0 of their argument).
+    pub(crate) fn param_data(kernel: &Kernel, scalars: &[Option<Data>]) -> Vec<Data> {
+        kernel
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match p.kind {
+                ParamKind::Ptr(_) => Data::Ptr(vec![ptr_pack(i, 0)]),
+                ParamKind::Scalar(_) => scalars.get(i).cloned().flatten().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// Runs program `pid` in `env`.
+    pub(crate) fn run_program(&self, env: &mut [Data], pid: [usize; 3]) -> Result<()> {
+        self.region(env, self.kernel.body, pid)
+    }
+
+    fn err(&self, id: OpId, pid: [usize; 3], msg: impl std::fmt::Display) -> Error {
+        let d = self.kernel.op(id);
+        Error::Runtime {
+            kernel: self.kernel.name.clone(),
+            msg: format!(
+                "op `{}` ({id}, built at {}) in program ({}, {}, {}): {msg}",
+                d.op.name(),
+                d.loc,
+                pid[0],
+                pid[1],
+                pid[2]
+            ),
+        }
+    }
+
+    fn mem_msg(&self, e: MemErr) -> String {
+        let name = |p: usize| {
+            self.kernel
+                .params
+                .get(p)
+                .map_or_else(|| format!("#{p}"), |p| p.name.clone())
+        };
+        match e {
+            MemErr::OutOfBounds { param, off, len } => format!(
+                "offset {off} is out of bounds for argument `{}` ({len} elements)",
+                name(param)
+            ),
+            MemErr::ReadOnly { param } => format!(
+                "argument `{}` is read-only (pass it as a mutable buffer to write it)",
+                name(param)
+            ),
+            MemErr::NotABuffer { param } => {
+                format!(
+                    "pointer into argument {} which is not a buffer",
+                    name(param)
+                )
+            }
+            MemErr::Internal(m) => m,
+        }
+    }
+
+    /// The values yielded by the region's terminator.
+    fn yields(&self, r: RegionId) -> &'k [Value] {
+        let k = self.kernel;
+        match k.region(r).ops.last().map(|&id| &k.op(id).op) {
+            Some(Op::Yield { values }) => values,
+            _ => &[],
+        }
+    }
+
+    fn region(&self, env: &mut [Data], r: RegionId, pid: [usize; 3]) -> Result<()> {
+        for &id in &self.kernel.region(r).ops {
+            self.op(env, id, pid)?;
+        }
+        Ok(())
+    }
+
+    fn op(&self, env: &mut [Data], id: OpId, pid: [usize; 3]) -> Result<()> {
+        let k = self.kernel;
+        let data = k.op(id);
+        let res0 = data.results.get(0);
+        let ty = |v: Value| k.ty(v);
+        let r0 = || res0.ok_or_else(|| self.err(id, pid, "op has no result"));
+        let wrap = |e: String| self.err(id, pid, e);
+        let memw = |e: MemErr| self.err(id, pid, self.mem_msg(e));
+        match &data.op {
+            Op::ProgramId { axis } => {
+                let v = pid.get(*axis as usize).copied().unwrap_or(0) as i32;
+                let r = r0()?;
+                let o = env[r.index()].i32s();
+                o.push(v);
+            }
+            Op::NumPrograms { axis } => {
+                let v = self.grid.get(*axis as usize).copied().unwrap_or(1) as i32;
+                let r = r0()?;
+                env[r.index()].i32s().push(v);
+            }
+            Op::Constant { value } => {
+                let r = r0()?;
+                let t = ty(r);
+                fill_const(&mut env[r.index()], t, *value, t.numel());
+            }
+            Op::Arange { start, end } => {
+                let r = r0()?;
+                env[r.index()]
+                    .i32s()
+                    .extend((*start..*end).map(|x| x as i32));
+            }
+            Op::Splat { src } => {
+                let r = r0()?;
+                let n = ty(r).numel();
+                with_out(env, r, |env, out| {
+                    let s = &env[src.index()];
+                    if s.len() != 1 {
+                        return Err("splat of a non-scalar".into());
+                    }
+                    same_kind!(s, out, |s, o| o.resize(n, s[0]));
+                    Ok(())
+                })
+                .map_err(wrap)?;
+            }
+            Op::Unary { kind, src } => {
+                let d = ty(*src).dtype;
+                with_out(env, r0()?, |env, o| {
+                    ew::unary(*kind, d, &env[src.index()], o)
+                })
+                .map_err(wrap)?;
+            }
+            Op::Binary { kind, lhs, rhs } => {
+                let d = ty(*lhs).dtype;
+                with_out(env, r0()?, |env, o| {
+                    ew::binary(*kind, d, &env[lhs.index()], &env[rhs.index()], o)
+                })
+                .map_err(wrap)?;
+            }
+            Op::Cmp { pred, lhs, rhs } => {
+                let d = ty(*lhs).dtype;
+                with_out(env, r0()?, |env, o| {
+                    ew::cmp(*pred, d, &env[lhs.index()], &env[rhs.index()], o)
+                })
+                .map_err(wrap)?;
+            }
+            Op::Select {
+                cond,
+                on_true,
+                on_false,
+            } => {
+                with_out(env, r0()?, |env, o| {
+                    ew::select(
+                        &env[cond.index()],
+                        &env[on_true.index()],
+                        &env[on_false.index()],
+                        o,
+                    )
+                })
+                .map_err(wrap)?;
+            }
+            Op::Fma { a, b, c } => {
+                let d = ty(*a).dtype;
+                with_out(env, r0()?, |env, o| {
+                    ew::fma(d, &env[a.index()], &env[b.index()], &env[c.index()], o)
+                })
+                .map_err(wrap)?;
+            }
+            Op::Clamp {
+                src,
+                lo,
+                hi,
+                propagate_nan,
+            } => {
+                let d = ty(*src).dtype;
+                with_out(env, r0()?, |env, o| {
+                    ew::clamp(
+                        d,
+                        *propagate_nan,
+                        &env[src.index()],
+                        &env[lo.index()],
+                        &env[hi.index()],
+                        o,
+                    )
+                })
+                .map_err(wrap)?;
+            }
+            Op::Cast { src } => {
+                let r = r0()?;
+                let (s, d) = (ty(*src).dtype, ty(r).dtype);
+                with_out(env, r, |env, o| ew::cast(s, d, &env[src.index()], o)).map_err(wrap)?;
+            }
+            Op::Bitcast { src } => {
+                let r = r0()?;
+                let (s, d) = (ty(*src).dtype, ty(r).dtype);
+                with_out(env, r, |env, o| ew::bitcast(s, d, &env[src.index()], o)).map_err(wrap)?;
+            }
+            Op::AddPtr { ptr, offset } => {
+                let od = ty(*offset).dtype;
+                with_out(env, r0()?, |env, o| {
+                    ew::add_ptr(od, &env[ptr.index()], &env[offset.index()], o)
+                })
+                .map_err(wrap)?;
+            }
+            Op::Load { ptr, mask, other } => {
+                let pt = ty(*ptr);
+                let run = pt.shape.last().copied().unwrap_or(1);
+                let r = r0()?;
+                let mut out = take(env, r);
+                let res = memops::load(
+                    &self.mems,
+                    pt.dtype,
+                    run,
+                    &env[ptr.index()],
+                    mask.map(|m| &env[m.index()]),
+                    other.map(|o| &env[o.index()]),
+                    &mut out,
+                );
+                env[r.index()] = out;
+                res.map_err(memw)?;
+            }
+            Op::Store { ptr, value, mask } => {
+                let pt = ty(*ptr);
+                let run = pt.shape.last().copied().unwrap_or(1);
+                memops::store(
+                    &self.mems,
+                    pt.dtype,
+                    run,
+                    &env[ptr.index()],
+                    &env[value.index()],
+                    mask.map(|m| &env[m.index()]),
+                )
+                .map_err(memw)?;
+            }
+            Op::AtomicRmw {
+                kind,
+                ptr,
+                value,
+                mask,
+            } => {
+                let d = ty(*ptr).dtype;
+                let r = r0()?;
+                let mut out = take(env, r);
+                let res = memops::atomic_rmw(
+                    &self.mems,
+                    *kind,
+                    d,
+                    &env[ptr.index()],
+                    &env[value.index()],
+                    mask.map(|m| &env[m.index()]),
+                    &mut out,
+                );
+                env[r.index()] = out;
+                res.map_err(memw)?;
+            }
+            Op::AtomicCas { ptr, cmp, value } => {
+                let d = ty(*ptr).dtype;
+                let r = r0()?;
+                let mut out = take(env, r);
+                let res = memops::atomic_cas(
+                    &self.mems,
+                    d,
+                    &env[ptr.index()],
+                    &env[cmp.index()],
+                    &env[value.index()],
+                    &mut out,
+                );
+                env[r.index()] = out;
+                res.map_err(memw)?;
+            }
+            Op::Broadcast { src } => {
+                let r = r0()?;
+                let (from, to) = (&ty(*src).shape, &ty(r).shape);
+                with_out(env, r, |env, o| {
+                    shape::broadcast(&env[src.index()], from, to, o)
+                })
+                .map_err(wrap)?;
+            }
+            Op::ExpandDims { src, .. } | Op::Reshape { src } => copy(env, r0()?, *src),
+            Op::Permute { src, order } => {
+                let from = &ty(*src).shape;
+                with_out(env, r0()?, |env, o| {
+                    shape::permute(&env[src.index()], from, order, o)
+                })
+                .map_err(wrap)?;
+            }
+            Op::Join { lhs, rhs } => {
+                with_out(env, r0()?, |env, o| {
+                    shape::join(&env[lhs.index()], &env[rhs.index()], o)
+                })
+                .map_err(wrap)?;
+            }
+            Op::Split { src } => {
+                let (Some(a), Some(b)) = (data.results.get(0), data.results.get(1)) else {
+                    return Err(self.err(id, pid, "split needs two results"));
+                };
+                let (mut x, mut y) = (take(env, a), take(env, b));
+                let res = shape::split(&env[src.index()], &mut x, &mut y);
+                env[a.index()] = x;
+                env[b.index()] = y;
+                res.map_err(wrap)?;
+            }
+            Op::Dot { a, b, acc } => {
+                let r = r0()?;
+                let d = ty(r).dtype;
+                let (sa, sb) = (&ty(*a).shape, &ty(*b).shape);
+                with_out(env, r, |env, o| {
+                    dot::dot(
+                        d,
+                        &env[a.index()],
+                        &env[b.index()],
+                        &env[acc.index()],
+                        sa,
+                        sb,
+                        o,
+                    )
+                })
+                .map_err(wrap)?;
+            }
+            Op::Reduce {
+                kind,
+                axis,
+                srcs,
+                combine,
+            } => {
+                let src0 = *srcs
+                    .first()
+                    .ok_or_else(|| self.err(id, pid, "reduce without operands"))?;
+                let t = ty(src0);
+                let dims = reduce::split_axis(&t.shape, *axis as usize);
+                match combine {
+                    Some(region) => self.custom_reduce(env, id, pid, srcs, dims, *region)?,
+                    None => {
+                        let d = t.dtype;
+                        with_out(env, r0()?, |env, o| {
+                            reduce::reduce(*kind, d, &env[src0.index()], dims, o)
+                        })
+                        .map_err(wrap)?;
+                    }
+                }
+            }
+            Op::Scan {
+                kind,
+                axis,
+                reverse,
+                srcs,
+                combine,
+            } => {
+                let src0 = *srcs
+                    .first()
+                    .ok_or_else(|| self.err(id, pid, "scan without operands"))?;
+                let t = ty(src0);
+                let dims = reduce::split_axis(&t.shape, *axis as usize);
+                match combine {
+                    Some(region) => {
+                        self.custom_scan(env, id, pid, srcs, dims, *reverse, *region)?
+                    }
+                    None => {
+                        let d = t.dtype;
+                        with_out(env, r0()?, |env, o| {
+                            reduce::scan(*kind, d, &env[src0.index()], dims, *reverse, o)
+                        })
+                        .map_err(wrap)?;
+                    }
+                }
+            }
+            Op::Philox {
+                counters,
+                key,
+                rounds,
+            } => {
+                let rs: Vec<Value> = data.results.iter().collect();
+                if rs.len() != 4 {
+                    return Err(self.err(id, pid, "philox needs four results"));
+                }
+                let mut outs = [
+                    take(env, rs[0]),
+                    take(env, rs[1]),
+                    take(env, rs[2]),
+                    take(env, rs[3]),
+                ];
+                let c = counters.map(|v| &env[v.index()]);
+                let kk = key.map(|v| &env[v.index()]);
+                let res = ew::philox(*rounds, c, kk, &mut outs);
+                for (r, o) in rs.iter().zip(outs) {
+                    env[r.index()] = o;
+                }
+                res.map_err(wrap)?;
+            }
+            // Programs run their whole block at once, so every "thread" of a program has
+            // already reached any barrier.
+            Op::DebugBarrier | Op::Yield { .. } => {}
+            Op::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => self.for_loop(env, id, pid, [*lo, *hi, *step], init, *body)?,
+            Op::While { init, cond, body } => self.while_loop(env, id, pid, init, *cond, *body)?,
+            Op::If {
+                cond,
+                then_region,
+                else_region,
+            } => {
+                let c = &env[cond.index()];
+                if c.len() != 1 {
+                    return Err(self.err(id, pid, "if condition is not a scalar"));
+                }
+                let taken = if c.get_bool(0).unwrap_or(false) {
+                    *then_region
+                } else {
+                    *else_region
+                };
+                self.region(env, taken, pid)?;
+                for (r, y) in data.results.iter().zip(self.yields(taken)) {
+                    copy(env, r, *y);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn for_loop(
+        &self,
+        env: &mut [Data],
+        id: OpId,
+        pid: [usize; 3],
+        bounds: [Value; 3],
+        init: &[Value],
+        body: RegionId,
+    ) -> Result<()> {
+        let k = self.kernel;
+        let d = k.ty(bounds[0]).dtype;
+        let get = |v: Value| {
+            env[v.index()]
+                .get_i64(0, d)
+                .ok_or_else(|| self.err(id, pid, "loop bound is empty"))
+        };
+        let (lo, hi, step) = (get(bounds[0])?, get(bounds[1])?, get(bounds[2])?);
+        if step <= 0 && lo < hi {
+            return Err(self.err(id, pid, format!("for loop step {step} must be positive")));
+        }
+        let args = &k.region(body).args;
+        let Some((&iv, carried)) = args.split_first() else {
+            return Err(self.err(id, pid, "for body has no induction variable"));
+        };
+        for (a, v) in carried.iter().zip(init) {
+            copy(env, *a, *v);
+        }
+        let ys = self.yields(body);
+        let mut tmp: Vec<Data> = vec![Data::default(); ys.len()];
+        let iv_ty = k.ty(iv).clone();
+        let mut i = lo;
+        while i < hi {
+            fill_const(&mut env[iv.index()], &iv_ty, crate::ir::Const::Int(i), 1);
+            self.region(env, body, pid)?;
+            self.feed_back(env, ys, carried, &mut tmp);
+            i = match i.checked_add(step) {
+                Some(n) => n,
+                None => break,
+            };
+        }
+        for (r, a) in k.op(id).results.iter().zip(carried) {
+            copy(env, r, *a);
+        }
+        Ok(())
+    }
+
+    /// Copies yielded values into the carried slots (through `tmp`, since a yield may pass
+    /// carried values along in another order).
+    fn feed_back(&self, env: &mut [Data], ys: &[Value], carried: &[Value], tmp: &mut [Data]) {
+        for (t, y) in tmp.iter_mut().zip(ys) {
+            t.assign(&env[y.index()]);
+        }
+        for (t, a) in tmp.iter_mut().zip(carried) {
+            std::mem::swap(t, &mut env[a.index()]);
+        }
+    }
+
+    fn while_loop(
+        &self,
+        env: &mut [Data],
+        id: OpId,
+        pid: [usize; 3],
+        init: &[Value],
+        cond: RegionId,
+        body: RegionId,
+    ) -> Result<()> {
+        let k = self.kernel;
+        let (cargs, bargs) = (&k.region(cond).args, &k.region(body).args);
+        for (a, v) in cargs.iter().zip(init) {
+            copy(env, *a, *v);
+        }
+        let cy = self.yields(cond);
+        let by = self.yields(body);
+        let mut tmp: Vec<Data> = vec![Data::default(); by.len()];
+        loop {
+            self.region(env, cond, pid)?;
+            let go = cy
+                .first()
+                .and_then(|c| env[c.index()].get_bool(0))
+                .ok_or_else(|| self.err(id, pid, "while condition yields no value"))?;
+            if !go {
+                break;
+            }
+            for (b, c) in bargs.iter().zip(cargs) {
+                copy(env, *b, *c);
+            }
+            self.region(env, body, pid)?;
+            self.feed_back(env, by, cargs, &mut tmp);
+        }
+        for (r, a) in k.op(id).results.iter().zip(cargs) {
+            copy(env, r, *a);
+        }
+        Ok(())
+    }
+
+    /// Runs a combine region over many lanes at once: args `left` and `right` (one `Data`
+    /// per operand, `lanes` elements each); returns the yielded values.
+    #[allow(clippy::too_many_arguments)]
+    fn combine(
+        &self,
+        env: &mut [Data],
+        id: OpId,
+        pid: [usize; 3],
+        region: RegionId,
+        left: &[Data],
+        right: &[Data],
+        lanes: usize,
+    ) -> Result<Vec<Data>> {
+        let args = &self.kernel.region(region).args;
+        if args.len() != left.len() + right.len() {
+            return Err(self.err(
+                id,
+                pid,
+                "combine region takes the wrong number of arguments",
+            ));
+        }
+        for (a, d) in args.iter().zip(left.iter().chain(right)) {
+            env[a.index()].assign(d);
+        }
+        self.region(env, region, pid)?;
+        Ok(self
+            .yields(region)
+            .iter()
+            .map(|y| {
+                let mut d = env[y.index()].clone();
+                fit_lanes(&mut d, lanes);
+                d
+            })
+            .collect())
+    }
+
+    /// Tree reduction with a custom combine: pairs `(2i, 2i+1)` are combined level by
+    /// level, which keeps operand order for associative, non-commutative combines.
+    fn custom_reduce(
+        &self,
+        env: &mut [Data],
+        id: OpId,
+        pid: [usize; 3],
+        srcs: &[Value],
+        (outer, n, inner): (usize, usize, usize),
+        region: RegionId,
+    ) -> Result<()> {
+        let mut cur: Vec<Data> = srcs.iter().map(|v| env[v.index()].clone()).collect();
+        let mut m = n;
+        while m > 1 {
+            let h = m / 2;
+            let evens: Vec<usize> = (0..h).map(|i| 2 * i).collect();
+            let odds: Vec<usize> = (0..h).map(|i| 2 * i + 1).collect();
+            let pick = |idx: &[usize]| -> Vec<Data> {
+                cur.iter()
+                    .map(|c| {
+                        let mut d = Data::default();
+                        reduce::gather_axis(c, (outer, m, inner), idx, &mut d);
+                        d
+                    })
+                    .collect()
+            };
+            let (left, right) = (pick(&evens), pick(&odds));
+            let combined = self.combine(env, id, pid, region, &left, &right, outer * h * inner)?;
+            let tail = (m % 2 == 1).then(|| pick(&[m - 1]));
+            cur = match tail {
+                None => combined,
+                Some(t) => combined
+                    .iter()
+                    .zip(&t)
+                    .map(|(c, last)| {
+                        let mut d = Data::default();
+                        reduce::concat_axis(c, h, last, 1, outer, inner, &mut d)
+                            .map(|_| d)
+                            .map_err(|e| self.err(id, pid, e))
+                    })
+                    .collect::<Result<_>>()?,
+            };
+            m = m.div_ceil(2);
+        }
+        for (r, c) in self.kernel.op(id).results.iter().zip(cur) {
+            env[r.index()] = c;
+        }
+        Ok(())
+    }
+
+    /// Inclusive scan with a custom combine (Hillis-Steele: log2(n) whole-block steps).
+    #[allow(clippy::too_many_arguments)]
+    fn custom_scan(
+        &self,
+        env: &mut [Data],
+        id: OpId,
+        pid: [usize; 3],
+        srcs: &[Value],
+        (outer, n, inner): (usize, usize, usize),
+        reverse: bool,
+        region: RegionId,
+    ) -> Result<()> {
+        let dims = (outer, n, inner);
+        let flip: Vec<usize> = (0..n).rev().collect();
+        let pick = |cur: &[Data], idx: &[usize]| -> Vec<Data> {
+            cur.iter()
+                .map(|c| {
+                    let mut d = Data::default();
+                    reduce::gather_axis(c, dims, idx, &mut d);
+                    d
+                })
+                .collect()
+        };
+        let mut cur: Vec<Data> = srcs.iter().map(|v| env[v.index()].clone()).collect();
+        if reverse {
+            cur = pick(&cur, &flip);
+        }
+        let mut d = 1;
+        while d < n {
+            let earlier: Vec<usize> = (0..n - d).collect();
+            let later: Vec<usize> = (d..n).collect();
+            let (a, b) = (pick(&cur, &earlier), pick(&cur, &later));
+            // In flipped order the earlier element comes later in the original sequence.
+            let (l, r) = if reverse { (&b, &a) } else { (&a, &b) };
+            let combined = self.combine(env, id, pid, region, l, r, outer * (n - d) * inner)?;
+            let head = pick(&cur, &(0..d).collect::<Vec<_>>());
+            cur = head
+                .iter()
+                .zip(&combined)
+                .map(|(h, c)| {
+                    let mut out = Data::default();
+                    reduce::concat_axis(h, d, c, n - d, outer, inner, &mut out)
+                        .map(|_| out)
+                        .map_err(|e| self.err(id, pid, e))
+                })
+                .collect::<Result<_>>()?;
+            d *= 2;
+        }
+        if reverse {
+            cur = pick(&cur, &flip);
+        }
+        for (r, c) in self.kernel.op(id).results.iter().zip(cur) {
+            env[r.index()] = c;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,524 @@
+//! Loads, stores and atomics through blocks of packed pointers.
+//!
+//! Pointer blocks are processed in runs of the last dim: a run whose lanes are all active
+//! and whose pointers are consecutive in one buffer is bounds-checked once and copied in one
+//! loop (a row of a 2-D tile, a whole 1-D block); anything else goes lane by lane. Masked-off
+//! lanes are never checked or touched.
+
+use half::{bf16, f16};
+
+use super::data::{canon_i32, ptr_off, ptr_param, round1, Data};
+use super::memory::{Mem, Raw};
+use crate::dtype::DType;
+use crate::ir::AtomicOp;
+
+/// Why a memory access failed (the interpreter adds kernel, op and program).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum MemErr {
+    /// Element `off` is outside argument `param`'s `len` elements.
+    OutOfBounds { param: usize, off: i64, len: usize },
+    /// A store or atomic through a read-only argument.
+    ReadOnly { param: usize },
+    /// The pointer does not point into any buffer argument.
+    NotABuffer { param: usize },
+    /// Operand shapes or kinds do not fit (an executor invariant, reported not panicked).
+    Internal(String),
+}
+
+type Res = std::result::Result<(), MemErr>;
+
+/// Dispatches on the pointee dtype: `$m!(Raw, Variant, accessor, from_raw, to_raw, args..)`.
+macro_rules! for_dtype {
+    ($d:expr, $m:ident, $($args:tt)*) => {
+        match $d {
+            DType::Bool => $m!(u8, Bool, bools, |r: u8| r != 0, |s: bool| s as u8, $($args)*),
+            DType::I8 => $m!(u8, I32, i32s, |r: u8| r as i8 as i32, |s: i32| s as u8, $($args)*),
+            DType::U8 => $m!(u8, I32, i32s, |r: u8| r as i32, |s: i32| s as u8, $($args)*),
+            DType::I16 => {
+                $m!(u16, I32, i32s, |r: u16| r as i16 as i32, |s: i32| s as u16, $($args)*)
+            }
+            DType::U16 => $m!(u16, I32, i32s, |r: u16| r as i32, |s: i32| s as u16, $($args)*),
+            DType::I32 | DType::U32 => {
+                $m!(u32, I32, i32s, |r: u32| r as i32, |s: i32| s as u32, $($args)*)
+            }
+            DType::I64 | DType::U64 => {
+                $m!(u64, I64, i64s, |r: u64| r as i64, |s: i64| s as u64, $($args)*)
+            }
+            DType::F16 => $m!(
+                u16, F32, f32s,
+                |r: u16| f16::from_bits(r).to_f32(),
+                |s: f32| f16::from_f32(s).to_bits(),
+                $($args)*
+            ),
+            DType::BF16 => $m!(
+                u16, F32, f32s,
+                |r: u16| bf16::from_bits(r).to_f32(),
+                |s: f32| bf16::from_f32(s).to_bits(),
+                $($args)*
+            ),
+            DType::F32 => $m!(u32, F32, f32s, f32::from_bits, f32::to_bits, $($args)*),
+            DType::F64 => $m!(u64, F64, f64s, f64::from_bits, f64::to_bits, $($args)*),
+        }
+    };
+}
+
+fn mem<'m, 'a>(mems: &'m [Option<Mem<'a>>], p: u64) -> Result<&'m Mem<'a>, MemErr> {
+    let param = ptr_param(p);
+    match mems.get(param) {
+        Some(Some(m)) => Ok(m),
+        _ => Err(MemErr::NotABuffer { param }),
+    }
+}
+
+/// The element index of `p` in its buffer, checked.
+#[inline(always)]
+fn index(m: &Mem<'_>, p: u64) -> Result<usize, MemErr> {
+    let off = ptr_off(p);
+    if off < 0 || off as usize >= m.len() {
+        return Err(MemErr::OutOfBounds {
+            param: ptr_param(p),
+            off,
+            len: m.len(),
+        });
+    }
+    Ok(off as usize)
+}
+
+/// Whether a run of pointers is consecutive (and so lies in one buffer).
+#[inline(always)]
+fn contiguous(run: &[u64]) -> bool {
+    let p0 = run[0];
+    run.iter()
+        .enumerate()
+        .fold(true, |ok, (j, &p)| ok & (p == p0.wrapping_add(j as u64)))
+}
+
+#[inline(always)]
+fn all_on(mask: Option<&[bool]>, lo: usize, hi: usize) -> bool {
+    mask.is_none_or(|m| m[lo..hi].iter().fold(true, |a, &b| a & b))
+}
+
+fn out_of_bounds(m: &Mem<'_>, p: u64) -> MemErr {
+    MemErr::OutOfBounds {
+        param: ptr_param(p),
+        off: ptr_off(p),
+        len: m.len(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn load_impl<R: Raw, S: Copy + Default>(
+    mems: &[Option<Mem<'_>>],
+    run: usize,
+    ptr: &[u64],
+    mask: Option<&[bool]>,
+    other: Option<&[S]>,
+    out: &mut Vec<S>,
+    from: impl Fn(R) -> S + Copy,
+) -> Res {
+    out.clear();
+    out.reserve(ptr.len());
+    let fill = |i: usize| match other {
+        Some(o) if o.len() == 1 => o[0],
+        Some(o) => o[i],
+        None => S::default(),
+    };
+    let run = run.max(1);
+    for (c, chunk) in ptr.chunks(run).enumerate() {
+        let lo = c * run;
+        if all_on(mask, lo, lo + chunk.len()) && contiguous(chunk) {
+            let m = mem(mems, chunk[0])?;
+            let start = index(m, chunk[0])?;
+            if !m.extend_run::<R, S>(start, chunk.len(), out, from) {
+                return Err(out_of_bounds(m, chunk[chunk.len() - 1]));
+            }
+            continue;
+        }
+        for (j, &p) in chunk.iter().enumerate() {
+            let i = lo + j;
+            if mask.is_some_and(|m| !m[i]) {
+                out.push(fill(i));
+                continue;
+            }
+            let m = mem(mems, p)?;
+            let k = index(m, p)?;
+            out.push(from(m.get::<R>(k).ok_or_else(|| out_of_bounds(m, p))?));
+        }
+    }
+    Ok(())
+}
+
+/// Loads a block of `d` elements; `run` is the length of the last dim.
+pub(crate) fn load(
+    mems: &[Option<Mem<'_>>],
+    d: DType,
+    run: usize,
+    ptr: &Data,
+    mask: Option<&Data>,
+    other: Option<&Data>,
+    out: &mut Data,
+) -> Res {
+    let Data::Ptr(ptr) = ptr else {
+        return Err(MemErr::Internal("load through a non-pointer".into()));
+    };
+    let mask = bools(mask, ptr.len())?;
+    macro_rules! go {
+        ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
+            let other = match other {
+                Some(Data::$v(o)) => Some(o.as_slice()),
+                Some(_) => return Err(MemErr::Internal("`other` has the wrong type".into())),
+                None => None,
+            };
+            load_impl::<$r, _>(mems, run, ptr, mask, other, out.$acc(), $from)
+        }};
+    }
+    for_dtype!(d, go,)
+}
+
+fn bools(mask: Option<&Data>, n: usize) -> Result<Option<&[bool]>, MemErr> {
+    match mask {
+        None => Ok(None),
+        Some(Data::Bool(m)) if m.len() == n => Ok(Some(m)),
+        Some(_) => Err(MemErr::Internal(
+            "mask is not a bool block of the pointer shape".into(),
+        )),
+    }
+}
+
+#[inline(always)]
+fn store_impl<R: Raw, S: Copy>(
+    mems: &[Option<Mem<'_>>],
+    run: usize,
+    ptr: &[u64],
+    mask: Option<&[bool]>,
+    vals: &[S],
+    to: impl Fn(S) -> R + Copy,
+) -> Res {
+    let val = |i: usize| if vals.len() == 1 { vals[0] } else { vals[i] };
+    if vals.len() != ptr.len() && vals.len() != 1 {
+        return Err(MemErr::Internal(
+            "stored values do not match the pointers".into(),
+        ));
+    }
+    let run = run.max(1);
+    for (c, chunk) in ptr.chunks(run).enumerate() {
+        let lo = c * run;
+        if vals.len() == ptr.len() && all_on(mask, lo, lo + chunk.len()) && contiguous(chunk) {
+            let m = mem(mems, chunk[0])?;
+            let start = index(m, chunk[0])?;
+            if !m.is_writable() {
+                return Err(MemErr::ReadOnly {
+                    param: ptr_param(chunk[0]),
+                });
+            }
+            if !m.set_run::<R, S>(start, &vals[lo..lo + chunk.len()], to) {
+                return Err(out_of_bounds(m, chunk[chunk.len() - 1]));
+            }
+            continue;
+        }
+        for (j, &p) in chunk.iter().enumerate() {
+            let i = lo + j;
+            if mask.is_some_and(|m| !m[i]) {
+                continue;
+            }
+            let m = mem(mems, p)?;
+            let k = index(m, p)?;
+            if !m.set::<R>(k, to(val(i))) {
+                return Err(MemErr::ReadOnly {
+                    param: ptr_param(p),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stores a block of `d` elements where `mask` is true.
+pub(crate) fn store(
+    mems: &[Option<Mem<'_>>],
+    d: DType,
+    run: usize,
+    ptr: &Data,
+    value: &Data,
+    mask: Option<&Data>,
+) -> Res {
+    let Data::Ptr(ptr) = ptr else {
+        return Err(MemErr::Internal("store through a non-pointer".into()));
+    };
+    let mask = bools(mask, ptr.len())?;
+    macro_rules! go {
+        ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
+            let Data::$v(vals) = value else {
+                return Err(MemErr::Internal("stored value has the wrong type".into()));
+            };
+            store_impl::<$r, _>(mems, run, ptr, mask, vals, $to)
+        }};
+    }
+    for_dtype!(d, go,)
+}
+
+/// The update an atomic applies, on values in storage form: `f(old, operand) -> new`.
+fn combine_f32(kind: AtomicOp, d: DType) -> impl Fn(f32, f32) -> f32 + Copy {
+    move |old: f32, v: f32| match kind {
+        AtomicOp::Add => round1(old + v, d),
+        AtomicOp::Max => old.max(v),
+        AtomicOp::Min => old.min(v),
+        // And/or/xor on floats are rejected by the verifier; exchange for the rest.
+        _ => v,
+    }
+}
+
+fn combine_f64(kind: AtomicOp) -> impl Fn(f64, f64) -> f64 + Copy {
+    move |old: f64, v: f64| match kind {
+        AtomicOp::Add => old + v,
+        AtomicOp::Max => old.max(v),
+        AtomicOp::Min => old.min(v),
+        _ => v,
+    }
+}
+
+fn combine_i32(kind: AtomicOp, d: DType) -> impl Fn(i32, i32) -> i32 + Copy {
+    let unsigned = d == DType::U32;
+    move |old: i32, v: i32| {
+        let r = match kind {
+            AtomicOp::Add => old.wrapping_add(v),
+            AtomicOp::Max if unsigned => (old as u32).max(v as u32) as i32,
+            AtomicOp::Min if unsigned => (old as u32).min(v as u32) as i32,
+            AtomicOp::Max => old.max(v),
+            AtomicOp::Min => old.min(v),
+            AtomicOp::And => old & v,
+            AtomicOp::Or => old | v,
+            AtomicOp::Xor => old ^ v,
+            AtomicOp::Xchg => v,
+        };
+        canon_i32(r, d)
+    }
+}
+
+fn combine_i64(kind: AtomicOp, d: DType) -> impl Fn(i64, i64) -> i64 + Copy {
+    let unsigned = d == DType::U64;
+    move |old: i64, v: i64| match kind {
+        AtomicOp::Add => old.wrapping_add(v),
+        AtomicOp::Max if unsigned => (old as u64).max(v as u64) as i64,
+        AtomicOp::Min if unsigned => (old as u64).min(v as u64) as i64,
+        AtomicOp::Max => old.max(v),
+        AtomicOp::Min => old.min(v),
+        AtomicOp::And => old & v,
+        AtomicOp::Or => old | v,
+        AtomicOp::Xor => old ^ v,
+        AtomicOp::Xchg => v,
+    }
+}
+
+fn combine_bool(kind: AtomicOp) -> impl Fn(bool, bool) -> bool + Copy {
+    move |old: bool, v: bool| match kind {
+        AtomicOp::Add | AtomicOp::Xor => old ^ v,
+        AtomicOp::Max | AtomicOp::Or => old | v,
+        AtomicOp::Min | AtomicOp::And => old & v,
+        AtomicOp::Xchg => v,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rmw_impl<R: Raw, S: Copy + Default>(
+    mems: &[Option<Mem<'_>>],
+    ptr: &[u64],
+    mask: Option<&[bool]>,
+    vals: &[S],
+    out: &mut Vec<S>,
+    from: impl Fn(R) -> S + Copy,
+    to: impl Fn(S) -> R + Copy,
+    f: impl Fn(S, S) -> S + Copy,
+) -> Res {
+    out.clear();
+    if vals.len() != ptr.len() {
+        return Err(MemErr::Internal(
+            "atomic operands do not match the pointers".into(),
+        ));
+    }
+    for (i, &p) in ptr.iter().enumerate() {
+        if mask.is_some_and(|m| !m[i]) {
+            out.push(S::default());
+            continue;
+        }
+        let m = mem(mems, p)?;
+        let k = index(m, p)?;
+        let v = vals[i];
+        let old = m
+            .update::<R>(k, |old| to(f(from(old), v)))
+            .ok_or(MemErr::ReadOnly {
+                param: ptr_param(p),
+            })?;
+        out.push(from(old));
+    }
+    Ok(())
+}
+
+/// Atomic read-modify-write; `out` gets the old values (0 in masked-off lanes).
+pub(crate) fn atomic_rmw(
+    mems: &[Option<Mem<'_>>],
+    kind: AtomicOp,
+    d: DType,
+    ptr: &Data,
+    value: &Data,
+    mask: Option<&Data>,
+    out: &mut Data,
+) -> Res {
+    let Data::Ptr(ptr) = ptr else {
+        return Err(MemErr::Internal("atomic through a non-pointer".into()));
+    };
+    let mask = bools(mask, ptr.len())?;
+    macro_rules! go {
+        ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr, $f:expr) => {{
+            let Data::$v(vals) = value else {
+                return Err(MemErr::Internal("atomic operand has the wrong type".into()));
+            };
+            rmw_impl::<$r, _>(mems, ptr, mask, vals, out.$acc(), $from, $to, $f)
+        }};
+    }
+    match d {
+        DType::Bool => go!(
+            u8,
+            Bool,
+            bools,
+            |r: u8| r != 0,
+            |s: bool| s as u8,
+            combine_bool(kind)
+        ),
+        DType::F32 => go!(
+            u32,
+            F32,
+            f32s,
+            f32::from_bits,
+            f32::to_bits,
+            combine_f32(kind, d)
+        ),
+        DType::F64 => go!(
+            u64,
+            F64,
+            f64s,
+            f64::from_bits,
+            f64::to_bits,
+            combine_f64(kind)
+        ),
+        DType::F16 => go!(
+            u16,
+            F32,
+            f32s,
+            |r: u16| f16::from_bits(r).to_f32(),
+            |s: f32| f16::from_f32(s).to_bits(),
+            combine_f32(kind, d)
+        ),
+        DType::BF16 => go!(
+            u16,
+            F32,
+            f32s,
+            |r: u16| bf16::from_bits(r).to_f32(),
+            |s: f32| bf16::from_f32(s).to_bits(),
+            combine_f32(kind, d)
+        ),
+        DType::I8 => go!(
+            u8,
+            I32,
+            i32s,
+            |r: u8| r as i8 as i32,
+            |s: i32| s as u8,
+            combine_i32(kind, d)
+        ),
+        DType::U8 => go!(
+            u8,
+            I32,
+            i32s,
+            |r: u8| r as i32,
+            |s: i32| s as u8,
+            combine_i32(kind, d)
+        ),
+        DType::I16 => go!(
+            u16,
+            I32,
+            i32s,
+            |r: u16| r as i16 as i32,
+            |s: i32| s as u16,
+            combine_i32(kind, d)
+        ),
+        DType::U16 => go!(
+            u16,
+            I32,
+            i32s,
+            |r: u16| r as i32,
+            |s: i32| s as u16,
+            combine_i32(kind, d)
+        ),
+        DType::I32 | DType::U32 => go!(
+            u32,
+            I32,
+            i32s,
+            |r: u32| r as i32,
+            |s: i32| s as u32,
+            combine_i32(kind, d)
+        ),
+        DType::I64 | DType::U64 => go!(
+            u64,
+            I64,
+            i64s,
+            |r: u64| r as i64,
+            |s: i64| s as u64,
+            combine_i64(kind, d)
+        ),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cas_impl<R: Raw, S: Copy>(
+    mems: &[Option<Mem<'_>>],
+    ptr: &[u64],
+    cmp: &[S],
+    vals: &[S],
+    out: &mut Vec<S>,
+    from: impl Fn(R) -> S + Copy,
+    to: impl Fn(S) -> R + Copy,
+) -> Res {
+    out.clear();
+    if vals.len() != ptr.len() || cmp.len() != ptr.len() {
+        return Err(MemErr::Internal(
+            "atomic_cas operands do not match the pointers".into(),
+        ));
+    }
+    for (i, &p) in ptr.iter().enumerate() {
+        let m = mem(mems, p)?;
+        let k = index(m, p)?;
+        let old = m
+            .compare_swap::<R>(k, to(cmp[i]), to(vals[i]))
+            .ok_or(MemErr::ReadOnly {
+                param: ptr_param(p),
+            })?;
+        out.push(from(old));
+    }
+    Ok(())
+}
+
+/// Atomic compare-and-swap (bitwise compare, as on GPUs); `out` gets the old values.
+pub(crate) fn atomic_cas(
+    mems: &[Option<Mem<'_>>],
+    d: DType,
+    ptr: &Data,
+    cmp: &Data,
+    value: &Data,
+    out: &mut Data,
+) -> Res {
+    let Data::Ptr(ptr) = ptr else {
+        return Err(MemErr::Internal("atomic_cas through a non-pointer".into()));
+    };
+    macro_rules! go {
+        ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
+            let (Data::$v(c), Data::$v(v)) = (cmp, value) else {
+                return Err(MemErr::Internal(
+                    "atomic_cas operand has the wrong type".into(),
+                ));
+            };
+            cas_impl::<$r, _>(mems, ptr, c, v, out.$acc(), $from, $to)
+        }};
+    }
+    for_dtype!(d, go,)
+}

@@ -1,0 +1,249 @@
+//! Argument buffers shared by all programs of a launch: the executor's only `unsafe`.
+//!
+//! Programs run in parallel on rayon threads and may all write the same output buffer, as
+//! GPU threads do. Rust forbids unsynchronised writes to memory another thread may touch,
+//! so every access to a writable buffer is an atomic access (relaxed for plain loads and
+//! stores, which compiles to ordinary moves; read-modify-write for the atomic ops). A race
+//! between two programs is then the kernel's own bug with a well-defined outcome, never
+//! undefined behaviour. Read-only buffers are never written by anyone during a launch, so
+//! they are read with plain (unaligned) loads and bulk copies.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+/// Raw element types, by width: 1, 2, 4 or 8 bytes.
+pub(crate) trait Raw: Copy + Default + Send + Sync + 'static {
+    /// The matching atomic integer.
+    type Atomic;
+    /// Bytes per element.
+    const SIZE: usize;
+    /// Relaxed atomic load.
+    fn load(a: &Self::Atomic) -> Self;
+    /// Relaxed atomic store.
+    fn store(a: &Self::Atomic, v: Self);
+    /// Compare-and-swap (strong, sequentially consistent); `Ok(old)` when it swapped.
+    fn cas(a: &Self::Atomic, old: Self, new: Self) -> Result<Self, Self>;
+}
+
+macro_rules! raw {
+    ($t:ty, $a:ty) => {
+        impl Raw for $t {
+            type Atomic = $a;
+            const SIZE: usize = std::mem::size_of::<$t>();
+            #[inline(always)]
+            fn load(a: &$a) -> $t {
+                a.load(Ordering::Relaxed)
+            }
+            #[inline(always)]
+            fn store(a: &$a, v: $t) {
+                a.store(v, Ordering::Relaxed)
+            }
+            #[inline(always)]
+            fn cas(a: &$a, old: $t, new: $t) -> Result<$t, $t> {
+                a.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
+            }
+        }
+    };
+}
+raw!(u8, AtomicU8);
+raw!(u16, AtomicU16);
+raw!(u32, AtomicU32);
+raw!(u64, AtomicU64);
+
+/// One pointer argument's buffer for the duration of a launch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mem<'a> {
+    ptr: *mut u8,
+    bytes: usize,
+    /// Element size of the argument's pointee dtype.
+    elem: usize,
+    writable: bool,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+// SAFETY: a `Mem` is built only from a `&'a [u8]` (never written: `writable` is false, so
+// every write path below refuses it) or from a `&'a mut [u8]` that the launch borrows
+// exclusively for `'a` and whose every access goes through `AtomicU*` of matching width at
+// an aligned address (alignment checked in `Mem::writable`). Shared access from many
+// threads is therefore data-race free.
+unsafe impl Send for Mem<'_> {}
+// SAFETY: see `Send` above.
+unsafe impl Sync for Mem<'_> {}
+
+impl<'a> Mem<'a> {
+    /// A read-only buffer of elements of `elem` bytes.
+    pub(crate) fn read_only(buf: &'a [u8], elem: usize) -> Mem<'a> {
+        Mem {
+            ptr: buf.as_ptr() as *mut u8,
+            bytes: buf.len(),
+            elem,
+            writable: false,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// A writable buffer; `None` when it is not aligned to `elem` (atomics need that).
+    pub(crate) fn writable(buf: &'a mut [u8], elem: usize) -> Option<Mem<'a>> {
+        if (buf.as_ptr() as usize) % elem != 0 {
+            return None;
+        }
+        Some(Mem {
+            ptr: buf.as_mut_ptr(),
+            bytes: buf.len(),
+            elem,
+            writable: true,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// Number of whole elements.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes / self.elem
+    }
+
+    /// True if stores and atomics are allowed.
+    pub(crate) fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// True if elements `[start, start + n)` of width `R::SIZE` lie inside the buffer.
+    #[inline(always)]
+    fn fits<R: Raw>(&self, start: usize, n: usize) -> bool {
+        R::SIZE == self.elem
+            && start
+                .checked_add(n)
+                .and_then(|e| e.checked_mul(R::SIZE))
+                .is_some_and(|e| e <= self.bytes)
+    }
+
+    /// The atomic at element `i`; caller checked `fits` and `writable`.
+    #[inline(always)]
+    fn atomic<R: Raw>(&self, i: usize) -> &R::Atomic {
+        // SAFETY: `fits` put element `i` inside the exclusively borrowed buffer, `writable`
+        // guarantees it came from `&mut [u8]` with `elem`-aligned base, so the address is
+        // aligned for `R::Atomic` (same size and alignment as `R`); every other access to
+        // this memory during the launch is atomic too.
+        unsafe { &*(self.ptr.add(i * R::SIZE) as *const R::Atomic) }
+    }
+
+    /// Element `i`, or `None` when out of bounds.
+    #[inline(always)]
+    pub(crate) fn get<R: Raw>(&self, i: usize) -> Option<R> {
+        if !self.fits::<R>(i, 1) {
+            return None;
+        }
+        if self.writable {
+            Some(R::load(self.atomic::<R>(i)))
+        } else {
+            // SAFETY: in bounds (checked above); read-only buffers are never written
+            // during the launch, so a plain unaligned read cannot race.
+            Some(unsafe { std::ptr::read_unaligned(self.ptr.add(i * R::SIZE) as *const R) })
+        }
+    }
+
+    /// Appends `f` of elements `[start, start + n)` to `out`; false when out of bounds.
+    #[inline(always)]
+    pub(crate) fn extend_run<R: Raw, S>(
+        &self,
+        start: usize,
+        n: usize,
+        out: &mut Vec<S>,
+        f: impl Fn(R) -> S,
+    ) -> bool {
+        if !self.fits::<R>(start, n) {
+            return false;
+        }
+        if self.writable {
+            out.extend((start..start + n).map(|i| f(R::load(self.atomic::<R>(i)))));
+        } else {
+            // SAFETY: the range is in bounds (checked above) and read-only buffers are never
+            // written during the launch. A loop of unaligned loads vectorises like memcpy.
+            let base = unsafe { self.ptr.add(start * R::SIZE) } as *const R;
+            out.extend((0..n).map(|k| f(unsafe { std::ptr::read_unaligned(base.add(k)) })));
+        }
+        true
+    }
+
+    /// Stores element `i`; false when out of bounds or read-only.
+    #[inline(always)]
+    pub(crate) fn set<R: Raw>(&self, i: usize, v: R) -> bool {
+        if !self.writable || !self.fits::<R>(i, 1) {
+            return false;
+        }
+        R::store(self.atomic::<R>(i), v);
+        true
+    }
+
+    /// Stores `f` of `vals` at `[start, start + vals.len())`; false when out of bounds or
+    /// read-only.
+    #[inline(always)]
+    pub(crate) fn set_run<R: Raw, S: Copy>(
+        &self,
+        start: usize,
+        vals: &[S],
+        f: impl Fn(S) -> R,
+    ) -> bool {
+        if !self.writable || !self.fits::<R>(start, vals.len()) {
+            return false;
+        }
+        for (k, v) in vals.iter().enumerate() {
+            R::store(self.atomic::<R>(start + k), f(*v));
+        }
+        true
+    }
+
+    /// Atomically replaces element `i` by `f(old)` (a CAS loop); returns the old bits, or
+    /// `None` when out of bounds or read-only.
+    pub(crate) fn update<R: Raw>(&self, i: usize, f: impl Fn(R) -> R) -> Option<R> {
+        if !self.writable || !self.fits::<R>(i, 1) {
+            return None;
+        }
+        let a = self.atomic::<R>(i);
+        let mut old = R::load(a);
+        loop {
+            match R::cas(a, old, f(old)) {
+                Ok(prev) => return Some(prev),
+                Err(now) => old = now,
+            }
+        }
+    }
+
+    /// Atomic compare-and-swap of element `i`; returns the old bits.
+    pub(crate) fn compare_swap<R: Raw>(&self, i: usize, cmp: R, new: R) -> Option<R> {
+        if !self.writable || !self.fits::<R>(i, 1) {
+            return None;
+        }
+        Some(match R::cas(self.atomic::<R>(i), cmp, new) {
+            Ok(v) | Err(v) => v,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_and_writability_are_checked() {
+        let ro = [1u8, 0, 0, 0, 2, 0, 0, 0];
+        let m = Mem::read_only(&ro, 4);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.get::<u32>(1), Some(2));
+        assert_eq!(m.get::<u32>(2), None);
+        assert!(!m.set::<u32>(0, 5));
+        let mut out = vec![0u32; 4];
+        // SAFETY (test): viewing a u32 buffer as bytes.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, out.len() * 4) };
+        let w = Mem::writable(bytes, 4).expect("aligned");
+        assert!(w.set_run::<u32, u32>(1, &[7, 8, 9], |x| x));
+        assert!(!w.set_run::<u32, u32>(2, &[7, 8, 9], |x| x));
+        let mut got = Vec::new();
+        assert!(m.extend_run::<u32, f32>(0, 2, &mut got, |b| b as f32));
+        assert_eq!(got, [1.0, 2.0]);
+        assert!(!m.extend_run::<u32, f32>(1, 2, &mut got, |b| b as f32));
+        assert_eq!(w.update::<u32>(3, |x| x + 1), Some(9));
+        assert_eq!(w.compare_swap::<u32>(0, 0, 4), Some(0));
+        assert_eq!(out, vec![4, 7, 8, 10]);
+    }
+}

@@ -1,0 +1,245 @@
+//! The CPU executor: runs a kernel's IR on any machine.
+//!
+//! Like Triton's interpreter (`GridExecutor`), it runs each program of the grid as a whole:
+//! every op works on whole blocks (typed buffers), never element by element through the op
+//! graph. Programs run in parallel on rayon's pool, each worker reusing its value buffers
+//! from one program to the next.
+//!
+//! Semantics follow Triton 3.x (see the crate's design notes): integer division and
+//! remainder truncate toward zero, float `%` is `fmod`, integers wrap, f16/bf16 math is
+//! computed in f32 and rounded to nearest even, comparisons give `bool`, masked loads
+//! without `other` give 0, masked stores leave memory untouched, `dot` accumulates in f32
+//! (i32 for 8-bit integers), `max`/`min` ignore NaN, `argmax`/`argmin` pick the left-most
+//! index on ties, Philox matches `triton.language.random` bit for bit. Where Triton leaves
+//! a result undefined the executor picks one and never traps: integer division by zero
+//! gives all ones (remainder: the dividend), over-wide shifts give 0 (or the sign for `>>`
+//! on signed types), out-of-range float-to-int conversions saturate.
+//!
+//! Every load, store and atomic is checked against its argument's buffer; an access outside
+//! it is an [`Error::Runtime`] naming the kernel, the op (and where it was built), the
+//! program id and the offending element offset. Masked-off lanes are not checked.
+//!
+//! ```text
+//! let mut out = vec![0u8; n * 4];
+//! exec::execute(&kernel, [n.div_ceil(1024), 1, 1], &mut [
+//!     ExecArg::from(&x_bytes[..]), ExecArg::from(&y_bytes[..]),
+//!     ExecArg::from(&mut out[..]), ExecArg::from(n as i32),
+//! ])?;
+//! ```
+
+mod data;
+mod dot;
+mod elementwise;
+mod interp;
+mod memops;
+mod memory;
+mod reduce;
+mod shape;
+#[cfg(test)]
+mod tests;
+
+use rayon::prelude::*;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ir::{Kernel, Param, ParamKind, Type};
+use data::{canon_i32, class_of, f64_to_f32_class, Class, Data};
+use interp::Launch;
+use memory::Mem;
+
+/// One kernel argument, in kernel-parameter order.
+///
+/// Pointer parameters take a buffer: the argument's elements as row-major little-endian
+/// bytes of the parameter's pointee dtype. Buffers the kernel stores to (or updates
+/// atomically) must be mutable and aligned to the element size; read-only inputs may be
+/// shared slices with any alignment. Scalar parameters take a number, converted to the
+/// parameter's dtype (an integer that does not fit is an error).
+#[derive(Debug)]
+pub enum ExecArg<'a> {
+    /// A read-only buffer (loads only).
+    Buffer(&'a [u8]),
+    /// A buffer the kernel may write.
+    BufferMut(&'a mut [u8]),
+    /// An integer scalar (also accepted by float parameters).
+    Int(i64),
+    /// A floating point scalar.
+    Float(f64),
+    /// A boolean scalar (`int1`).
+    Bool(bool),
+}
+
+impl<'a> From<&'a [u8]> for ExecArg<'a> {
+    fn from(b: &'a [u8]) -> Self {
+        ExecArg::Buffer(b)
+    }
+}
+
+impl<'a> From<&'a mut [u8]> for ExecArg<'a> {
+    fn from(b: &'a mut [u8]) -> Self {
+        ExecArg::BufferMut(b)
+    }
+}
+
+macro_rules! from_scalar {
+    ($($t:ty => $v:ident as $c:ty),*) => {$(
+        impl From<$t> for ExecArg<'_> {
+            fn from(x: $t) -> Self {
+                ExecArg::$v(x as $c)
+            }
+        }
+    )*};
+}
+from_scalar!(i8 => Int as i64, i16 => Int as i64, i32 => Int as i64, i64 => Int as i64,
+    u8 => Int as i64, u16 => Int as i64, u32 => Int as i64, f32 => Float as f64,
+    f64 => Float as f64, bool => Bool as bool);
+
+fn launch_err(k: &Kernel, msg: String) -> Error {
+    Error::Launch {
+        kernel: k.name.clone(),
+        msg,
+    }
+}
+
+/// Whether integer `v` is representable in `d`.
+fn int_fits(v: i64, d: DType) -> bool {
+    match d {
+        DType::Bool => v == 0 || v == 1,
+        DType::I8 => i8::try_from(v).is_ok(),
+        DType::I16 => i16::try_from(v).is_ok(),
+        DType::I32 => i32::try_from(v).is_ok(),
+        DType::U8 => u8::try_from(v).is_ok(),
+        DType::U16 => u16::try_from(v).is_ok(),
+        DType::U32 => u32::try_from(v).is_ok(),
+        DType::U64 => v >= 0,
+        _ => true,
+    }
+}
+
+/// A scalar argument as the parameter's one-element value.
+fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Data> {
+    let bad = |what: &str| launch_err(k, format!("argument `{}` ({d} scalar) got {what}", p.name));
+    let class = class_of(&Type::scalar(d));
+    Ok(match (arg, class) {
+        (ExecArg::Int(v), Class::F32) => Data::F32(vec![f64_to_f32_class(*v as f64, d)]),
+        (ExecArg::Int(v), Class::F64) => Data::F64(vec![*v as f64]),
+        (ExecArg::Int(v), _) if !int_fits(*v, d) => {
+            return Err(bad(&format!("{v}, which does not fit")))
+        }
+        (ExecArg::Int(v), Class::Bool) => Data::Bool(vec![*v != 0]),
+        (ExecArg::Int(v), Class::I32) => Data::I32(vec![canon_i32(*v as i32, d)]),
+        (ExecArg::Int(v), Class::I64) => Data::I64(vec![*v]),
+        (ExecArg::Float(v), Class::F32) => Data::F32(vec![f64_to_f32_class(*v, d)]),
+        (ExecArg::Float(v), Class::F64) => Data::F64(vec![*v]),
+        (ExecArg::Float(v), _) => return Err(bad(&format!("the float {v}"))),
+        (ExecArg::Bool(b), Class::Bool) => Data::Bool(vec![*b]),
+        (ExecArg::Bool(b), Class::I32) => Data::I32(vec![*b as i32]),
+        (ExecArg::Bool(b), Class::I64) => Data::I64(vec![*b as i64]),
+        (ExecArg::Bool(_), _) => return Err(bad("a bool")),
+        (ExecArg::Buffer(_) | ExecArg::BufferMut(_), _) => return Err(bad("a buffer")),
+        (ExecArg::Int(_), Class::Ptr) => return Err(bad("an integer")),
+    })
+}
+
+/// Runs `kernel` over `grid` (programs per axis) on the CPU.
+///
+/// `args` follow [`Kernel::params`] (constexprs are already folded into the kernel). All
+/// programs run before this returns; outputs are written into the mutable buffers. Errors:
+/// [`Error::Build`] for a kernel that fails the IR verifier, [`Error::Launch`] for
+/// arguments that do not match the parameters, [`Error::Runtime`]
+/// for failures while running (out-of-bounds accesses, writes through read-only buffers),
+/// naming the op and program.
+pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
+    let k = kernel;
+    // The interpreter relies on the verifier's invariants (operand types, region shapes);
+    // checking here keeps a hand-edited kernel from reaching it.
+    crate::ir::verify(k)?;
+    if args.len() != k.params.len() {
+        return Err(launch_err(
+            k,
+            format!(
+                "expected {} arguments ({}), got {}",
+                k.params.len(),
+                k.params
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                args.len()
+            ),
+        ));
+    }
+    if grid.iter().any(|&g| g > i32::MAX as usize) {
+        return Err(launch_err(
+            k,
+            format!("grid {grid:?} exceeds i32 program ids"),
+        ));
+    }
+    let mut mems: Vec<Option<Mem<'_>>> = Vec::with_capacity(args.len());
+    let mut scalars: Vec<Option<Data>> = Vec::with_capacity(args.len());
+    for (p, arg) in k.params.iter().zip(args.iter_mut()) {
+        match (p.kind, arg) {
+            (ParamKind::Ptr(d), ExecArg::Buffer(b)) => {
+                if p.stored {
+                    return Err(launch_err(
+                        k,
+                        format!(
+                            "argument `{}` is written by the kernel: pass a mutable buffer",
+                            p.name
+                        ),
+                    ));
+                }
+                mems.push(Some(Mem::read_only(b, d.size_bytes())));
+                scalars.push(None);
+            }
+            (ParamKind::Ptr(d), ExecArg::BufferMut(b)) => {
+                let m = Mem::writable(b, d.size_bytes()).ok_or_else(|| {
+                    launch_err(
+                        k,
+                        format!(
+                            "buffer for `{}` is not aligned to its {}-byte elements",
+                            p.name,
+                            d.size_bytes()
+                        ),
+                    )
+                })?;
+                mems.push(Some(m));
+                scalars.push(None);
+            }
+            (ParamKind::Ptr(d), _) => {
+                return Err(launch_err(
+                    k,
+                    format!("argument `{}` (pointer to {d}) needs a buffer", p.name),
+                ))
+            }
+            (ParamKind::Scalar(d), arg) => {
+                mems.push(None);
+                scalars.push(Some(scalar_value(k, p, d, arg)?));
+            }
+        }
+    }
+    let launch = Launch {
+        kernel: k,
+        params: Launch::param_data(k, &scalars),
+        mems,
+        grid,
+    };
+    let total = grid
+        .iter()
+        .try_fold(1usize, |a, &g| a.checked_mul(g))
+        .ok_or_else(|| launch_err(k, format!("grid {grid:?} is too large")))?;
+    let pid = |p: usize| {
+        [
+            p % grid[0],
+            (p / grid[0]) % grid[1],
+            p / (grid[0] * grid[1]),
+        ]
+    };
+    match total {
+        0 => Ok(()),
+        1 => launch.run_program(&mut launch.new_env(), [0, 0, 0]),
+        _ => (0..total).into_par_iter().try_for_each_init(
+            || launch.new_env(),
+            |env, p| launch.run_program(env, pid(p)),
+        ),
+    }
+}

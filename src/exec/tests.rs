@@ -1,0 +1,837 @@
+//! Executor tests: DSL kernels run on byte buffers and checked against f64 references, with
+//! ragged sizes (masks), poisoned outputs and Triton's semantic rules.
+
+use std::collections::BTreeMap;
+
+use half::{bf16, f16};
+
+use super::{execute, ExecArg};
+use crate::dtype::DType::{self, *};
+use crate::error::Error;
+use crate::ir::Kernel;
+use crate::tl::{self, *};
+
+/// Numbers whose every bit pattern is valid (so byte views both ways are sound).
+trait Plain: Copy + Default + std::fmt::Debug {}
+impl Plain for i8 {}
+impl Plain for i16 {}
+impl Plain for i32 {}
+impl Plain for i64 {}
+impl Plain for u8 {}
+impl Plain for u16 {}
+impl Plain for u32 {}
+impl Plain for u64 {}
+impl Plain for f16 {}
+impl Plain for bf16 {}
+impl Plain for f32 {}
+impl Plain for f64 {}
+
+fn bytes<T: Plain>(v: &[T]) -> &[u8] {
+    // SAFETY: `Plain` types have no padding; the view covers exactly the slice.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn bytes_mut<T: Plain>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: as above, and every byte pattern is a valid `Plain` value.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
+}
+
+fn kernel(name: &str, cx: &[(&str, i64)], f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
+    let m: BTreeMap<String, i64> = cx.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    match tl::build(name, &m, f) {
+        Ok(k) => k,
+        Err(e) => panic!("build failed: {e}"),
+    }
+}
+
+/// Deterministic pseudo-random floats in [-2, 2).
+fn randf(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+const POISON: f32 = -1234.5;
+
+fn close(got: f32, want: f64, tol: f64) -> bool {
+    (got as f64 - want).abs() <= tol * (1.0 + want.abs())
+}
+
+#[test]
+fn vector_add_ragged_with_poisoned_tail() {
+    let k = kernel("add_kernel", &[("BLOCK_SIZE", 256)], |k| {
+        let (x_ptr, y_ptr, out_ptr) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "y_ptr"), k.ptr(F32, "out"));
+        let n = k.scalar(I32, "n_elements");
+        let block = k.constexpr("BLOCK_SIZE");
+        let offsets = program_id(0) * block + arange(0, block);
+        let mask = offsets.lt(n);
+        let x = load(x_ptr + offsets).mask(mask);
+        let y = load(y_ptr + offsets).mask(mask);
+        store(out_ptr + offsets, x + y).mask(mask);
+    });
+    for n in [1usize, 255, 256, 1000, 4097] {
+        let (x, y) = (randf(n, 1), randf(n, 2));
+        // The output is longer than n: the tail must stay poisoned.
+        let mut out = vec![POISON; n + 300];
+        execute(
+            &k,
+            [n.div_ceil(256), 1, 1],
+            &mut [
+                bytes(&x).into(),
+                bytes(&y).into(),
+                bytes_mut(&mut out).into(),
+                (n as i32).into(),
+            ],
+        )
+        .unwrap();
+        for i in 0..n {
+            assert_eq!(out[i], x[i] + y[i], "n={n} i={i}");
+        }
+        assert!(out[n..].iter().all(|&v| v == POISON), "n={n}: tail written");
+    }
+}
+
+fn softmax_kernel(dtype: DType) -> Kernel {
+    kernel("softmax", &[("BLOCK", 128)], |k| {
+        let (out, inp) = (k.ptr(dtype, "out"), k.ptr(dtype, "inp"));
+        let (stride, ncols) = (k.scalar(I32, "stride"), k.scalar(I32, "n_cols"));
+        let block = k.constexpr("BLOCK");
+        let row = program_id(0);
+        let cols = arange(0, block);
+        let mask = cols.lt(ncols);
+        let x = load(inp + row * stride + cols)
+            .mask(mask)
+            .other(f32::NEG_INFINITY)
+            .to(F32);
+        let z = x - max(x, 0);
+        let num = exp(z);
+        let den = sum(num, 0);
+        store(out + row * stride + cols, (num / den).to(dtype)).mask(mask);
+    })
+}
+
+#[test]
+fn softmax_rows_match_reference() {
+    let k = softmax_kernel(F32);
+    let (rows, cols, stride) = (37usize, 100usize, 103usize);
+    let x = randf(rows * stride, 3);
+    let mut out = vec![POISON; rows * stride];
+    execute(
+        &k,
+        [rows, 1, 1],
+        &mut [
+            bytes_mut(&mut out).into(),
+            bytes(&x).into(),
+            (stride as i32).into(),
+            (cols as i32).into(),
+        ],
+    )
+    .unwrap();
+    for r in 0..rows {
+        let row = &x[r * stride..r * stride + cols];
+        let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+        let den: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+        for c in 0..stride {
+            let got = out[r * stride + c];
+            if c < cols {
+                let want = (row[c] as f64 - m).exp() / den;
+                assert!(close(got, want, 1e-5), "({r},{c}): {got} vs {want}");
+            } else {
+                assert_eq!(got, POISON);
+            }
+        }
+    }
+}
+
+#[test]
+fn softmax_f16_rounds_through_f32() {
+    let k = softmax_kernel(F16);
+    let (rows, cols) = (3usize, 77usize);
+    let x: Vec<f16> = randf(rows * cols, 9)
+        .iter()
+        .map(|&v| f16::from_f32(v))
+        .collect();
+    let mut out = vec![f16::from_f32(POISON); rows * cols];
+    execute(
+        &k,
+        [rows, 1, 1],
+        &mut [
+            bytes_mut(&mut out).into(),
+            bytes(&x).into(),
+            (cols as i32).into(),
+            (cols as i32).into(),
+        ],
+    )
+    .unwrap();
+    for r in 0..rows {
+        let row: Vec<f64> = x[r * cols..(r + 1) * cols]
+            .iter()
+            .map(|v| v.to_f64())
+            .collect();
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let den: f64 = row.iter().map(|v| (v - m).exp()).sum();
+        for c in 0..cols {
+            let want = (row[c] - m).exp() / den;
+            let got = out[r * cols + c].to_f64();
+            assert!(
+                (got - want).abs() <= 1e-3 * want.max(1e-3),
+                "{got} vs {want}"
+            );
+        }
+    }
+}
+
+fn matmul_kernel(ab: DType) -> Kernel {
+    kernel("matmul", &[("BM", 32), ("BN", 32), ("BK", 16)], |k| {
+        let (a_ptr, b_ptr, c_ptr) = (k.ptr(ab, "a"), k.ptr(ab, "b"), k.ptr(F32, "c"));
+        let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
+        let (bm, bn, bk) = (k.constexpr("BM"), k.constexpr("BN"), k.constexpr("BK"));
+        let rm = program_id(0) * bm + arange(0, bm);
+        let rn = program_id(1) * bn + arange(0, bn);
+        let rk = arange(0, bk);
+        let a_ptrs = a_ptr + (rm.col() * kk + rk.row());
+        let b_ptrs = b_ptr + (rk.col() * n + rn.row());
+        let acc = zeros([bm, bn], F32);
+        let (acc, _, _) =
+            range(0, cdiv(kk, bk), 1).fold((acc, a_ptrs, b_ptrs), |i, (acc, ap, bp)| {
+                let k_rem = kk - i * bk;
+                let a = load(ap)
+                    .mask(rm.col().lt(m) & rk.row().lt(k_rem))
+                    .other(0.0);
+                let b = load(bp)
+                    .mask(rk.col().lt(k_rem) & rn.row().lt(n))
+                    .other(0.0);
+                (dot(a, b, acc), ap + bk, bp + bk * n)
+            });
+        let mask = rm.col().lt(m) & rn.row().lt(n);
+        store(c_ptr + rm.col() * n + rn.row(), acc).mask(mask);
+    })
+}
+
+#[test]
+fn matmul_masked_tails_f32_and_f16() {
+    let (m, n, kk) = (70usize, 50usize, 40usize);
+    let a = randf(m * kk, 4);
+    let b = randf(kk * n, 5);
+    let want = |a: &[f64], b: &[f64]| -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..kk).map(|p| a[i * kk + p] * b[p * n + j]).sum();
+            }
+        }
+        c
+    };
+    let grid = [m.div_ceil(32), n.div_ceil(32), 1];
+    let scalars = |v: &mut Vec<ExecArg<'_>>| {
+        v.extend([(m as i32).into(), (n as i32).into(), (kk as i32).into()])
+    };
+    // f32
+    let k = matmul_kernel(F32);
+    let mut c = vec![POISON; m * n];
+    let mut args = vec![bytes(&a).into(), bytes(&b).into(), bytes_mut(&mut c).into()];
+    scalars(&mut args);
+    execute(&k, grid, &mut args).unwrap();
+    let r = want(
+        &a.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        &b.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+    );
+    for (g, w) in c.iter().zip(&r) {
+        assert!(close(*g, *w, 1e-5), "{g} vs {w}");
+    }
+    // f16 inputs, f32 accumulation
+    let k = matmul_kernel(F16);
+    let ah: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+    let bh: Vec<f16> = b.iter().map(|&x| f16::from_f32(x)).collect();
+    let mut c = vec![POISON; m * n];
+    let mut args = vec![
+        bytes(&ah).into(),
+        bytes(&bh).into(),
+        bytes_mut(&mut c).into(),
+    ];
+    scalars(&mut args);
+    execute(&k, grid, &mut args).unwrap();
+    let r = want(
+        &ah.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+        &bh.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+    );
+    for (g, w) in c.iter().zip(&r) {
+        assert!(close(*g, *w, 1e-5), "{g} vs {w}");
+    }
+}
+
+#[test]
+fn integer_division_wraps_and_casts_follow_c() {
+    let k = kernel("ints", &[], |k| {
+        let (a, b, o) = (k.ptr(I32, "a"), k.ptr(I32, "b"), k.ptr(I32, "o"));
+        let offs = arange(0, 8);
+        let (x, y) = (load(a + offs), load(b + offs));
+        store(o + offs, floordiv(x, y));
+        store(o + 8 + offs, x % y);
+        store(o + 16 + offs, x * y);
+        store(o + 24 + offs, (x.to(I8)).to(I32));
+        store(o + 32 + offs, (x >> 1) + (y << 2));
+        store(o + 40 + offs, umulhi(x, y));
+    });
+    let x = [7, -7, 7, -7, i32::MAX, 300, -129, 65537];
+    let y = [2, 2, -2, -2, 2, 7, 3, 65536];
+    let mut o = vec![0i32; 48];
+    execute(
+        &k,
+        [1, 1, 1],
+        &mut [bytes(&x).into(), bytes(&y).into(), bytes_mut(&mut o).into()],
+    )
+    .unwrap();
+    for i in 0..8 {
+        assert_eq!(o[i], x[i] / y[i], "div {i}");
+        assert_eq!(o[8 + i], x[i] % y[i], "rem {i}");
+        assert_eq!(o[16 + i], x[i].wrapping_mul(y[i]), "mul {i}");
+        assert_eq!(o[24 + i], x[i] as i8 as i32, "narrow {i}");
+        assert_eq!(o[32 + i], (x[i] >> 1).wrapping_add(y[i] << 2), "shift {i}");
+        assert_eq!(
+            o[40 + i],
+            ((x[i] as u32 as u64 * y[i] as u32 as u64) >> 32) as i32,
+            "umulhi {i}"
+        );
+    }
+}
+
+#[test]
+fn float_semantics_fmod_casts_compare_and_math() {
+    let k = kernel("floats", &[], |k| {
+        let (a, b) = (k.ptr(F32, "a"), k.ptr(F32, "b"));
+        let (oi, of, oh) = (k.ptr(I32, "oi"), k.ptr(F32, "of"), k.ptr(F16, "oh"));
+        let offs = arange(0, 8);
+        let (x, y) = (load(a + offs), load(b + offs));
+        store(of + offs, x % y);
+        store(oi + offs, x.to(I32));
+        store(oi + 8 + offs, x.lt(y).to(I32));
+        store(oi + 16 + offs, x.ne(y).to(I32));
+        store(oh + offs, x.to(F16));
+        store(of + 8 + offs, exp(x));
+        store(of + 16 + offs, sqrt(abs(x)));
+        store(of + 24 + offs, erf(x));
+        store(of + 32 + offs, sigmoid(x));
+        store(of + 40 + offs, fma(x, y, 1.0));
+        store(of + 48 + offs, clamp(x, -1.0, 1.0));
+        store(
+            of + 56 + offs,
+            log(abs(x)) + sin(x) + cos(y) + floor(x) + ceil(y),
+        );
+    });
+    let nan = f32::NAN;
+    let x = [5.5f32, -5.5, -2.7, 2.7, nan, 1.0, 1.000_488_3, 0.3];
+    let y = [2.0f32, 2.0, 1.0, -1.0, 1.0, nan, 3.0, 0.7];
+    let (mut oi, mut of, mut oh) = (vec![0i32; 24], vec![0f32; 64], vec![f16::ZERO; 8]);
+    execute(
+        &k,
+        [1, 1, 1],
+        &mut [
+            bytes(&x).into(),
+            bytes(&y).into(),
+            bytes_mut(&mut oi).into(),
+            bytes_mut(&mut of).into(),
+            bytes_mut(&mut oh).into(),
+        ],
+    )
+    .unwrap();
+    for i in 0..8 {
+        let (xf, yf) = (x[i] as f64, y[i] as f64);
+        let same = |g: f32, w: f64| (g.is_nan() && w.is_nan()) || close(g, w, 1e-6);
+        assert!(same(of[i], xf % yf), "fmod {i}: {}", of[i]);
+        if !x[i].is_nan() {
+            assert_eq!(oi[i], x[i].trunc() as i32, "f->i {i}");
+        }
+        assert_eq!(oi[8 + i], (x[i] < y[i]) as i32, "lt {i}");
+        assert_eq!(oi[16 + i], (x[i] != y[i]) as i32, "ne is unordered {i}");
+        assert_eq!(
+            oh[i].to_bits(),
+            f16::from_f32(x[i]).to_bits(),
+            "f16 rne {i}"
+        );
+        assert!(same(of[8 + i], xf.exp()), "exp {i}");
+        assert!(same(of[16 + i], xf.abs().sqrt()), "sqrt {i}");
+        assert!(same(of[24 + i], libm::erf(xf)), "erf {i}");
+        assert!(same(of[32 + i], 1.0 / (1.0 + (-xf).exp())), "sigmoid {i}");
+        assert!(same(of[40 + i], xf * yf + 1.0), "fma {i}");
+        if !x[i].is_nan() {
+            assert!(same(of[48 + i], xf.clamp(-1.0, 1.0)), "clamp {i}");
+        }
+        let w = xf.abs().ln() + xf.sin() + yf.cos() + xf.floor() + yf.ceil();
+        assert!(same(of[56 + i], w), "mix {i}: {} vs {w}", of[56 + i]);
+    }
+    // 1 + 2^-11 is halfway between two f16 values: ties go to even.
+    assert_eq!(oh[6].to_f32(), 1.0);
+}
+
+#[test]
+fn masked_loads_give_zero_or_other_and_stores_skip() {
+    let k = kernel("masks", &[], |k| {
+        let (a, o) = (k.ptr(I32, "a"), k.ptr(I32, "o"));
+        let offs = arange(0, 16);
+        let m = offs.lt(5);
+        let x = load(a + offs).mask(m);
+        let y = load(a + offs).mask(m).other(-9);
+        store(o + offs, x).mask(offs.ge(2));
+        store(o + 16 + offs, y).mask((offs % 2).eq(1));
+    });
+    // `a` has only 5 elements: masked-off lanes beyond it are never touched.
+    let a = [1, 2, 3, 4, 5];
+    let mut o = vec![77i32; 32];
+    execute(
+        &k,
+        [1, 1, 1],
+        &mut [bytes(&a).into(), bytes_mut(&mut o).into()],
+    )
+    .unwrap();
+    for i in 0..16 {
+        let x = if i < 5 { a[i] } else { 0 };
+        let y = if i < 5 { a[i] } else { -9 };
+        assert_eq!(o[i], if i >= 2 { x } else { 77 }, "x {i}");
+        assert_eq!(o[16 + i], if i % 2 == 1 { y } else { 77 }, "y {i}");
+    }
+}
+
+#[test]
+fn reductions_nan_ties_and_widening() {
+    let k = kernel("red", &[], |k| {
+        let (a, b8, of, oi) = (
+            k.ptr(F32, "a"),
+            k.ptr(I8, "b"),
+            k.ptr(F32, "of"),
+            k.ptr(I32, "oi"),
+        );
+        let r = arange(0, 4);
+        let c = arange(0, 8);
+        let x = load(a + r.col() * 8 + c.row()); // [4, 8]
+        store(of + r, sum(x, 1));
+        store(of + 4 + c, sum(x, 0));
+        store(of + 12 + r, max(x, 1));
+        store(of + 16 + c, min(x, 0));
+        store(oi + r, argmax(x, 1));
+        store(oi + 4 + c, argmin(x, 0));
+        let xb = load(b8 + c);
+        store(oi + 12, sum(xb, 0));
+        store(oi + 13, max(xb, 0).to(I32));
+        store(of + 24, sum(x, None));
+    });
+    let nan = f32::NAN;
+    #[rustfmt::skip]
+    let x: [f32; 32] = [
+        1.0, 3.0, 3.0, -1.0, 0.0, 2.0, 3.0, 0.5,
+        nan, nan, nan, nan, nan, nan, nan, nan,
+        nan, 5.0, -5.0, 5.0, 1.0, nan, 2.0, 2.0,
+        -1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0, -8.0,
+    ];
+    let b: [i8; 8] = [100, 100, 100, -3, 7, 127, 1, 1];
+    let (mut of, mut oi) = (vec![0f32; 25], vec![0i32; 14]);
+    execute(
+        &k,
+        [1, 1, 1],
+        &mut [
+            bytes(&x).into(),
+            bytes(&b).into(),
+            bytes_mut(&mut of).into(),
+            bytes_mut(&mut oi).into(),
+        ],
+    )
+    .unwrap();
+    assert_eq!(of[0], 11.5);
+    assert!(of[1].is_nan());
+    assert_eq!(of[12], 3.0);
+    assert!(of[13].is_nan(), "all-NaN max is NaN");
+    assert_eq!(of[14], 5.0, "max ignores NaN");
+    assert_eq!(of[15], -1.0);
+    assert_eq!(of[16], -1.0, "min ignores NaN");
+    assert_eq!(of[18], -5.0);
+    assert_eq!(&oi[0..4], &[1, 0, 1, 0], "argmax left-most on ties");
+    assert_eq!(oi[4 + 2], 2, "argmin ignores NaN");
+    assert_eq!(oi[4 + 7], 3);
+    assert_eq!(oi[12], 433, "int8 sum widens to int32");
+    assert_eq!(oi[13], 127);
+    assert!(of[24].is_nan());
+}
+
+#[test]
+fn scans_and_custom_combines() {
+    let k = kernel("scan", &[], |k| {
+        let (a, o) = (k.ptr(I32, "a"), k.ptr(I32, "o"));
+        let offs = arange(0, 8);
+        let x = load(a + offs);
+        store(o + offs, cumsum(x, 0));
+        store(o + 8 + offs, cumprod(x, 0));
+        store(o + 16 + offs, cumsum_reverse(x, 0));
+        // Non-commutative associative combine: affine maps composed left to right, encoded
+        // as (mul, add) pairs; checks operand order in both scan directions and in reduce.
+        let one = zeros_like(x) + 1;
+        let (m, c) = associative_scan((one * 2, x), 0, false, |(m1, c1), (m2, c2)| {
+            (m1 * m2, c1 * m2 + c2)
+        });
+        store(o + 24 + offs, m + c);
+        let (_, c) = associative_scan((one * 2, x), 0, true, |(m1, c1), (m2, c2)| {
+            (m1 * m2, c1 * m2 + c2)
+        });
+        store(o + 32 + offs, c);
+        let (_, c) = tl::reduce((one * 2, x), 0, |(m1, c1), (m2, c2)| {
+            (m1 * m2, c1 * m2 + c2)
+        });
+        store(o + 40, c);
+        let (mx, idx) = tl::reduce((x, offs), 0, |(a, ia), (b, ib)| {
+            let gt = a.gt(b) | (a.eq(b) & ia.lt(ib));
+            (where_(gt, a, b), where_(gt, ia, ib))
+        });
+        store(o + 41, mx);
+        store(o + 42, idx);
+    });
+    let x = [3, 1, 4, 1, 5, 9, 2, 6];
+    let mut o = vec![0i32; 43];
+    execute(
+        &k,
+        [1, 1, 1],
+        &mut [bytes(&x).into(), bytes_mut(&mut o).into()],
+    )
+    .unwrap();
+    let mut acc = (0, 1);
+    for i in 0..8 {
+        acc = (acc.0 + x[i], acc.1 * x[i]);
+        assert_eq!(o[i], acc.0);
+        assert_eq!(o[8 + i], acc.1);
+        assert_eq!(o[16 + i], x[i..].iter().sum::<i32>());
+    }
+    // Forward: c_i = sum_{j<=i} x_j * 2^(i-j); m_i = 2^(i+1).
+    for i in 0..8 {
+        let c: i32 = (0..=i).map(|j| x[j] << (i - j)).sum();
+        assert_eq!(o[24 + i], (2 << i) + c, "forward scan {i}");
+        // Reverse: folds x_i .. x_7 in index order.
+        let c: i32 = (i..8).map(|j| x[j] << (7 - j)).sum();
+        assert_eq!(o[32 + i], c, "reverse scan {i}");
+    }
+    assert_eq!(o[40], (0..8).map(|j| x[j] << (7 - j)).sum::<i32>());
+    assert_eq!((o[41], o[42]), (9, 5));
+}
+
+#[test]
+fn control_flow_for_while_if() {
+    let k = kernel("cf", &[], |k| {
+        let (p, o) = (k.ptr(I32, "p"), k.ptr(I32, "o"));
+        let n = k.scalar(I32, "n");
+        let offs = arange(0, 8);
+        let x = load(p + offs);
+        let i = while_loop(program_id(0) + 1, |i| i.lt(n), |i| i * 2);
+        let y = if_(i.gt(100), || x + 1, || x - 1);
+        // Carried values swapped every iteration.
+        let (a, b) = range(0, n, 3).fold((x, y), |j, (a, b)| (b + j, a));
+        store(o + program_id(0) * 24 + offs, a);
+        store(o + program_id(0) * 24 + 8 + offs, b);
+        store(o + program_id(0) * 24 + 16 + offs, zeros([8], I32) + i);
+    });
+    let x: Vec<i32> = (0..8).collect();
+    for n in [0i32, 7, 200] {
+        let mut o = vec![0i32; 48];
+        execute(
+            &k,
+            [2, 1, 1],
+            &mut [bytes(&x).into(), bytes_mut(&mut o).into(), n.into()],
+        )
+        .unwrap();
+        for pid in 0..2 {
+            let mut i = pid + 1;
+            while i < n {
+                i *= 2;
+            }
+            let y: Vec<i32> = x
+                .iter()
+                .map(|v| if i > 100 { v + 1 } else { v - 1 })
+                .collect();
+            let (mut a, mut b) = (x.clone(), y);
+            let mut j = 0;
+            while j < n {
+                let na: Vec<i32> = b.iter().map(|v| v + j).collect();
+                b = a;
+                a = na;
+                j += 3;
+            }
+            let base = pid as usize * 24;
+            assert_eq!(&o[base..base + 8], &a[..], "n={n} pid={pid}");
+            assert_eq!(&o[base + 8..base + 16], &b[..]);
+            assert!(o[base + 16..base + 24].iter().all(|&v| v == i));
+        }
+    }
+}
+
+#[test]
+fn atomics_from_many_programs() {
+    let k = kernel("atomics", &[], |k| {
+        let (f, q) = (k.ptr(F32, "f"), k.ptr(I32, "q"));
+        let offs = arange(0, 16);
+        let pid = program_id(0);
+        let z = zeros([16], I32);
+        atomic_add(f + z, 1.0).mask(offs.lt(10));
+        atomic_add(q + z, 1);
+        atomic_max(q + 1 + z, pid * 16 + offs);
+        atomic_min(q + 2 + z, pid * 16 + offs);
+        atomic_or(q + 3 + z, 1 << (offs % 8));
+        atomic_xor(q + 4 + z, 1);
+        let bit = (zeros_like(pid) + 1) << (pid % 4);
+        atomic_and(q + 5 + z, !bit);
+        // One winner per slot: cas 0 -> pid + 1.
+        let old = atomic_cas(q + 6 + pid % 2, 0, pid + 1);
+        atomic_xchg(q + 8 + pid, old);
+    });
+    let progs = 64usize;
+    let mut f = vec![0f32; 1];
+    let mut q = vec![0i32; 8 + progs];
+    q[2] = i32::MAX;
+    q[5] = -1;
+    execute(
+        &k,
+        [progs, 1, 1],
+        &mut [bytes_mut(&mut f).into(), bytes_mut(&mut q).into()],
+    )
+    .unwrap();
+    assert_eq!(f[0], (progs * 10) as f32);
+    assert_eq!(q[0], (progs * 16) as i32);
+    assert_eq!(q[1], (progs * 16 - 1) as i32);
+    assert_eq!(q[2], 0);
+    assert_eq!(q[3], 0xff);
+    assert_eq!(q[4], 0, "an even number of xors");
+    assert_eq!(q[5], !0xf);
+    assert!(q[6] > 0 && q[7] > 0);
+    let winners = q[8..].iter().filter(|&&v| v == 0).count();
+    assert_eq!(winners, 2, "exactly one cas per slot sees 0");
+}
+
+#[test]
+fn philox_matches_known_answers() {
+    let k = kernel("philox", &[], |k| {
+        let (o, seed) = (k.ptr(U32, "o"), k.scalar(I64, "seed"));
+        let offs = arange(0, 2);
+        let [a, b, c, d] = randint4x(seed, zeros([2], I32));
+        store(o + offs * 4, a);
+        store(o + offs * 4 + 1, b);
+        store(o + offs * 4 + 2, c);
+        store(o + offs * 4 + 3, d);
+    });
+    let mut o = vec![0u32; 8];
+    execute(&k, [1, 1, 1], &mut [bytes_mut(&mut o).into(), 0i64.into()]).unwrap();
+    // Random123's known-answer vector for philox4x32-10 with counter 0 and key 0.
+    assert_eq!(&o[..4], &[0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+
+    let k = kernel("rand", &[], |k| {
+        let (o, seed) = (k.ptr(F32, "o"), k.scalar(I32, "seed"));
+        let offs = arange(0, 1024);
+        store(o + offs, rand(seed, offs));
+        store(o + 1024 + offs, randn(seed, offs));
+    });
+    let mut o = vec![0f32; 2048];
+    execute(&k, [1, 1, 1], &mut [bytes_mut(&mut o).into(), 42i32.into()]).unwrap();
+    assert!(o[..1024].iter().all(|&v| (0.0..1.0).contains(&v)));
+    let mean: f32 = o[..1024].iter().sum::<f32>() / 1024.0;
+    assert!((mean - 0.5).abs() < 0.05, "uniform mean {mean}");
+    let nmean: f32 = o[1024..].iter().sum::<f32>() / 1024.0;
+    let var: f32 = o[1024..].iter().map(|v| v * v).sum::<f32>() / 1024.0;
+    assert!(
+        nmean.abs() < 0.1 && (var - 1.0).abs() < 0.15,
+        "normal {nmean} {var}"
+    );
+}
+
+#[test]
+fn shape_ops_join_split_permute_broadcast() {
+    let k = kernel("shapes", &[], |k| {
+        let (a, o) = (k.ptr(I32, "a"), k.ptr(I32, "o"));
+        let r = arange(0, 4);
+        let c = arange(0, 8);
+        let x = load(a + r.col() * 8 + c.row()); // [4, 8]
+        let t = trans(x); // [8, 4]
+        store(o + c.col() * 4 + r.row(), t);
+        let j = join(r, r * 10); // [4, 2]
+        store(o + 32 + arange(0, 8), j.reshape([8]));
+        let (lo, hi) = split(j);
+        store(o + 40 + r, hi - lo);
+        let p = permute(x.reshape([2, 2, 8]), [2, 0, 1]); // [8, 2, 2]
+        store(o + 44 + arange(0, 32), p.reshape([32]));
+        let b = broadcast_to(r.col(), [4, 8]);
+        store(o + 76 + arange(0, 32), b.reshape([32]));
+        store(o + 108 + r, expand_dims(r, 0).reshape([4]) * 2);
+    });
+    let x: Vec<i32> = (0..32).collect();
+    let mut o = vec![0i32; 112];
+    execute(
+        &k,
+        [1, 1, 1],
+        &mut [bytes(&x).into(), bytes_mut(&mut o).into()],
+    )
+    .unwrap();
+    for i in 0..4 {
+        for j in 0..8 {
+            assert_eq!(o[j * 4 + i], x[i * 8 + j]);
+            assert_eq!(o[76 + i * 8 + j], i as i32);
+        }
+        assert_eq!(&o[32 + 2 * i..34 + 2 * i], &[i as i32, 10 * i as i32]);
+        assert_eq!(o[40 + i], 9 * i as i32);
+        assert_eq!(o[108 + i], 2 * i as i32);
+    }
+    for k2 in 0..8 {
+        for a0 in 0..2 {
+            for a1 in 0..2 {
+                assert_eq!(o[44 + k2 * 4 + a0 * 2 + a1], x[a0 * 16 + a1 * 8 + k2]);
+            }
+        }
+    }
+}
+
+#[test]
+fn int8_dot_accumulates_in_int32() {
+    let k = kernel("idot", &[], |k| {
+        let (a, b, o) = (k.ptr(I8, "a"), k.ptr(I8, "b"), k.ptr(I32, "o"));
+        let r = arange(0, 16);
+        let x = load(a + r.col() * 16 + r.row());
+        let y = load(b + r.col() * 16 + r.row());
+        store(o + r.col() * 16 + r.row(), dot(x, y, None));
+    });
+    let a: Vec<i8> = (0..256).map(|i| (i * 37 % 255) as u8 as i8).collect();
+    let b: Vec<i8> = (0..256).map(|i| (i * 91 % 251) as u8 as i8).collect();
+    let mut o = vec![0i32; 256];
+    execute(
+        &k,
+        [1, 1, 1],
+        &mut [bytes(&a).into(), bytes(&b).into(), bytes_mut(&mut o).into()],
+    )
+    .unwrap();
+    for i in 0..16 {
+        for j in 0..16 {
+            let w: i32 = (0..16)
+                .map(|p| a[i * 16 + p] as i32 * b[p * 16 + j] as i32)
+                .sum();
+            assert_eq!(o[i * 16 + j], w);
+        }
+    }
+}
+
+fn runtime_msg(r: crate::Result<()>) -> String {
+    match r {
+        Err(Error::Runtime { kernel, msg }) => format!("{kernel}: {msg}"),
+        other => panic!("expected a runtime error, got {other:?}"),
+    }
+}
+
+#[test]
+fn out_of_bounds_and_bad_arguments_are_errors() {
+    let k = kernel("oob", &[("B", 64)], |k| {
+        let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+        let offs = program_id(0) * k.constexpr("B") + arange(0, 64);
+        store(o + offs, load(x + offs));
+    });
+    let x = vec![1f32; 100];
+    let mut o = vec![0f32; 128];
+    let msg = runtime_msg(execute(
+        &k,
+        [2, 1, 1],
+        &mut [bytes(&x).into(), bytes_mut(&mut o).into()],
+    ));
+    assert!(msg.starts_with("oob: op `load`"), "{msg}");
+    assert!(msg.contains("program (1, 0, 0)"), "{msg}");
+    assert!(msg.contains("offset 127"), "{msg}");
+    assert!(msg.contains("`x` (100 elements)"), "{msg}");
+    assert!(msg.contains("tests.rs"), "names the user's line: {msg}");
+
+    let y = vec![1f32; 128];
+    let mut short = vec![0f32; 70];
+    let msg = runtime_msg(execute(
+        &k,
+        [2, 1, 1],
+        &mut [bytes(&y).into(), bytes_mut(&mut short).into()],
+    ));
+    assert!(
+        msg.contains("op `store`") && msg.contains("offset 127"),
+        "{msg}"
+    );
+
+    // Negative offsets are caught too.
+    let k2 = kernel("neg", &[], |k| {
+        let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+        let offs = arange(0, 4) - 2;
+        store(o + arange(0, 4), load(x + offs));
+    });
+    let msg = runtime_msg(execute(
+        &k2,
+        [1, 1, 1],
+        &mut [bytes(&y).into(), bytes_mut(&mut o).into()],
+    ));
+    assert!(msg.contains("offset -2"), "{msg}");
+
+    // Wrong argument count, kinds, ranges, read-only outputs.
+    let launch = |r: crate::Result<()>| match r {
+        Err(Error::Launch { msg, .. }) => msg,
+        other => panic!("expected a launch error, got {other:?}"),
+    };
+    let m = launch(execute(&k, [1, 1, 1], &mut [bytes(&y).into()]));
+    assert!(m.contains("expected 2 arguments"), "{m}");
+    let m = launch(execute(
+        &k,
+        [1, 1, 1],
+        &mut [bytes(&y).into(), bytes(&y).into()],
+    ));
+    assert!(m.contains("`o`") && m.contains("mutable"), "{m}");
+    let m = launch(execute(
+        &k,
+        [1, 1, 1],
+        &mut [1i32.into(), bytes_mut(&mut o).into()],
+    ));
+    assert!(m.contains("needs a buffer"), "{m}");
+    let ks = kernel("sc", &[], |k| {
+        let (o, s) = (k.ptr(I8, "o"), k.scalar(I8, "s"));
+        store(o, s);
+    });
+    let mut b = vec![0i8; 1];
+    let m = launch(execute(
+        &ks,
+        [1, 1, 1],
+        &mut [bytes_mut(&mut b).into(), 300i32.into()],
+    ));
+    assert!(m.contains("`s`") && m.contains("does not fit"), "{m}");
+    let m = launch(execute(
+        &ks,
+        [1, 1, 1],
+        &mut [bytes_mut(&mut b).into(), 1.5f32.into()],
+    ));
+    assert!(m.contains("float"), "{m}");
+    // Misaligned writable buffers are refused rather than accessed unsoundly.
+    let mut words = vec![0u32; 4];
+    let m = launch(execute(
+        &k,
+        [1, 1, 1],
+        &mut [bytes(&y).into(), (&mut bytes_mut(&mut words)[1..]).into()],
+    ));
+    assert!(m.contains("aligned"), "{m}");
+}
+
+#[test]
+fn grid_axes_and_num_programs() {
+    let k = kernel("grid", &[], |k| {
+        let o = k.ptr(I32, "o");
+        let (x, y, z) = (program_id(0), program_id(1), program_id(2));
+        let (nx, ny) = (num_programs(0), num_programs(1));
+        let lin = (z * ny + y) * nx + x;
+        store(o + lin, x * 100 + y * 10 + z + num_programs(2) * 1000);
+    });
+    let mut o = vec![-1i32; 24];
+    execute(&k, [4, 3, 2], &mut [bytes_mut(&mut o).into()]).unwrap();
+    for z in 0..2 {
+        for y in 0..3 {
+            for x in 0..4 {
+                assert_eq!(o[(z * 3 + y) * 4 + x], (x * 100 + y * 10 + z + 2000) as i32);
+            }
+        }
+    }
+    execute(&k, [0, 1, 1], &mut [bytes_mut(&mut o).into()]).unwrap();
+}
