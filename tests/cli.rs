@@ -8,8 +8,9 @@ use serde_json::Value;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_triton-metal"));
-    // Tests must not depend on the developer's override.
+    // Tests must not depend on the developer's (or CI's) settings.
     c.env_remove("TRITON_METAL_HW");
+    c.env_remove("TRITON_METAL_REQUIRE_EMU");
     c
 }
 

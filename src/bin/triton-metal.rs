@@ -14,7 +14,7 @@ use triton_metal::device::{self, Backend, HardwareInfo};
 use triton_metal::graph::{
     fuse, random_inputs, samples, FusionSummary, Graph, GraphRunner, GraphSpec, OpSpec,
 };
-use triton_metal::opt::{plan_graph, HardwareProfile, LayoutPlan, HW_ENV_VAR};
+use triton_metal::opt::{plan_fused, plan_graph, HardwareProfile, LayoutPlan, HW_ENV_VAR};
 use triton_metal::{mlx, Array, DType, Error};
 
 #[derive(Parser)]
@@ -362,6 +362,10 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
                             "no".into()
                         }
                     }),
+                    match (p.roofline.limit, p.roofline.min_time_us) {
+                        (Some(l), Some(t)) => format!("{l} >={t:.2}us"),
+                        _ => format!("{:.2} flop/B", p.roofline.intensity),
+                    },
                 ];
                 if input.verbose {
                     r.push(p.reason.clone());
@@ -382,6 +386,7 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
             "TG-MEM",
             "TILE",
             "TWO-STAGE",
+            "BOUND",
         ];
         if input.verbose {
             header.push("WHY");
@@ -454,7 +459,9 @@ fn fuse_cmd(
     verbose: bool,
 ) -> Res<ExitCode> {
     let graph = load_graph(path)?;
+    let hw = profile(cli)?;
     let (fused, summary) = fuse(&graph);
+    let plans: BTreeMap<String, LayoutPlan> = plan_fused(&fused, &hw).into_iter().collect();
     let comparison = if verify {
         let feeds = random_inputs(&graph.inputs, seed)?;
         Some(GraphRunner::new().compare(&graph, &fused, &feeds, 1e-4, 1e-5)?)
@@ -462,7 +469,9 @@ fn fuse_cmd(
         None
     };
     let doc = json!({
+        "hardware": hw,
         "summary": summary,
+        "layouts": plans,
         "fused_graph": fused,
         "verification": comparison,
     });
@@ -477,7 +486,8 @@ fn fuse_cmd(
         }
         println!("{}", pretty(&d));
     } else {
-        print!("{}", summary_table(&summary, verbose));
+        println!("hardware: {hw}");
+        print!("{}", summary_table(&summary, &plans, verbose));
         if let Some(c) = &comparison {
             let kernels: BTreeMap<&str, &str> = c
                 .kernels
@@ -524,7 +534,7 @@ fn fuse_cmd(
     }
 }
 
-fn summary_table(s: &FusionSummary, verbose: bool) -> String {
+fn summary_table(s: &FusionSummary, plans: &BTreeMap<String, LayoutPlan>, verbose: bool) -> String {
     let mut out = format!(
         "{} ops -> {} nodes, {} fused groups, {} of memory traffic saved\n",
         s.ops_before,
@@ -550,11 +560,25 @@ fn summary_table(s: &FusionSummary, verbose: bool) -> String {
                 human_bytes(g.bytes_unfused),
                 human_bytes(g.bytes_fused),
                 human_bytes(g.bytes_saved),
+                plans.get(&g.id).map_or("-".into(), |p| {
+                    format!(
+                        "{} {}x{}",
+                        p.layout, p.threadgroups, p.threads_per_threadgroup
+                    )
+                }),
             ]
         })
         .collect();
     out.push_str(&table(
-        &["GROUP", "PATTERN", "OPS", "UNFUSED", "FUSED", "SAVED"],
+        &[
+            "GROUP",
+            "PATTERN",
+            "OPS",
+            "UNFUSED",
+            "FUSED",
+            "SAVED",
+            "LAYOUT (GROUPS x THREADS)",
+        ],
         &rows,
     ));
     out

@@ -8,5 +8,6 @@ pub mod layout;
 
 pub use hardware::{Chip, HardwareProfile, TileShape, HW_ENV_VAR};
 pub use layout::{
-    memory_layout_for_op, plan_graph, plan_layout, LayoutPlan, MemoryLayout, ReductionPlan,
+    memory_layout_for_op, op_flops, plan_fused, plan_graph, plan_layout, LayoutPlan, MemoryLayout,
+    ReductionPlan, Roofline,
 };
