@@ -537,3 +537,28 @@ fn simdgroup_matrix_bfloat_half_and_transposed_loads() {
     }
     assert_eq!(out[1].to_vec::<half::bf16>().unwrap(), a);
 }
+
+#[test]
+fn writes_past_a_buffer_are_reported() {
+    if !go("writes_past_a_buffer_are_reported") {
+        return;
+    }
+    // The classic missing mask: the grid is rounded up and nobody checks `i < n`.
+    let l = MetalLaunch::new(
+        "nomask",
+        "uint i = thread_position_in_grid.x;\n  out[i] = x[i] * 2.0f;",
+    )
+    .input(EmuBuffer::new("x", &[100], &f32s(100)))
+    .output(OutputSpec::new("out", DType::F32, &[100]))
+    .grid([128, 1, 1])
+    .threadgroup([64, 1, 1]);
+    match run(&l) {
+        Err(Error::Runtime { msg, .. }) => {
+            assert!(
+                msg.contains("wrote outside output `out` (400 bytes)"),
+                "{msg}"
+            )
+        }
+        other => panic!("expected an overrun error, got {other:?}"),
+    }
+}

@@ -19,6 +19,7 @@ pub use kernel::{
 };
 pub use op::{AtomicOp, BinaryOp, CmpPred, Op, OpProps, ReduceKind, ScanKind, UnaryOp};
 pub use types::{Const, Type};
+mod edit;
 mod filecheck;
 mod parse;
 mod text;

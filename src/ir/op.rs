@@ -899,6 +899,27 @@ impl Op {
         out
     }
 
+    /// Calls `f` on every region id the op owns, mutably, in [`Op::regions`] order.
+    pub fn for_each_region_mut(&mut self, mut f: impl FnMut(&mut RegionId)) {
+        match self {
+            Op::For { body, .. } => f(body),
+            Op::While { cond, body, .. } => {
+                f(cond);
+                f(body)
+            }
+            Op::If {
+                then_region,
+                else_region,
+                ..
+            } => {
+                f(then_region);
+                f(else_region)
+            }
+            Op::Reduce { combine, .. } | Op::Scan { combine, .. } => combine.iter_mut().for_each(f),
+            _ => {}
+        }
+    }
+
     /// The regions the op owns, in order (`for`: body; `while`: cond, body; `if`: then,
     /// else; custom `reduce`/`scan`: combine).
     pub fn regions(&self) -> impl Iterator<Item = RegionId> {

@@ -154,6 +154,9 @@ fn finish(b: Builder) -> Result<Kernel> {
             msg: format!("unknown constexpr(s) {unknown:?}; the kernel declares {known:?}"),
         });
     }
+    // Drop constants left unused by splats and casts, and number values in program order.
+    k.remove_dead_ops();
+    k.compact();
     verify(&k)?;
     k.compute_param_access();
     Ok(k)

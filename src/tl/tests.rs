@@ -234,6 +234,7 @@ fn op_result_types() {
         check(xi >> 1, I32);
         check(umulhi(xi, 3), I32);
         check(rand(42, offs), F32);
+        store(ph + offs, rand(42, offs)); // used, so the Philox op survives dead-op removal
         check(randn(7, offs), F32);
         check(randint(7, offs), U32);
         assert_eq!(sum(xi, None).shape(), Vec::<usize>::new());
@@ -895,4 +896,38 @@ fn example_kernels_build() {
         }
         eprintln!("{}: build+verify {:?}", jk.name(), t.elapsed() / 20);
     }
+}
+
+#[test]
+fn dead_constants_are_removed_and_values_renumbered() {
+    let k = build_ok("k", &[], |k| {
+        let p = k.ptr(F32, "p");
+        let offs = arange(0, 4);
+        let x = load(p + offs).mask(offs.lt(3)).other(f32::NEG_INFINITY);
+        let unused = x * 3.0;
+        let _ = unused;
+        store(p + offs, x + 1.0);
+    });
+    let text = k.ir();
+    assert!(!text.contains("mul"), "{text}");
+    assert!(!text.contains("constant 1.0 : f32\n"), "{text}");
+    // Values are numbered in program order.
+    let defs: Vec<u32> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('%')?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(defs.windows(2).all(|w| w[0] < w[1]), "{text}");
+}
+
+#[test]
+fn compact_renumbers_parsed_ir() {
+    let mut k = Kernel::parse_ir(include_str!("../../tests/filetests/loops.ir")).unwrap();
+    let before = k.ir();
+    assert_eq!(k.remove_dead_ops(), 0);
+    k.compact();
+    crate::ir::verify(&k).unwrap();
+    let after = k.ir();
+    assert_ne!(before, after);
+    assert!(after.contains("%13 = addptr %12, %11"), "{after}");
+    assert_eq!(Kernel::parse_ir(&after).unwrap().ir(), after);
 }
