@@ -229,6 +229,8 @@ fn profiles_and_check_system() {
     }
     let v = json(&["--format", "json", "check-system"]);
     assert_eq!(v["ok"], true);
+    assert_eq!(json(&["check-system", "--json"])["ok"], true);
+    assert_eq!(json(&["profiles", "--json"]).as_array().unwrap().len(), 16);
     assert!(v["mlx_version"].as_str().unwrap().starts_with("0."));
     // A missing required harness fails with exit code 1.
     let o = bin()

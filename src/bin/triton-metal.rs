@@ -1,7 +1,9 @@
 //! `triton-metal`: the analysis tools of the seed backend, in one binary.
 //!
-//! Tables for people, `--format json` for programs. Exit codes: 0 success, 1 a check
-//! failed (a missing requirement, fused != unfused), 2 bad input (one line on stderr).
+//! Tables for people, `--format json` for programs (`profiles` and `check-system` also take
+//! `--json`; in `analyze`, `layouts` and `fuse`, `--json FILE` is the seed tools' input
+//! flag). Exit codes: 0 success, 1 a check failed (a missing requirement, fused !=
+//! unfused), 2 bad input (one line on stderr).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -79,13 +81,20 @@ enum Cmd {
         verbose: bool,
     },
     /// Lists the hardware profiles planning can target.
-    Profiles,
+    Profiles {
+        /// JSON on stdout (same as --format json).
+        #[arg(long)]
+        json: bool,
+    },
     /// OS, MLX, device, chip generation, Metal/CUDA and emulation-harness availability.
     CheckSystem {
         /// Treat a missing emulation harness (clang++) as a failure, as CI does
         /// (also TRITON_METAL_REQUIRE_EMU=1).
         #[arg(long)]
         require_emu: bool,
+        /// JSON on stdout (same as --format json).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -192,8 +201,10 @@ fn run(cli: &Cli) -> Res<ExitCode> {
             output,
             verbose,
         } => fuse_cmd(cli, json, *verify, *seed, output.as_deref(), *verbose),
-        Cmd::Profiles => profiles(cli),
-        Cmd::CheckSystem { require_emu } => check_system(cli, *require_emu),
+        Cmd::Profiles { json } => profiles(cli.format == Format::Json || *json),
+        Cmd::CheckSystem { require_emu, json } => {
+            check_system(cli, *require_emu, cli.format == Format::Json || *json)
+        }
     }
 }
 
@@ -584,9 +595,9 @@ fn summary_table(s: &FusionSummary, plans: &BTreeMap<String, LayoutPlan>, verbos
     out
 }
 
-fn profiles(cli: &Cli) -> Res<ExitCode> {
+fn profiles(as_json: bool) -> Res<ExitCode> {
     let all = HardwareProfile::all();
-    if cli.format == Format::Json {
+    if as_json {
         println!("{}", pretty(&json!(all)));
         return Ok(ExitCode::SUCCESS);
     }
@@ -658,7 +669,7 @@ fn os_description() -> String {
     }
 }
 
-fn check_system(cli: &Cli, require_emu: bool) -> Res<ExitCode> {
+fn check_system(cli: &Cli, require_emu: bool, as_json: bool) -> Res<ExitCode> {
     let require_emu =
         require_emu || std::env::var("TRITON_METAL_REQUIRE_EMU").is_ok_and(|v| v == "1");
     // (name, value, requirement met)
@@ -768,7 +779,7 @@ fn check_system(cli: &Cli, require_emu: bool) -> Res<ExitCode> {
         .map(|r| r.0.as_str())
         .collect();
     let ok = missing.is_empty();
-    if cli.format == Format::Json {
+    if as_json {
         let items: Vec<Value> = rows
             .iter()
             .map(|(k, v, req)| json!({"check": k, "value": v, "required": req.is_some(), "ok": req.unwrap_or(true)}))
