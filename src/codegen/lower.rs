@@ -60,7 +60,18 @@ pub(super) struct Lowering<'k> {
     pub atomic_outputs: bool,
     pub off_dtype: DType,
     pub uses_simd: bool,
+    /// Per block value, when it is a pure function of its element index (built from
+    /// `arange`, uniform scalars and elementwise ops): that function as a C expression in
+    /// [`FLAT`]. Broadcasts and permutes of such values are recomputed in place instead of
+    /// moving data through threadgroup memory.
+    pub recipes: Vec<Option<String>>,
 }
+
+/// Placeholder for the flat element index in a recipe.
+pub(super) const FLAT: &str = "{L}";
+
+/// Longest recipe kept; longer ones are cheaper to move than to recompute.
+const MAX_RECIPE: usize = 400;
 
 pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("kernel `{}`: {what} on Metal", k.name))
@@ -95,6 +106,7 @@ impl<'k> Lowering<'k> {
                 .any(|o| matches!(o.op, Op::AtomicRmw { .. } | Op::AtomicCas { .. })),
             off_dtype: if wide { DType::I64 } else { DType::I32 },
             uses_simd: false,
+            recipes: vec![None; k.values.len()],
         }
     }
 
@@ -185,6 +197,52 @@ impl<'k> Lowering<'k> {
             Repr::Scalar(s) | Repr::Splat(s) => s.clone(),
             Repr::Block(a) => format!("{a}[{i}]"),
         }
+    }
+
+    /// The value as a function of its flat index, if it is one (uniform values are).
+    pub fn recipe(&self, v: Value) -> Option<String> {
+        match self.repr(v) {
+            Repr::Scalar(s) | Repr::Splat(s) => Some(s.clone()),
+            Repr::Block(_) => self.recipes[v.index()].clone(),
+        }
+    }
+
+    /// Moves `src` into `res`'s layout where result element `l` is source element
+    /// `src_index(l)`: recomputed from its recipe when it has one, else through threadgroup
+    /// memory.
+    fn relayout(
+        &mut self,
+        res: Value,
+        src: Value,
+        base: &str,
+        src_index: &dyn Fn(&str) -> String,
+    ) -> Result<()> {
+        let Some(r) = self.recipe(src) else {
+            return self.convert(res, src, base, src_index);
+        };
+        let at = |l: &str| r.replace(FLAT, &format!("({})", src_index(l)));
+        let dt = self.edt(res);
+        let name = if self.ty(res).is_scalar() {
+            let name = self.fresh(base);
+            let ct = self.cty(dt)?;
+            self.line(format!("const {ct} {name} = {};", at("0u")));
+            self.set(res, Repr::Scalar(name.clone()));
+            name
+        } else {
+            let lay = self.layout(res);
+            let name = self.declare_block(base, dt, lay.n)?;
+            self.open_regs(lay, true);
+            self.line(format!("{name}[tm_i] = {};", at("tm_l")));
+            self.close();
+            self.set(res, Repr::Block(name.clone()));
+            self.recipes[res.index()] = Some(at(FLAT));
+            name
+        };
+        self.layouts.push(LayoutChoice {
+            op: format!("{base} {name}: {} -> {}", self.ty(src), self.ty(res)),
+            layout: "recomputed from the element index (no data movement)".into(),
+        });
+        Ok(())
     }
 
     pub fn is_uniform(&self, v: Value) -> bool {
@@ -534,6 +592,7 @@ impl<'k> Lowering<'k> {
                 self.line(format!("{n}[tm_i] = {off}int(tm_l);"));
                 self.close();
                 self.set(res, Repr::Block(n));
+                self.recipes[res.index()] = Some(format!("({off}int({FLAT}))"));
             }
             Op::Splat { src } => {
                 let s = match self.repr(*src) {
@@ -746,6 +805,13 @@ impl<'k> Lowering<'k> {
         self.line(format!("{name}[tm_i] = {};", f(&xs)));
         self.close();
         self.set(res, Repr::Block(name));
+        let rs: Option<Vec<String>> = args.iter().map(|a| self.recipe(*a)).collect();
+        if let Some(rs) = rs {
+            let r = f(&rs);
+            if r.len() <= MAX_RECIPE {
+                self.recipes[res.index()] = Some(r);
+            }
+        }
         Ok(())
     }
 
@@ -1093,6 +1159,7 @@ impl<'k> Lowering<'k> {
         if ss == ds {
             let r = self.repr(src).clone();
             self.set(res, r);
+            self.recipes[res.index()] = self.recipes[src.index()].clone();
             return Ok(());
         }
         // Bit fields: result dim d sits at bits [dpos, dpos + w); source at spos.
@@ -1102,7 +1169,7 @@ impl<'k> Lowering<'k> {
             .filter(|(_, (_, sw))| *sw > 0)
             .map(|((dp, w), (sp, _))| (dp, w, sp))
             .collect::<Vec<_>>();
-        self.convert(res, src, "bcast", &|l| remap_expr(l, &fields))
+        self.relayout(res, src, "bcast", &|l| remap_expr(l, &fields))
     }
 
     fn reshape(&mut self, res: Value, src: Value) -> Result<()> {
@@ -1117,9 +1184,12 @@ impl<'k> Lowering<'k> {
                     Repr::Splat(s)
                 },
             ),
-            Repr::Block(_) if to_scalar => self.convert(res, src, "elem", &|_| "0u".into())?,
+            Repr::Block(_) if to_scalar => self.relayout(res, src, "elem", &|_| "0u".into())?,
             // The layout depends only on the element count, which a reshape keeps.
-            Repr::Block(a) => self.set(res, Repr::Block(a)),
+            Repr::Block(a) => {
+                self.set(res, Repr::Block(a));
+                self.recipes[res.index()] = self.recipes[src.index()].clone();
+            }
         }
         Ok(())
     }
@@ -1139,7 +1209,7 @@ impl<'k> Lowering<'k> {
             .map(|(i, (dp, w))| (dp, w, sf[order[i] as usize].0))
             .filter(|f| f.1 > 0)
             .collect();
-        self.convert(res, src, "perm", &|l| remap_expr(l, &fields))
+        self.relayout(res, src, "perm", &|l| remap_expr(l, &fields))
     }
 
     fn join(&mut self, res: Value, lhs: Value, rhs: Value) -> Result<()> {

@@ -300,8 +300,12 @@ fn limits_are_errors_before_launch() {
     assert!(e.to_string().contains("2048 threads"), "{e}");
     let e = metal::compile(&k, &LaunchOptions::default().num_warps(3)).unwrap_err();
     assert!(e.to_string().contains("power of two"), "{e}");
-    // A 64x64x64 f32 tile product stages 32 KB of operands: over the limit.
-    let k = build("matmul", &[("BM", 64), ("BN", 64), ("BK", 64)], matmul(F32));
+    // A 64x64x128 f32 tile product stages 64 KB of operands: over the limit.
+    let k = build(
+        "matmul",
+        &[("BM", 64), ("BN", 64), ("BK", 128)],
+        matmul(F32),
+    );
     let e = metal::compile(&k, &LaunchOptions::default()).unwrap_err();
     assert!(e.to_string().contains("threadgroup memory"), "{e}");
 }

@@ -2,8 +2,6 @@
 using namespace metal;
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
-  threadgroup bool tm_smem_bool[32];
-  threadgroup int tm_smem_i32[32];
   threadgroup float tm_smem_f32[1024];
   const int pid0_ = int(threadgroup_position_in_grid.x);
   const int mul = (pid0_ * 32);
@@ -49,27 +47,15 @@ using namespace metal;
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       lt_1[tm_i] = (add_2[tm_i] < K);
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      if (tm_l < 32u) tm_smem_bool[tm_l] = lt[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     bool bcast[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast[tm_i] = tm_smem_bool[((tm_l >> 4) & 31u)];
+      bcast[tm_i] = ((mul + (int((((tm_l >> 4) & 31u))))) < M);
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      if (tm_l < 16u) tm_smem_bool[tm_l] = lt_1[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     bool bcast_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_1[tm_i] = tm_smem_bool[(tm_l & 15u)];
+      bcast_1[tm_i] = (((int(((tm_l & 15u)))) + iv) < K);
     }
     bool and_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -83,27 +69,15 @@ using namespace metal;
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       a_off[tm_i] = int(mul_2[tm_i]);
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      if (tm_l < 32u) tm_smem_i32[tm_l] = a_off[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     int bcast_2[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_2[tm_i] = tm_smem_i32[((tm_l >> 4) & 31u)];
+      bcast_2[tm_i] = int(((mul + (int((((tm_l >> 4) & 31u))))) * K));
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      if (tm_l < 16u) tm_smem_i32[tm_l] = add_2[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     int bcast_3[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_3[tm_i] = tm_smem_i32[(tm_l & 15u)];
+      bcast_3[tm_i] = ((int(((tm_l & 15u)))) + iv);
     }
     int a_off_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -121,27 +95,15 @@ using namespace metal;
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       lt_3[tm_i] = (add_1[tm_i] < N);
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      if (tm_l < 16u) tm_smem_bool[tm_l] = lt_2[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     bool bcast_4[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_4[tm_i] = tm_smem_bool[((tm_l >> 5) & 15u)];
+      bcast_4[tm_i] = (((int((((tm_l >> 5) & 15u)))) + iv) < K);
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      if (tm_l < 32u) tm_smem_bool[tm_l] = lt_3[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     bool bcast_5[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_5[tm_i] = tm_smem_bool[(tm_l & 31u)];
+      bcast_5[tm_i] = ((mul_1 + (int(((tm_l & 31u))))) < N);
     }
     bool and_2[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -155,27 +117,15 @@ using namespace metal;
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       b_off[tm_i] = int(mul_3[tm_i]);
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      if (tm_l < 16u) tm_smem_i32[tm_l] = b_off[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     int bcast_6[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_6[tm_i] = tm_smem_i32[((tm_l >> 5) & 15u)];
+      bcast_6[tm_i] = int((((int((((tm_l >> 5) & 15u)))) + iv) * N));
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      if (tm_l < 32u) tm_smem_i32[tm_l] = add_1[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     int bcast_7[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_7[tm_i] = tm_smem_i32[(tm_l & 31u)];
+      bcast_7[tm_i] = (mul_1 + (int(((tm_l & 31u)))));
     }
     int b_off_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -246,27 +196,15 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     lt_5[tm_i] = (add_1[tm_i] < N);
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 32u) tm_smem_bool[tm_l] = lt_4[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   bool bcast_8[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_8[tm_i] = tm_smem_bool[((tm_l >> 5) & 31u)];
+    bcast_8[tm_i] = ((mul + (int((((tm_l >> 5) & 31u))))) < M);
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 32u) tm_smem_bool[tm_l] = lt_5[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   bool bcast_9[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_9[tm_i] = tm_smem_bool[(tm_l & 31u)];
+    bcast_9[tm_i] = ((mul_1 + (int(((tm_l & 31u))))) < N);
   }
   bool and_3[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -280,27 +218,15 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     c_off[tm_i] = int(mul_4[tm_i]);
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 32u) tm_smem_i32[tm_l] = c_off[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   int bcast_10[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_10[tm_i] = tm_smem_i32[((tm_l >> 5) & 31u)];
+    bcast_10[tm_i] = int(((mul + (int((((tm_l >> 5) & 31u))))) * N));
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 32u) tm_smem_i32[tm_l] = add_1[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   int bcast_11[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_11[tm_i] = tm_smem_i32[(tm_l & 31u)];
+    bcast_11[tm_i] = (mul_1 + (int(((tm_l & 31u)))));
   }
   int c_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {

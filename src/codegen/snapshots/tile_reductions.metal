@@ -2,8 +2,7 @@
 using namespace metal;
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
-  threadgroup bool tm_smem_bool[64];
-  threadgroup int tm_smem_i32[64];
+  threadgroup int tm_smem_i32[16];
   threadgroup float tm_smem_f32[512];
   const int pid0_ = int(threadgroup_position_in_grid.x);
   const int mul = (pid0_ * 16);
@@ -29,26 +28,15 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     lt_1[tm_i] = (arange_1[tm_i] < N);
   }
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 16u) tm_smem_bool[tm_l] = lt[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   bool bcast[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast[tm_i] = tm_smem_bool[((tm_l >> 6) & 15u)];
+    bcast[tm_i] = ((mul + (int((((tm_l >> 6) & 15u))))) < M);
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 64u) tm_smem_bool[tm_l] = lt_1[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   bool bcast_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_1[tm_i] = tm_smem_bool[(tm_l & 63u)];
+    bcast_1[tm_i] = ((int(((tm_l & 63u)))) < N);
   }
   bool and_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -62,27 +50,15 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     x_off[tm_i] = int(mul_1[tm_i]);
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 16u) tm_smem_i32[tm_l] = x_off[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   int bcast_2[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_2[tm_i] = tm_smem_i32[((tm_l >> 6) & 15u)];
+    bcast_2[tm_i] = int(((mul + (int((((tm_l >> 6) & 15u))))) * N));
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 64u) tm_smem_i32[tm_l] = arange_1[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   int bcast_3[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_3[tm_i] = tm_smem_i32[(tm_l & 63u)];
+    bcast_3[tm_i] = (int(((tm_l & 63u))));
   }
   int x_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -115,7 +91,6 @@ using namespace metal;
     const float tm_o3 = simd_shuffle_xor(part[tm_j], 8u);
     part[tm_j] = (part[tm_j] + tm_o3);
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 2u; ++tm_j) {
     const uint tm_i0 = ((tm_j & 1u) << 2);
     const uint tm_l = (tm_i0 & 3u) | (tm_lid << 2) | ((tm_i0 >> 2) << 9);
