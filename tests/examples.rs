@@ -1,4 +1,6 @@
-//! Every example runs and verifies itself against MLX (each exits non-zero on a mismatch).
+//! Every example runs and verifies itself against MLX (each exits non-zero on a mismatch):
+//! on the CPU executor, and on emulated Metal (the generated MSL, compiled with clang
+//! against the Metal shim) in forward and reverse lane order.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,22 +16,33 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn run(name: &str) {
+    run_on(name, "cpu");
+    if triton_metal::emu::Emulator::should_run(name).expect("emulator check") {
+        run_on(name, "emulated");
+        run_on(name, "emulated-reverse");
+    }
+}
+
+fn run_on(name: &str, target: &str) {
     let path = example(name);
     assert!(
         path.exists(),
         "{} was not built (cargo test builds examples)",
         path.display()
     );
-    let out = Command::new(&path).output().expect("example runs");
+    let out = Command::new(&path)
+        .env("TRITON_METAL_TARGET", target)
+        .output()
+        .expect("example runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{name} failed:\n{stdout}\n{}",
+        "{name} on {target} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
         stdout.contains("verified"),
-        "{name} did not verify:\n{stdout}"
+        "{name} on {target} did not verify:\n{stdout}"
     );
 }
 
