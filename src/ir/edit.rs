@@ -4,6 +4,9 @@
 use super::kernel::{
     Kernel, OpData, OpId, RegionData, RegionId, Value, ValueData, ValueDef, ValueRange,
 };
+use super::op::Op;
+use super::types::Type;
+use crate::dtype::DType;
 
 impl Kernel {
     /// How many operands (of ops reachable from the body) refer to each value.
@@ -53,18 +56,20 @@ impl Kernel {
     /// and op results as they are defined), dropping ops, values and regions that are not
     /// reachable from the body. Hints on dropped values are dropped.
     pub fn compact(&mut self) {
+        let n = self.values.len();
         let mut c = Compactor {
-            old: self,
-            vmap: vec![None; self.values.len()],
-            values: Vec::with_capacity(self.values.len()),
-            ops: Vec::with_capacity(self.ops.len()),
-            regions: Vec::with_capacity(self.regions.len()),
+            old_values: std::mem::take(&mut self.values),
+            old_ops: std::mem::take(&mut self.ops),
+            old_regions: std::mem::take(&mut self.regions),
+            vmap: vec![None; n],
+            values: Vec::with_capacity(n),
+            ops: Vec::new(),
+            regions: Vec::new(),
         };
-        for p in &self.params {
-            if let Some(vd) = self.values.get(p.value.index()) {
-                c.vmap[p.value.index()] = Some(Value(c.values.len() as u32));
-                c.values.push(vd.clone());
-            }
+        c.ops.reserve(c.old_ops.len());
+        c.regions.reserve(c.old_regions.len());
+        for (i, p) in self.params.iter_mut().enumerate() {
+            p.value = c.new_value(p.value, ValueDef::Param(i as u32));
         }
         c.region(self.body, None);
         let Compactor {
@@ -75,22 +80,10 @@ impl Kernel {
             ..
         } = c;
         let map = |v: Value| vmap.get(v.index()).copied().flatten();
-        let params = self
-            .params
-            .iter()
-            .map(|p| {
-                let mut p = p.clone();
-                p.value = map(p.value).unwrap_or(p.value);
-                p
-            })
+        self.hints = std::mem::take(&mut self.hints)
+            .into_iter()
+            .filter_map(|(v, h)| Some((map(v)?, h)))
             .collect();
-        let hints = self
-            .hints
-            .iter()
-            .filter_map(|(v, h)| Some((map(*v)?, h.clone())))
-            .collect();
-        self.params = params;
-        self.hints = hints;
         self.values = values;
         self.ops = ops;
         self.regions = regions;
@@ -98,25 +91,23 @@ impl Kernel {
     }
 }
 
-struct Compactor<'k> {
-    old: &'k Kernel,
+struct Compactor {
+    old_values: Vec<ValueData>,
+    old_ops: Vec<OpData>,
+    old_regions: Vec<RegionData>,
     vmap: Vec<Option<Value>>,
     values: Vec<ValueData>,
     ops: Vec<OpData>,
     regions: Vec<RegionData>,
 }
 
-impl Compactor<'_> {
+impl Compactor {
     fn new_value(&mut self, old: Value, def: ValueDef) -> Value {
         let v = Value(self.values.len() as u32);
-        if let Some(vd) = self.old.values.get(old.index()) {
-            self.values.push(ValueData {
-                ty: vd.ty.clone(),
-                def,
-            });
-            if let Some(slot) = self.vmap.get_mut(old.index()) {
-                *slot = Some(v);
-            }
+        if let Some(vd) = self.old_values.get_mut(old.index()) {
+            let ty = std::mem::replace(&mut vd.ty, Type::scalar(DType::Bool));
+            self.values.push(ValueData { ty, def });
+            self.vmap[old.index()] = Some(v);
         }
         v
     }
@@ -128,30 +119,31 @@ impl Compactor<'_> {
             ops: Vec::new(),
             parent,
         });
-        let Some(old) = self.old.regions.get(old_r.index()) else {
+        let Some(old) = self.old_regions.get_mut(old_r.index()) else {
             return r;
         };
-        let args: Vec<Value> = old
-            .args
+        let (old_args, old_ops) = (std::mem::take(&mut old.args), std::mem::take(&mut old.ops));
+        let args: Vec<Value> = old_args
             .iter()
             .enumerate()
             .map(|(i, a)| self.new_value(*a, ValueDef::RegionArg(r, i as u32)))
             .collect();
         self.regions[r.index()].args = args;
-        for &old_id in &old.ops {
-            let Some(data) = self.old.ops.get(old_id.index()) else {
+        for old_id in old_ops {
+            let Some(data) = self.old_ops.get_mut(old_id.index()) else {
                 continue;
             };
+            let mut op = std::mem::replace(&mut data.op, Op::DebugBarrier);
+            let (old_results, loc) = (data.results, data.loc);
             let id = OpId(self.ops.len() as u32);
             let start = self.values.len() as u32;
-            for (i, v) in data.results.iter().enumerate() {
+            for (i, v) in old_results.iter().enumerate() {
                 self.new_value(v, ValueDef::OpResult(id, i as u32));
             }
             let results = ValueRange {
                 start,
                 len: self.values.len() as u32 - start,
             };
-            let mut op = data.op.clone();
             op.for_each_operand_mut(|v| {
                 if let Some(Some(n)) = self.vmap.get(v.index()) {
                     *v = *n;
@@ -159,16 +151,18 @@ impl Compactor<'_> {
             });
             // Reserve the id before nested ops take theirs.
             self.ops.push(OpData {
-                op: super::op::Op::DebugBarrier,
+                op: Op::DebugBarrier,
                 results,
-                loc: data.loc,
+                loc,
                 parent: r,
             });
             let mut subs = Vec::new();
             op.for_each_region_mut(|sub| subs.push(*sub));
-            let new_subs: Vec<RegionId> =
-                subs.into_iter().map(|s| self.region(s, Some(id))).collect();
-            let mut it = new_subs.into_iter();
+            let mut it = subs
+                .into_iter()
+                .map(|s| self.region(s, Some(id)))
+                .collect::<Vec<_>>()
+                .into_iter();
             op.for_each_region_mut(|sub| {
                 if let Some(n) = it.next() {
                     *sub = n;

@@ -44,6 +44,7 @@ impl KernelBuilder {
                 ParamKind::Scalar(d) => Type::scalar(d),
             };
             let idx = b.k.params.len() as u32;
+            b.reordered |= !b.k.ops.is_empty();
             let v = b.new_value(ty, ValueDef::Param(idx));
             b.k.params.push(Param {
                 name: name.to_string(),
@@ -135,6 +136,7 @@ fn finish(b: Builder) -> Result<Kernel> {
     if let Some(e) = b.error {
         return Err(e);
     }
+    let reordered = b.reordered;
     let mut k = b.k;
     let unknown: Vec<&String> = b
         .given
@@ -155,8 +157,9 @@ fn finish(b: Builder) -> Result<Kernel> {
         });
     }
     // Drop constants left unused by splats and casts, and number values in program order.
-    k.remove_dead_ops();
-    k.compact();
+    if k.remove_dead_ops() > 0 || reordered {
+        k.compact();
+    }
     verify(&k)?;
     k.compute_param_access();
     Ok(k)

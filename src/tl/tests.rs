@@ -920,6 +920,16 @@ fn dead_constants_are_removed_and_values_renumbered() {
 }
 
 #[test]
+fn static_range_is_pythons_range() {
+    let v = |lo, hi, st| static_range(lo, hi, st).collect::<Vec<_>>();
+    assert_eq!(v(0, 4, 1), vec![0, 1, 2, 3]);
+    assert_eq!(v(1, 8, 3), vec![1, 4, 7]);
+    assert_eq!(v(4, 0, -2), vec![4, 2]);
+    assert!(v(0, 4, 0).is_empty());
+    assert!(v(4, 0, 1).is_empty());
+}
+
+#[test]
 fn compact_renumbers_parsed_ir() {
     let mut k = Kernel::parse_ir(include_str!("../../tests/filetests/loops.ir")).unwrap();
     let before = k.ir();
