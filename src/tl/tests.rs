@@ -243,6 +243,7 @@ fn op_result_types() {
         assert_eq!(sum(x2, keep_dims(None)).shape(), vec![1, 1]);
         assert_eq!(max(x2, -1).shape(), vec![4]);
         assert_eq!(offs.col().shape(), vec![16, 1]);
+        assert_eq!(x2.col().shape(), vec![4, 1, 4]); // x[:, None] on 2-D
         assert_eq!(offs.row().shape(), vec![1, 16]);
         assert_eq!((offs.col() + offs.row()).shape(), vec![16, 16]);
         assert_eq!(trans(x2.reshape([2, 8])).shape(), vec![8, 2]);
