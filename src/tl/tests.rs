@@ -949,3 +949,99 @@ fn compact_renumbers_parsed_ir() {
     assert!(after.contains("%13 = addptr %12, %11"), "{after}");
     assert_eq!(Kernel::parse_ir(&after).unwrap().ir(), after);
 }
+
+/// Random DSL programs (valid and invalid) never panic: each build is Ok (and then verifies
+/// and round-trips) or a Build error.
+#[test]
+fn random_programs_never_panic() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let dtypes = [Bool, I8, I32, I64, U8, U32, F16, BF16, F32, F64];
+    let (mut ok, mut err) = (0, 0);
+    for _ in 0..2000 {
+        let len = 1 + next() % 5;
+        let script: Vec<u64> = (0..len).map(|_| next()).collect();
+        let r = std::panic::catch_unwind(|| {
+            build("fuzz", &BTreeMap::new(), |k| {
+                let p = k.ptr(F32, "p");
+                let q = k.ptr(I32, "q");
+                let mut pool = vec![
+                    arange(0, 8),
+                    program_id(0),
+                    k.scalar(I32, "n"),
+                    load(p + arange(0, 8)),
+                ];
+                for &w in &script {
+                    let pick = |i: u64| pool[(i % pool.len() as u64) as usize];
+                    let (a, b) = (pick(w >> 8), pick(w >> 16));
+                    let d = dtypes[((w >> 24) % dtypes.len() as u64) as usize];
+                    let t = match w % 32 {
+                        0 => a + b,
+                        1 => a * 3,
+                        2 => a / b,
+                        3 => floordiv(a, b),
+                        4 => a % 2.5,
+                        5 => a.lt(b),
+                        6 => a.to(d),
+                        7 => exp(a),
+                        8 => where_(a.gt(0), a, b),
+                        9 => sum(a, 0),
+                        10 => a.col() + b.row(),
+                        11 => a & b,
+                        12 => -a,
+                        13 => !a,
+                        14 => maximum(a, b),
+                        15 => reshape(a, [2, 4]),
+                        16 => dot(a, b, None),
+                        17 => cumsum(a, 0),
+                        18 => argmax(a, 0),
+                        19 => zeros([8], d),
+                        20 => load(q + a).mask(a.lt(4)).other(1),
+                        21 => {
+                            store(q + a, b).mask(a.lt(b));
+                            a
+                        }
+                        22 => range(0, b, 1).fold(a, |i, acc| acc + i),
+                        23 => if_(a.eq(0), || b, || b * 2),
+                        24 => join(a, b),
+                        25 => split(a).1,
+                        26 => trans(a),
+                        27 => atomic_add(q + a, b).mask(a.gt(1)),
+                        28 => rand(a, b),
+                        29 => reduce(a, 0, |x, y| x * y),
+                        30 => while_loop(a, |x| x.lt(b), |x| x + 1),
+                        _ => {
+                            associative_scan((a, b), 0, true, |(x, y), (u, v)| {
+                                (x + u, maximum(y, v))
+                            })
+                            .0
+                        }
+                    };
+                    pool.push(t);
+                }
+                store(p + arange(0, 8), pool[pool.len() - 1]);
+            })
+        });
+        match r {
+            Ok(Ok(k)) => {
+                ok += 1;
+                assert_eq!(Kernel::parse_ir(&k.ir()).unwrap().ir(), k.ir());
+            }
+            Ok(Err(Error::Build { op, msg, .. })) => {
+                if err < 8 {
+                    eprintln!("rejected at {op}: {msg}");
+                }
+                err += 1
+            }
+            Ok(Err(e)) => panic!("unexpected error kind: {e}"),
+            Err(_) => panic!("the DSL panicked on script {script:?}"),
+        }
+    }
+    eprintln!("random programs: {ok} built, {err} rejected");
+    assert!(err > 0 && ok > 0);
+}
