@@ -732,8 +732,8 @@ impl<'k> Lowering<'k> {
                 axis,
                 reverse,
                 srcs,
-                ..
-            } => self.scan(id, *kind, *axis as usize, *reverse, srcs)?,
+                combine,
+            } => self.scan(id, *kind, *axis as usize, *reverse, srcs, *combine)?,
             Op::Philox {
                 counters,
                 key,
@@ -1497,6 +1497,7 @@ impl<'k> Lowering<'k> {
 
 /// Identifiers a generated name must not take: C++ keywords and alternative tokens, and
 /// the Metal functions and types the printer calls (a local named `exp` would hide `exp()`).
+#[rustfmt::skip]
 const RESERVED_WORDS: &[&str] = &[
     "and",
     "or",
