@@ -143,7 +143,8 @@ impl Lowering<'_> {
         combine: Option<RegionId>,
     ) -> Result<()> {
         if kind == ReduceKind::Custom {
-            let r = combine.ok_or_else(|| unsupported(self.k, "custom reduce without a combine region"))?;
+            let r = combine
+                .ok_or_else(|| unsupported(self.k, "custom reduce without a combine region"))?;
             return self.combine_custom(id, axis, srcs, r, None);
         }
         let x = srcs[0];
@@ -710,7 +711,8 @@ impl Lowering<'_> {
             ScanKind::Sum => BinaryOp::Add,
             ScanKind::Prod => BinaryOp::Mul,
             ScanKind::Custom => {
-                let r = combine.ok_or_else(|| unsupported(self.k, "custom scan without a combine region"))?;
+                let r = combine
+                    .ok_or_else(|| unsupported(self.k, "custom scan without a combine region"))?;
                 return self.combine_custom(id, axis, srcs, r, Some(reverse));
             }
         };
@@ -845,8 +847,17 @@ impl Lowering<'_> {
         let t = self.threads;
         match reverse {
             Some(rev) => {
-                let kk = |i: &str| if rev { format!("({}u - {i})", geo.k - 1) } else { i.to_string() };
-                self.open(format!("for (uint tm_o = tm_lid; tm_o < {}u; tm_o += {t}u)", geo.nout));
+                let kk = |i: &str| {
+                    if rev {
+                        format!("({}u - {i})", geo.k - 1)
+                    } else {
+                        i.to_string()
+                    }
+                };
+                self.open(format!(
+                    "for (uint tm_o = tm_lid; tm_o < {}u; tm_o += {t}u)",
+                    geo.nout
+                ));
                 let accs: Vec<String> = (0..n).map(|_| self.fresh("run")).collect();
                 for (k, a) in accs.iter().enumerate() {
                     let ct = self.cty(dts[k])?;
@@ -867,7 +878,8 @@ impl Lowering<'_> {
                 self.smem_write_end();
                 for (k, res) in results.iter().enumerate() {
                     let (s, base) = arrays[k].clone();
-                    let name = self.gather("scan", dts[k], geo.n, &|l| format!("{s}[{base}u + {l}]"))?;
+                    let name =
+                        self.gather("scan", dts[k], geo.n, &|l| format!("{s}[{base}u + {l}]"))?;
                     self.set(*res, Repr::Block(name));
                 }
                 self.smem_read_done();
@@ -884,24 +896,31 @@ impl Lowering<'_> {
                         self.line(format!("{ct} {o}[{}];", lay.regs()));
                     }
                 }
-                let (oexpr, dst): (String, Box<dyn Fn(&str) -> String>) = if scalar {
+                let oexpr = if scalar {
                     self.line("{");
                     self.indent += 1;
-                    ("0u".into(), Box::new(|o: &str| o.to_string()))
+                    "0u"
                 } else {
                     self.open_regs(lay, true);
                     if lay.has_idle_threads() {
                         self.line(format!("if (tm_l >= {}u) continue;", geo.nout));
                     }
-                    ("tm_l".into(), Box::new(|o: &str| format!("{o}[tm_i]")))
+                    "tm_l"
+                };
+                let dst = |o: &str| {
+                    if scalar {
+                        o.to_string()
+                    } else {
+                        format!("{o}[tm_i]")
+                    }
                 };
                 let accs: Vec<String> = (0..n).map(|_| self.fresh("acc")).collect();
                 for (k, a) in accs.iter().enumerate() {
                     let ct = self.cty(dts[k])?;
-                    self.line(format!("{ct} {a} = {};", at(k, &oexpr, "0u")));
+                    self.line(format!("{ct} {a} = {};", at(k, oexpr, "0u")));
                 }
                 self.open(format!("for (uint tm_k = 1; tm_k < {}u; ++tm_k)", geo.k));
-                let news: Vec<String> = (0..n).map(|k| at(k, &oexpr, "tm_k")).collect();
+                let news: Vec<String> = (0..n).map(|k| at(k, oexpr, "tm_k")).collect();
                 self.apply_combine(r, &accs, &accs.clone(), &news, &dts)?;
                 self.close();
                 for (o, a) in outs.iter().zip(&accs) {
@@ -910,7 +929,11 @@ impl Lowering<'_> {
                 self.close();
                 self.smem_read_done();
                 for (k, res) in results.iter().enumerate() {
-                    let repr = if scalar { Repr::Scalar(outs[k].clone()) } else { Repr::Block(outs[k].clone()) };
+                    let repr = if scalar {
+                        Repr::Scalar(outs[k].clone())
+                    } else {
+                        Repr::Block(outs[k].clone())
+                    };
                     self.set(*res, repr);
                 }
             }
@@ -921,7 +944,8 @@ impl Lowering<'_> {
                 if reverse.is_some() { "scan" } else { "reduce" },
                 self.ty(srcs[0])
             ),
-            layout: "staged row-major in threadgroup memory, serial fold per line in index order".into(),
+            layout: "staged row-major in threadgroup memory, serial fold per line in index order"
+                .into(),
         });
         Ok(())
     }
