@@ -490,3 +490,75 @@ template <typename T> inline T twice(T x) { return x + x; }
         }
     }
 }
+
+#[test]
+fn simdgroup_matrix_bfloat_half_and_transposed_loads() {
+    if !go("simdgroup_matrix_bfloat_half_and_transposed_loads") {
+        return;
+    }
+    // acc = A (bfloat) * A^T (half, loaded transposed), mixed precision into float.
+    let src = r#"
+  threadgroup bfloat ta[64];
+  threadgroup half th[64];
+  uint lane = thread_index_in_simdgroup;
+  for (uint k = lane; k < 64; k += 32) { ta[k] = a[k]; th[k] = half(float(a[k])); }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_bfloat8x8 ma;
+  simdgroup_half8x8 mh;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_load(ma, ta, 8);
+  simdgroup_load(mh, th, 8, ulong2(0, 0), true);
+  simdgroup_multiply_accumulate(acc, ma, mh, acc);
+  auto e = acc.thread_elements();
+  acc.thread_elements()[0] = e[0] + 0.0f;
+  simdgroup_store(acc, c, 8);
+  simdgroup_store(ma, cb, 8);
+"#;
+    let a: Vec<half::bf16> = (0..64)
+        .map(|i| half::bf16::from_f32((i % 5) as f32))
+        .collect();
+    let l = MetalLaunch::new("bfmma", src)
+        .input(EmuBuffer::new("a", &[64], &a))
+        .output(OutputSpec::new("c", DType::F32, &[64]))
+        .output(OutputSpec::new("cb", DType::BF16, &[64]))
+        .grid([32, 1, 1])
+        .threadgroup([32, 1, 1]);
+    let out = run_all_orders(&l).unwrap();
+    let c = out[0].to_vec::<f32>().unwrap();
+    let af: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
+    for r in 0..8 {
+        for col in 0..8 {
+            let mut w = 0.0;
+            for k in 0..8 {
+                w += af[r * 8 + k] * af[col * 8 + k];
+            }
+            assert_eq!(c[r * 8 + col], w);
+        }
+    }
+    assert_eq!(out[1].to_vec::<half::bf16>().unwrap(), a);
+}
+
+#[test]
+fn writes_past_a_buffer_are_reported() {
+    if !go("writes_past_a_buffer_are_reported") {
+        return;
+    }
+    // The classic missing mask: the grid is rounded up and nobody checks `i < n`.
+    let l = MetalLaunch::new(
+        "nomask",
+        "uint i = thread_position_in_grid.x;\n  out[i] = x[i] * 2.0f;",
+    )
+    .input(EmuBuffer::new("x", &[100], &f32s(100)))
+    .output(OutputSpec::new("out", DType::F32, &[100]))
+    .grid([128, 1, 1])
+    .threadgroup([64, 1, 1]);
+    match run(&l) {
+        Err(Error::Runtime { msg, .. }) => {
+            assert!(
+                msg.contains("wrote outside output `out` (400 bytes)"),
+                "{msg}"
+            )
+        }
+        other => panic!("expected an overrun error, got {other:?}"),
+    }
+}

@@ -721,15 +721,10 @@ impl Tensor {
         sigmoid() => sigmoid;
     }
 
-    /// `x[:, None]`: a new trailing axis (for 1-D `x`: a column).
+    /// `x[:, None]`: a new axis at position 1 (for 1-D `x`: a column `[n, 1]`).
     #[track_caller]
     pub fn col(self) -> Tensor {
-        let loc = SourceLoc::caller();
-        op("expand_dims", loc, |b| {
-            let v = b.value(self)?;
-            let r = b.ty(v).rank() as i64;
-            b.expand_dims(v, r)
-        })
+        expand_dims(self, 1)
     }
 
     /// `x[None, :]`: a new leading axis (a row).

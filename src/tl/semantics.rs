@@ -1024,6 +1024,7 @@ impl Builder {
     /// Replaces op `id` (at `pos` in the current region) and moves it to the end.
     pub(crate) fn move_to_end(&mut self, id: OpId, pos: Option<usize>, op: Op) -> Res<()> {
         self.check_movable(pos)?;
+        self.reordered = true;
         let region = self.current_region();
         op.for_each_operand(|v| {
             if let Some(u) = self.uses.get_mut(v.index()) {

@@ -234,6 +234,7 @@ fn op_result_types() {
         check(xi >> 1, I32);
         check(umulhi(xi, 3), I32);
         check(rand(42, offs), F32);
+        store(ph + offs, rand(42, offs)); // used, so the Philox op survives dead-op removal
         check(randn(7, offs), F32);
         check(randint(7, offs), U32);
         assert_eq!(sum(xi, None).shape(), Vec::<usize>::new());
@@ -242,6 +243,7 @@ fn op_result_types() {
         assert_eq!(sum(x2, keep_dims(None)).shape(), vec![1, 1]);
         assert_eq!(max(x2, -1).shape(), vec![4]);
         assert_eq!(offs.col().shape(), vec![16, 1]);
+        assert_eq!(x2.col().shape(), vec![4, 1, 4]); // x[:, None] on 2-D
         assert_eq!(offs.row().shape(), vec![1, 16]);
         assert_eq!((offs.col() + offs.row()).shape(), vec![16, 16]);
         assert_eq!(trans(x2.reshape([2, 8])).shape(), vec![8, 2]);
@@ -895,4 +897,48 @@ fn example_kernels_build() {
         }
         eprintln!("{}: build+verify {:?}", jk.name(), t.elapsed() / 20);
     }
+}
+
+#[test]
+fn dead_constants_are_removed_and_values_renumbered() {
+    let k = build_ok("k", &[], |k| {
+        let p = k.ptr(F32, "p");
+        let offs = arange(0, 4);
+        let x = load(p + offs).mask(offs.lt(3)).other(f32::NEG_INFINITY);
+        let unused = x * 3.0;
+        let _ = unused;
+        store(p + offs, x + 1.0);
+    });
+    let text = k.ir();
+    assert!(!text.contains("mul"), "{text}");
+    assert!(!text.contains("constant 1.0 : f32\n"), "{text}");
+    // Values are numbered in program order.
+    let defs: Vec<u32> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('%')?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(defs.windows(2).all(|w| w[0] < w[1]), "{text}");
+}
+
+#[test]
+fn static_range_is_pythons_range() {
+    let v = |lo, hi, st| static_range(lo, hi, st).collect::<Vec<_>>();
+    assert_eq!(v(0, 4, 1), vec![0, 1, 2, 3]);
+    assert_eq!(v(1, 8, 3), vec![1, 4, 7]);
+    assert_eq!(v(4, 0, -2), vec![4, 2]);
+    assert!(v(0, 4, 0).is_empty());
+    assert!(v(4, 0, 1).is_empty());
+}
+
+#[test]
+fn compact_renumbers_parsed_ir() {
+    let mut k = Kernel::parse_ir(include_str!("../../tests/filetests/loops.ir")).unwrap();
+    let before = k.ir();
+    assert_eq!(k.remove_dead_ops(), 0);
+    k.compact();
+    crate::ir::verify(&k).unwrap();
+    let after = k.ir();
+    assert_ne!(before, after);
+    assert!(after.contains("%13 = addptr %12, %11"), "{after}");
+    assert_eq!(Kernel::parse_ir(&after).unwrap().ir(), after);
 }
