@@ -228,6 +228,9 @@ fn op_result_types() {
         check(argmax(xh.to(F32), 0), I32);
         check(cumsum(xu, 0), U32);
         check(sigmoid(xi.to(F32)), F32);
+        check(fdiv(xh, xh.to(F32)), F32);
+        check(div_rn(xh.to(F32), 2.0), F32);
+        check(sqrt_rn(xh.to(F32)), F32);
         check(where_(xi.lt(2), xh, 0.0), F16);
         check(-xu, U8);
         check(!xi, I32);
@@ -569,6 +572,10 @@ fn invalid_kernels_give_clear_errors() {
         "load",
         "right after",
     );
+    // 33. fdiv of integers
+    expect(|_| ignore(fdiv(arange(0, 4), 2.0)), "fdiv", "floating");
+    // 34. div_rn on fp16 (Triton: fp32 only)
+    expect(|_| ignore(div_rn(zeros([4], F16), 2.0)), "div_rn", "fp32");
     // 30. a combine function that changes the type
     expect(
         |_| ignore(reduce(zeros([4], F32), 0, |a, _b| a.to(I32))),
