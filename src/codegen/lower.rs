@@ -732,8 +732,8 @@ impl<'k> Lowering<'k> {
                 axis,
                 reverse,
                 srcs,
-                ..
-            } => self.scan(id, *kind, *axis as usize, *reverse, srcs)?,
+                combine,
+            } => self.scan(id, *kind, *axis as usize, *reverse, srcs, *combine)?,
             Op::Philox {
                 counters,
                 key,
@@ -861,18 +861,37 @@ impl<'k> Lowering<'k> {
     pub(super) fn binary_expr(&mut self, kind: BinaryOp, dt: DType) -> Result<String> {
         let ct = self.cty(dt)?;
         let float = dt.is_float();
+        let bits = dt.size_bytes() * 8;
+        // Integer results Triton leaves undefined are defined as the CPU executor defines
+        // them (x / 0 = all ones, x % 0 = x, MIN / -1 wraps, over-wide shifts give 0 or the
+        // sign), which also keeps idle threads' padding registers from trapping.
+        let neg = match dt.size_bytes() {
+            8 => format!("{ct}(0ul - ulong({{a}}))"),
+            _ => format!("{ct}(0u - uint({{a}}))"),
+        };
+        let signed = dt.is_signed_int();
         let e = match kind {
             BinaryOp::Add => "({a} + {b})".to_string(),
             BinaryOp::Sub => "({a} - {b})".into(),
             BinaryOp::Mul => "({a} * {b})".into(),
-            BinaryOp::Div => "({a} / {b})".into(),
+            BinaryOp::Div if float => "({a} / {b})".into(),
+            BinaryOp::Div if signed => format!(
+                "({{b}} == 0 ? {ct}(-1) : ({{b}} == -1 ? {neg} : {ct}({{a}} / {{b}})))"
+            ),
+            BinaryOp::Div => format!("({{b}} == 0 ? {ct}(-1) : {ct}({{a}} / {{b}}))"),
             BinaryOp::Rem if float => "fmod({a}, {b})".into(),
-            BinaryOp::Rem => "({a} % {b})".into(),
+            BinaryOp::Rem if signed => {
+                format!("(({{b}} == 0 || {{b}} == -1) ? ({{b}} == 0 ? {{a}} : {ct}(0)) : {ct}({{a}} % {{b}}))")
+            }
+            BinaryOp::Rem => format!("({{b}} == 0 ? {{a}} : {ct}({{a}} % {{b}}))"),
             BinaryOp::And => "({a} & {b})".into(),
             BinaryOp::Or => "({a} | {b})".into(),
             BinaryOp::Xor => "({a} ^ {b})".into(),
-            BinaryOp::Shl => "({a} << {b})".into(),
-            BinaryOp::Shr => "({a} >> {b})".into(),
+            BinaryOp::Shl => format!("(ulong({{b}}) >= {bits}ul ? {ct}(0) : {ct}({{a}} << {{b}}))"),
+            BinaryOp::Shr if signed => format!(
+                "(ulong({{b}}) >= {bits}ul ? ({{a}} < 0 ? {ct}(-1) : {ct}(0)) : {ct}({{a}} >> {{b}}))"
+            ),
+            BinaryOp::Shr => format!("(ulong({{b}}) >= {bits}ul ? {ct}(0) : {ct}({{a}} >> {{b}}))"),
             BinaryOp::Max if float => "fmax({a}, {b})".into(),
             BinaryOp::Min if float => "fmin({a}, {b})".into(),
             BinaryOp::Max => "max({a}, {b})".into(),
@@ -882,6 +901,11 @@ impl<'k> Lowering<'k> {
             }
             BinaryOp::MinNan => {
                 "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmin({a}, {b}))".into()
+            }
+            // Triton's `umulhi`: the high half of the unsigned product, whatever the sign.
+            BinaryOp::MulHi if signed => {
+                let u = if bits == 64 { "ulong" } else { "uint" };
+                format!("{ct}(mulhi({u}({{a}}), {u}({{b}})))")
             }
             BinaryOp::MulHi => "mulhi({a}, {b})".into(),
         };
@@ -1497,6 +1521,7 @@ impl<'k> Lowering<'k> {
 
 /// Identifiers a generated name must not take: C++ keywords and alternative tokens, and
 /// the Metal functions and types the printer calls (a local named `exp` would hide `exp()`).
+#[rustfmt::skip]
 const RESERVED_WORDS: &[&str] = &[
     "and",
     "or",

@@ -234,4 +234,6 @@ fn poisoned() -> crate::Error {
 }
 
 #[cfg(test)]
+mod diff_tests;
+#[cfg(test)]
 mod tests;

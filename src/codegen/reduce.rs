@@ -140,10 +140,12 @@ impl Lowering<'_> {
         kind: ReduceKind,
         axis: usize,
         srcs: &[Value],
-        _combine: Option<RegionId>,
+        combine: Option<RegionId>,
     ) -> Result<()> {
         if kind == ReduceKind::Custom {
-            return Err(unsupported(self.k, "reduce with a custom combine function"));
+            let r = combine
+                .ok_or_else(|| unsupported(self.k, "custom reduce without a combine region"))?;
+            return self.combine_custom(id, axis, srcs, r, None);
         }
         let x = srcs[0];
         let res = self
@@ -703,15 +705,15 @@ impl Lowering<'_> {
         axis: usize,
         reverse: bool,
         srcs: &[Value],
+        combine: Option<RegionId>,
     ) -> Result<()> {
         let op = match kind {
             ScanKind::Sum => BinaryOp::Add,
             ScanKind::Prod => BinaryOp::Mul,
             ScanKind::Custom => {
-                return Err(unsupported(
-                    self.k,
-                    "associative_scan with a custom combine function",
-                ))
+                let r = combine
+                    .ok_or_else(|| unsupported(self.k, "custom scan without a combine region"))?;
+                return self.combine_custom(id, axis, srcs, r, Some(reverse));
             }
         };
         let x = srcs[0];
@@ -770,6 +772,181 @@ impl Lowering<'_> {
             layout: "staged row-major in threadgroup memory, one thread per line".into(),
         });
         self.set(res, Repr::Block(name));
+        Ok(())
+    }
+}
+
+impl Lowering<'_> {
+    /// Inlines combine region `r` with its arguments bound to `args`; returns the yielded
+    /// values as expressions.
+    fn inline_combine(&mut self, r: RegionId, args: &[String]) -> Result<Vec<String>> {
+        let rargs = self.k.region(r).args.clone();
+        for (a, s) in rargs.iter().zip(args) {
+            self.set(*a, Repr::Scalar(s.clone()));
+        }
+        let ys = self.region(r)?;
+        Ok(ys.iter().map(|y| self.el(*y, "")).collect())
+    }
+
+    /// `accs <- combine(left, right)` with the user's region, as a parallel assignment.
+    fn apply_combine(
+        &mut self,
+        r: RegionId,
+        accs: &[String],
+        left: &[String],
+        right: &[String],
+        dts: &[DType],
+    ) -> Result<()> {
+        let args: Vec<String> = left.iter().chain(right).cloned().collect();
+        let ys = self.inline_combine(r, &args)?;
+        let tmps: Vec<String> = (0..accs.len()).map(|_| self.fresh("comb")).collect();
+        for ((t, y), dt) in tmps.iter().zip(&ys).zip(dts) {
+            let ct = self.cty(*dt)?;
+            self.line(format!("const {ct} {t} = {y};"));
+        }
+        for (a, t) in accs.iter().zip(&tmps) {
+            self.line(format!("{a} = {t};"));
+        }
+        Ok(())
+    }
+
+    /// Reductions (`reverse = None`) and scans with a user combine function: every source is
+    /// staged row-major and each line is folded serially in index order, which is right for
+    /// any associative combine, commutative or not. A reverse scan folds from the end with
+    /// the new element on the left, so each result is `x_i (+) ... (+) x_last` in order.
+    fn combine_custom(
+        &mut self,
+        id: OpId,
+        axis: usize,
+        srcs: &[Value],
+        r: RegionId,
+        reverse: Option<bool>,
+    ) -> Result<()> {
+        let results: Vec<Value> = self.k.op(id).results.iter().collect();
+        let shape = self.ty(srcs[0]).shape.clone();
+        let geo = Geo::new(&shape, axis);
+        let dts: Vec<DType> = srcs.iter().map(|v| self.edt(*v)).collect();
+        let mut arrays = Vec::new();
+        let mut used: std::collections::BTreeMap<DType, usize> = Default::default();
+        for (v, dt) in srcs.iter().zip(&dts) {
+            self.materialize(*v)?;
+            let base = *used.get(dt).unwrap_or(&0);
+            used.insert(*dt, base + geo.n);
+            arrays.push((self.scratch_array(*dt, base + geo.n)?, base));
+        }
+        self.smem_write_begin();
+        for (v, (s, base)) in srcs.iter().zip(&arrays) {
+            self.stage(*v, s, *base, &|l| l.to_string())?;
+        }
+        self.smem_write_end();
+        let at = |k: usize, o: &str, kk: &str| {
+            let (s, base) = &arrays[k];
+            format!("{s}[{base}u + {}]", geo.in_index(o, kk))
+        };
+        let n = srcs.len();
+        let t = self.threads;
+        match reverse {
+            Some(rev) => {
+                let kk = |i: &str| {
+                    if rev {
+                        format!("({}u - {i})", geo.k - 1)
+                    } else {
+                        i.to_string()
+                    }
+                };
+                self.open(format!(
+                    "for (uint tm_o = tm_lid; tm_o < {}u; tm_o += {t}u)",
+                    geo.nout
+                ));
+                let accs: Vec<String> = (0..n).map(|_| self.fresh("run")).collect();
+                for (k, a) in accs.iter().enumerate() {
+                    let ct = self.cty(dts[k])?;
+                    self.line(format!("{ct} {a} = {};", at(k, "tm_o", &kk("0u"))));
+                }
+                self.open(format!("for (uint tm_k = 1; tm_k < {}u; ++tm_k)", geo.k));
+                let news: Vec<String> = (0..n).map(|k| at(k, "tm_o", &kk("tm_k"))).collect();
+                if rev {
+                    self.apply_combine(r, &accs, &news, &accs.clone(), &dts)?;
+                } else {
+                    self.apply_combine(r, &accs, &accs.clone(), &news, &dts)?;
+                }
+                for (k, a) in accs.iter().enumerate() {
+                    self.line(format!("{} = {a};", at(k, "tm_o", &kk("tm_k"))));
+                }
+                self.close();
+                self.close();
+                self.smem_write_end();
+                for (k, res) in results.iter().enumerate() {
+                    let (s, base) = arrays[k].clone();
+                    let name =
+                        self.gather("scan", dts[k], geo.n, &|l| format!("{s}[{base}u + {l}]"))?;
+                    self.set(*res, Repr::Block(name));
+                }
+                self.smem_read_done();
+            }
+            None => {
+                let scalar = self.ty(results[0]).is_scalar();
+                let lay = self.layout_of(geo.nout);
+                let outs: Vec<String> = (0..n).map(|_| self.fresh("reduced")).collect();
+                for (k, o) in outs.iter().enumerate() {
+                    let ct = self.cty(dts[k])?;
+                    if scalar {
+                        self.line(format!("{ct} {o};"));
+                    } else {
+                        self.line(format!("{ct} {o}[{}];", lay.regs()));
+                    }
+                }
+                let oexpr = if scalar {
+                    self.line("{");
+                    self.indent += 1;
+                    "0u"
+                } else {
+                    self.open_regs(lay, true);
+                    if lay.has_idle_threads() {
+                        self.line(format!("if (tm_l >= {}u) continue;", geo.nout));
+                    }
+                    "tm_l"
+                };
+                let dst = |o: &str| {
+                    if scalar {
+                        o.to_string()
+                    } else {
+                        format!("{o}[tm_i]")
+                    }
+                };
+                let accs: Vec<String> = (0..n).map(|_| self.fresh("acc")).collect();
+                for (k, a) in accs.iter().enumerate() {
+                    let ct = self.cty(dts[k])?;
+                    self.line(format!("{ct} {a} = {};", at(k, oexpr, "0u")));
+                }
+                self.open(format!("for (uint tm_k = 1; tm_k < {}u; ++tm_k)", geo.k));
+                let news: Vec<String> = (0..n).map(|k| at(k, oexpr, "tm_k")).collect();
+                self.apply_combine(r, &accs, &accs.clone(), &news, &dts)?;
+                self.close();
+                for (o, a) in outs.iter().zip(&accs) {
+                    self.line(format!("{} = {a};", dst(o)));
+                }
+                self.close();
+                self.smem_read_done();
+                for (k, res) in results.iter().enumerate() {
+                    let repr = if scalar {
+                        Repr::Scalar(outs[k].clone())
+                    } else {
+                        Repr::Block(outs[k].clone())
+                    };
+                    self.set(*res, repr);
+                }
+            }
+        }
+        self.layouts.push(LayoutChoice {
+            op: format!(
+                "{} with a combine function, axis {axis} of {}",
+                if reverse.is_some() { "scan" } else { "reduce" },
+                self.ty(srcs[0])
+            ),
+            layout: "staged row-major in threadgroup memory, serial fold per line in index order"
+                .into(),
+        });
         Ok(())
     }
 }
