@@ -1045,3 +1045,58 @@ fn random_programs_never_panic() {
     eprintln!("random programs: {ok} built, {err} rejected");
     assert!(err > 0 && ok > 0);
 }
+
+/// Mutated IR text (values, types, shapes, op names swapped) never makes the parser or the
+/// verifier panic.
+#[test]
+fn mutated_ir_never_panics() {
+    let texts = [
+        build_ok("add_kernel", &[("BLOCK_SIZE", 4)], vector_add).ir(),
+        include_str!("../../tests/filetests/loops.ir").to_string(),
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let subs: &[(&str, &str)] = &[
+        ("%1", "%7"),
+        ("%9", "%2"),
+        ("%13", "%99"),
+        ("f32", "i32"),
+        ("[4]", "[8]"),
+        ("[8]", "[4,2]"),
+        ("i32", "bool"),
+        ("add", "select"),
+        ("load", "store"),
+        ("yield %13", "yield"),
+        ("max", "dot"),
+        ("mask", "other"),
+        (", ", " "),
+        ("^r1", "^r7"),
+        ("ptr<f32>", "f32"),
+        ("{", ""),
+        ("}", ""),
+        ("axis 0", "axis 3"),
+    ];
+    let (mut ok, mut err) = (0, 0);
+    for i in 0..1500 {
+        let mut t = texts[i % texts.len()].clone();
+        for _ in 0..1 + next() % 3 {
+            let (from, to) = subs[(next() % subs.len() as u64) as usize];
+            let hits: Vec<usize> = t.match_indices(from).map(|(j, _)| j).collect();
+            if let Some(&at) = hits.get((next() % (hits.len().max(1) as u64)) as usize) {
+                t.replace_range(at..at + from.len(), to);
+            }
+        }
+        match std::panic::catch_unwind(|| Kernel::parse_ir(&t).map(|k| k.ir())) {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err(_)) => err += 1,
+            Err(_) => panic!("parse/verify panicked on:\n{t}"),
+        }
+    }
+    eprintln!("mutated IR: {ok} accepted, {err} rejected");
+    assert!(err > 0);
+}
