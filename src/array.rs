@@ -232,6 +232,21 @@ impl Array {
         Ok(out)
     }
 
+    /// Evaluates and returns the raw row-major bytes (as MLX stores the dtype).
+    pub(crate) fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.eval()?;
+        Ok(bridge::array_to_bytes(self.raw())?)
+    }
+
+    /// Builds an array from raw row-major bytes of `dtype`.
+    pub(crate) fn from_bytes(bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Array> {
+        let shape32 = dims_to_i32(shape, "Array::from_bytes")?;
+        Array::wrap(
+            bridge::array_from_bytes(bytes, &shape32, dtype.code())?,
+            Arc::from([]),
+        )
+    }
+
     /// Evaluates and copies into an owned `ndarray::ArrayD`.
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         let v = self.to_vec::<T>()?;

@@ -22,6 +22,7 @@ pub mod mlx;
 pub mod runtime;
 pub mod testing;
 
+pub mod codegen;
 pub mod graph;
 pub mod opt;
 

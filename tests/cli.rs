@@ -8,8 +8,9 @@ use serde_json::Value;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_triton-metal"));
-    // Tests must not depend on the developer's override.
+    // Tests must not depend on the developer's (or CI's) settings.
     c.env_remove("TRITON_METAL_HW");
+    c.env_remove("TRITON_METAL_REQUIRE_EMU");
     c
 }
 
@@ -228,6 +229,8 @@ fn profiles_and_check_system() {
     }
     let v = json(&["--format", "json", "check-system"]);
     assert_eq!(v["ok"], true);
+    assert_eq!(json(&["check-system", "--json"])["ok"], true);
+    assert_eq!(json(&["profiles", "--json"]).as_array().unwrap().len(), 16);
     assert!(v["mlx_version"].as_str().unwrap().starts_with("0."));
     // A missing required harness fails with exit code 1.
     let o = bin()

@@ -1,7 +1,9 @@
 //! `triton-metal`: the analysis tools of the seed backend, in one binary.
 //!
-//! Tables for people, `--format json` for programs. Exit codes: 0 success, 1 a check
-//! failed (a missing requirement, fused != unfused), 2 bad input (one line on stderr).
+//! Tables for people, `--format json` for programs (`profiles` and `check-system` also take
+//! `--json`; in `analyze`, `layouts` and `fuse`, `--json FILE` is the seed tools' input
+//! flag). Exit codes: 0 success, 1 a check failed (a missing requirement, fused !=
+//! unfused), 2 bad input (one line on stderr).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -14,7 +16,7 @@ use triton_metal::device::{self, Backend, HardwareInfo};
 use triton_metal::graph::{
     fuse, random_inputs, samples, FusionSummary, Graph, GraphRunner, GraphSpec, OpSpec,
 };
-use triton_metal::opt::{plan_graph, HardwareProfile, LayoutPlan, HW_ENV_VAR};
+use triton_metal::opt::{plan_fused, plan_graph, HardwareProfile, LayoutPlan, HW_ENV_VAR};
 use triton_metal::{mlx, Array, DType, Error};
 
 #[derive(Parser)]
@@ -79,13 +81,20 @@ enum Cmd {
         verbose: bool,
     },
     /// Lists the hardware profiles planning can target.
-    Profiles,
+    Profiles {
+        /// JSON on stdout (same as --format json).
+        #[arg(long)]
+        json: bool,
+    },
     /// OS, MLX, device, chip generation, Metal/CUDA and emulation-harness availability.
     CheckSystem {
         /// Treat a missing emulation harness (clang++) as a failure, as CI does
         /// (also TRITON_METAL_REQUIRE_EMU=1).
         #[arg(long)]
         require_emu: bool,
+        /// JSON on stdout (same as --format json).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -192,8 +201,10 @@ fn run(cli: &Cli) -> Res<ExitCode> {
             output,
             verbose,
         } => fuse_cmd(cli, json, *verify, *seed, output.as_deref(), *verbose),
-        Cmd::Profiles => profiles(cli),
-        Cmd::CheckSystem { require_emu } => check_system(cli, *require_emu),
+        Cmd::Profiles { json } => profiles(cli.format == Format::Json || *json),
+        Cmd::CheckSystem { require_emu, json } => {
+            check_system(cli, *require_emu, cli.format == Format::Json || *json)
+        }
     }
 }
 
@@ -362,6 +373,10 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
                             "no".into()
                         }
                     }),
+                    match (p.roofline.limit, p.roofline.min_time_us) {
+                        (Some(l), Some(t)) => format!("{l} >={t:.2}us"),
+                        _ => format!("{:.2} flop/B", p.roofline.intensity),
+                    },
                 ];
                 if input.verbose {
                     r.push(p.reason.clone());
@@ -382,6 +397,7 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
             "TG-MEM",
             "TILE",
             "TWO-STAGE",
+            "BOUND",
         ];
         if input.verbose {
             header.push("WHY");
@@ -454,7 +470,9 @@ fn fuse_cmd(
     verbose: bool,
 ) -> Res<ExitCode> {
     let graph = load_graph(path)?;
+    let hw = profile(cli)?;
     let (fused, summary) = fuse(&graph);
+    let plans: BTreeMap<String, LayoutPlan> = plan_fused(&fused, &hw).into_iter().collect();
     let comparison = if verify {
         let feeds = random_inputs(&graph.inputs, seed)?;
         Some(GraphRunner::new().compare(&graph, &fused, &feeds, 1e-4, 1e-5)?)
@@ -462,7 +480,9 @@ fn fuse_cmd(
         None
     };
     let doc = json!({
+        "hardware": hw,
         "summary": summary,
+        "layouts": plans,
         "fused_graph": fused,
         "verification": comparison,
     });
@@ -477,7 +497,8 @@ fn fuse_cmd(
         }
         println!("{}", pretty(&d));
     } else {
-        print!("{}", summary_table(&summary, verbose));
+        println!("hardware: {hw}");
+        print!("{}", summary_table(&summary, &plans, verbose));
         if let Some(c) = &comparison {
             let kernels: BTreeMap<&str, &str> = c
                 .kernels
@@ -524,7 +545,7 @@ fn fuse_cmd(
     }
 }
 
-fn summary_table(s: &FusionSummary, verbose: bool) -> String {
+fn summary_table(s: &FusionSummary, plans: &BTreeMap<String, LayoutPlan>, verbose: bool) -> String {
     let mut out = format!(
         "{} ops -> {} nodes, {} fused groups, {} of memory traffic saved\n",
         s.ops_before,
@@ -550,19 +571,33 @@ fn summary_table(s: &FusionSummary, verbose: bool) -> String {
                 human_bytes(g.bytes_unfused),
                 human_bytes(g.bytes_fused),
                 human_bytes(g.bytes_saved),
+                plans.get(&g.id).map_or("-".into(), |p| {
+                    format!(
+                        "{} {}x{}",
+                        p.layout, p.threadgroups, p.threads_per_threadgroup
+                    )
+                }),
             ]
         })
         .collect();
     out.push_str(&table(
-        &["GROUP", "PATTERN", "OPS", "UNFUSED", "FUSED", "SAVED"],
+        &[
+            "GROUP",
+            "PATTERN",
+            "OPS",
+            "UNFUSED",
+            "FUSED",
+            "SAVED",
+            "LAYOUT (GROUPS x THREADS)",
+        ],
         &rows,
     ));
     out
 }
 
-fn profiles(cli: &Cli) -> Res<ExitCode> {
+fn profiles(as_json: bool) -> Res<ExitCode> {
     let all = HardwareProfile::all();
-    if cli.format == Format::Json {
+    if as_json {
         println!("{}", pretty(&json!(all)));
         return Ok(ExitCode::SUCCESS);
     }
@@ -634,7 +669,7 @@ fn os_description() -> String {
     }
 }
 
-fn check_system(cli: &Cli, require_emu: bool) -> Res<ExitCode> {
+fn check_system(cli: &Cli, require_emu: bool, as_json: bool) -> Res<ExitCode> {
     let require_emu =
         require_emu || std::env::var("TRITON_METAL_REQUIRE_EMU").is_ok_and(|v| v == "1");
     // (name, value, requirement met)
@@ -744,7 +779,7 @@ fn check_system(cli: &Cli, require_emu: bool) -> Res<ExitCode> {
         .map(|r| r.0.as_str())
         .collect();
     let ok = missing.is_empty();
-    if cli.format == Format::Json {
+    if as_json {
         let items: Vec<Value> = rows
             .iter()
             .map(|(k, v, req)| json!({"check": k, "value": v, "required": req.is_some(), "ok": req.unwrap_or(true)}))

@@ -138,8 +138,12 @@ pub(crate) fn load(cpp: &str, kernel: &str, msl: &str) -> Result<LaunchFn> {
     if let Some(f) = loaded().lock().ok().and_then(|m| m.get(&key).copied()) {
         return Ok(f);
     }
-    let dir = cache_dir();
-    std::fs::create_dir_all(&dir)?;
+    let mut dir = cache_dir();
+    if std::fs::create_dir_all(&dir).is_err() {
+        // A read-only home (some CI sandboxes) must not stop the emulator.
+        dir = std::env::temp_dir().join("triton-metal-emu");
+        std::fs::create_dir_all(&dir)?;
+    }
     let so = dir.join(format!("{key}.so"));
     if !so.exists() {
         build(clang, cpp, &dir, &key, &so, kernel, msl)?;
@@ -175,14 +179,17 @@ fn build(
     kernel: &str,
     msl: &str,
 ) -> Result<()> {
-    let src = dir.join(format!("{key}.cpp"));
-    std::fs::write(&src, cpp)?;
-    // Unique temporary name, then rename: concurrent tests may build the same kernel.
-    let tmp = dir.join(format!(
-        "{key}.{}.{:?}.tmp",
+    // Unique names, then rename: concurrent tests and processes may build the same kernel.
+    let unique = format!(
+        "{key}.{}.{}",
         std::process::id(),
-        std::thread::current().id()
-    ));
+        format!("{:?}", std::thread::current().id())
+            .trim_start_matches("ThreadId(")
+            .trim_end_matches(')')
+    );
+    let src = dir.join(format!("{unique}.cpp"));
+    std::fs::write(&src, cpp)?;
+    let tmp = dir.join(format!("{unique}.so.tmp"));
     let out = Command::new(&clang.path)
         .args(FLAGS)
         .arg("-x")

@@ -10,6 +10,19 @@
 //! until they block, in forward or in reverse lane order ([`LaneOrder`]); a missing barrier
 //! changes the result in at least one of the two. This proves correctness, not speed.
 //!
+//! As with `dispatchThreads`, edge threadgroups are partial: only in-grid threads exist,
+//! `threads_per_threadgroup` is the group's actual size and
+//! `dispatch_threads_per_threadgroup` the requested one. Faults in kernel code (integer
+//! division by zero, a wild pointer, a thread overflowing its 256 KiB stack) come back as
+//! [`Error::Runtime`] naming the thread. Every buffer sits between canary zones (256 bytes
+//! before, 4 KiB after): a write outside it is reported as an error, a read outside it
+//! sees 0xfe bytes (about -1.7e38 as float).
+//!
+//! Not emulated: MLX's own `metal::utils()` helpers (`Limits`, `elem_to_loc`, ...), bool
+//! vectors produced by vector comparisons (clang yields integer masks), `bfloat` vectors
+//! beyond element access, textures, and simd collectives inside divergent control flow
+//! (reported as a deadlock). Numerics are the host's (libm), not Apple's.
+//!
 //! ```no_run
 //! use triton_metal::emu::{self, EmuBuffer, MetalLaunch, OutputSpec};
 //! use triton_metal::DType;
@@ -393,14 +406,17 @@ impl MetalLaunch {
 }
 
 #[repr(C, align(64))]
+#[derive(Clone, Copy)]
 struct Block([u8; 64]);
 
-fn aligned(bytes: &[u8]) -> AlignedBox {
-    AlignedBox::new(bytes)
-}
+/// Bytes written around every buffer; a kernel that writes outside its buffers changes
+/// them, which [`AlignedBox::overrun`] reports. Reads of them give huge negative floats.
+const CANARY: u8 = 0xfe;
+const FRONT: usize = 256;
+const BACK: usize = 4096;
 
-/// 64-byte-aligned heap bytes: kernels load `float4`s and the compiler may use aligned
-/// vector instructions, which a plain `Vec<u8>` would not satisfy.
+/// 64-byte-aligned heap bytes between canary zones: kernels load `float4`s and the
+/// compiler may use aligned vector instructions, which a plain `Vec<u8>` would not satisfy.
 struct AlignedBox {
     blocks: Vec<Block>,
     len: usize,
@@ -408,26 +424,40 @@ struct AlignedBox {
 
 impl AlignedBox {
     fn new(bytes: &[u8]) -> AlignedBox {
-        let mut blocks: Vec<Block> = (0..bytes.len().div_ceil(64).max(1))
-            .map(|_| Block([0; 64]))
-            .collect();
-        for (block, chunk) in blocks.iter_mut().zip(bytes.chunks(64)) {
-            block.0[..chunk.len()].copy_from_slice(chunk);
-        }
+        let total = FRONT + bytes.len().div_ceil(64) * 64 + BACK;
+        let mut blocks = vec![Block([CANARY; 64]); total / 64];
+        let flat = Self::flat(&mut blocks);
+        flat[FRONT..FRONT + bytes.len()].copy_from_slice(bytes);
         AlignedBox {
             blocks,
             len: bytes.len(),
         }
     }
-    fn ptr(&mut self) -> *mut c_void {
-        self.blocks.as_mut_ptr().cast()
+    fn flat(blocks: &mut [Block]) -> &mut [u8] {
+        // SAFETY: `Block` is 64 plain bytes with no padding.
+        unsafe {
+            std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), blocks.len() * 64)
+        }
     }
-    fn bytes(&self) -> Vec<u8> {
-        self.blocks
+    fn ptr(&mut self) -> *mut c_void {
+        Self::flat(&mut self.blocks)[FRONT..].as_mut_ptr().cast()
+    }
+    fn bytes(&mut self) -> Vec<u8> {
+        let len = self.len;
+        Self::flat(&mut self.blocks)[FRONT..FRONT + len].to_vec()
+    }
+    /// Offset (relative to the buffer's start) of the first changed canary byte.
+    fn overrun(&mut self) -> Option<isize> {
+        let len = self.len;
+        let flat = Self::flat(&mut self.blocks);
+        if let Some(i) = flat[..FRONT].iter().position(|b| *b != CANARY) {
+            return Some(i as isize - FRONT as isize);
+        }
+        let tail = FRONT + len;
+        flat[tail..]
             .iter()
-            .flat_map(|b| b.0)
-            .take(self.len)
-            .collect()
+            .position(|b| *b != CANARY)
+            .map(|i| (len + i) as isize)
     }
 }
 
@@ -502,14 +532,16 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
     let mut buffers: Vec<AlignedBox> = Vec::new();
     for p in sig.params() {
         match p {
-            Param::Input { input, .. } => buffers.push(aligned(&launch.inputs[input].bytes)),
+            Param::Input { input, .. } => {
+                buffers.push(AlignedBox::new(&launch.inputs[input].bytes))
+            }
             Param::Shape { input, .. } => {
                 let shape = &launch.inputs[input].shape;
                 let b: Vec<u8> = shape
                     .iter()
                     .flat_map(|d| (*d as i32).to_le_bytes())
                     .collect();
-                buffers.push(aligned(&b));
+                buffers.push(AlignedBox::new(&b));
             }
             Param::Strides { input, .. } => {
                 // Inputs are row-contiguous (MLX's ensure_row_contiguous default).
@@ -521,11 +553,11 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
                     acc *= *d as i64;
                 }
                 let b: Vec<u8> = strides.iter().flat_map(|s| s.to_le_bytes()).collect();
-                buffers.push(aligned(&b));
+                buffers.push(AlignedBox::new(&b));
             }
             Param::Ndim { input, .. } => {
                 let ndim = launch.inputs[input].shape.len() as i32;
-                buffers.push(aligned(&ndim.to_le_bytes()));
+                buffers.push(AlignedBox::new(&ndim.to_le_bytes()));
             }
             Param::Output { output, .. } => {
                 let o = &launch.outputs[output];
@@ -534,7 +566,7 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
                     Some(v) => fill_bytes(o.dtype, v).repeat(n),
                     None => vec![0xff; n * o.dtype.size_bytes()],
                 };
-                buffers.push(aligned(&bytes));
+                buffers.push(AlignedBox::new(&bytes));
             }
             Param::Attribute { .. } => {}
         }
@@ -569,11 +601,38 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
             msg: String::from_utf8_lossy(&err[..len]).into_owned(),
         });
     }
+    let names: Vec<String> = sig
+        .params()
+        .iter()
+        .filter_map(|p| match p {
+            Param::Input { input, .. } => Some(format!("input `{}`", launch.inputs[*input].name)),
+            Param::Shape { input, .. } => Some(format!("`{}_shape`", launch.inputs[*input].name)),
+            Param::Strides { input, .. } => {
+                Some(format!("`{}_strides`", launch.inputs[*input].name))
+            }
+            Param::Ndim { input, .. } => Some(format!("`{}_ndim`", launch.inputs[*input].name)),
+            Param::Output { output, .. } => {
+                Some(format!("output `{}`", launch.outputs[*output].name))
+            }
+            Param::Attribute { .. } => None,
+        })
+        .collect();
+    for (b, name) in buffers.iter_mut().zip(&names) {
+        if let Some(offset) = b.overrun() {
+            return Err(Error::Runtime {
+                kernel: launch.name.clone(),
+                msg: format!(
+                    "the kernel wrote outside {name} ({} bytes): byte offset {offset} changed",
+                    b.len
+                ),
+            });
+        }
+    }
     let first_output = buffers.len() - launch.outputs.len();
     Ok(launch
         .outputs
         .iter()
-        .zip(&buffers[first_output..])
+        .zip(&mut buffers[first_output..])
         .map(|(o, b)| EmuBuffer {
             name: o.name.clone(),
             dtype: o.dtype,

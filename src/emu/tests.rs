@@ -401,3 +401,164 @@ fn quad_collectives() {
         assert_eq!(qx[i], x[i ^ 2]);
     }
 }
+
+/// Instantiates a broad slice of the shim the way generated code uses it; every value is
+/// checked against Rust.
+#[test]
+fn metal_library_kitchen_sink() {
+    if !go("metal_library_kitchen_sink") {
+        return;
+    }
+    let header = r#"
+#include <metal_stdlib>
+using namespace metal;
+METAL_FUNC float sq(float x) { return x * x; }
+template <typename T> inline T twice(T x) { return x + x; }
+"#;
+    let src = r#"
+  uint i = thread_position_in_grid.x;
+  threadgroup atomic<float> fsum;
+  threadgroup atomic_uint count;
+  threadgroup float4 tile[2][4];
+  if (thread_index_in_threadgroup == 0) {
+    atomic_store_explicit(&fsum, 0.0f, memory_order_relaxed);
+    atomic_store_explicit(&count, 0u, memory_order_relaxed);
+  }
+  tile[i / 4][i % 4] = float4(float(i));
+  threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device);
+  atomic_fetch_add_explicit(&fsum, 0.5f, memory_order_relaxed);
+  atomic_fetch_add_explicit(&count, 1u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float x = float(i) - 3.5f;
+  float4 v = float4(x, 2.0f * x, float2(1.0f, -1.0f));
+  int2 iv = int2(v.xy);
+  ushort us = ushort(i); ulong ul = ulong(i); uchar uc = uchar(i);
+  float r[16];
+  r[0] = metal::precise::exp(0.0f) + fast::exp2(1.0f);            // 3
+  r[1] = clamp(x, -1.0f, 1.0f);
+  r[2] = select(1.0f, 2.0f, x > 0.0f);
+  r[3] = as_type<float>(as_type<uint>(x));
+  r[4] = dot(v.xy, float2(1.0f, 1.0f));                            // 3x
+  r[5] = max(v, 0.0f).y + min(v, 0.0f).x;
+  r[6] = float(iv.x + iv.y);
+  r[7] = sq(rsqrt(4.0f)) + twice(1.5f);                            // 0.25 + 3
+  r[8] = numeric_limits<float>::infinity() > 1e30f ? 1.0f : 0.0f;
+  r[9] = isnan(NAN) && isinf(INFINITY) ? 1.0f : 0.0f;
+  r[10] = float(popcount(uint(i)) + clz(1u) + ctz(8u));            // popcount + 31 + 3
+  r[11] = abs(-x) + fabs(x) * 0.0f + float(abs(-3));
+  r[12] = atomic_load_explicit(&fsum, memory_order_relaxed) + float(atomic_load_explicit(&count, memory_order_relaxed));
+  r[13] = tile[(7 - i) / 4][(7 - i) % 4].w;
+  r[14] = float(us + ul + uc) + fma(2.0f, 3.0f, 1.0f) + float(all(v.zw != float2(0.0f)));
+  uint old = 5u;
+  threadgroup atomic_int flag;
+  if (i == 0) atomic_store_explicit(&flag, 5, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  int expected = 5;
+  bool won = atomic_compare_exchange_weak_explicit(&flag, &expected, 6, memory_order_relaxed, memory_order_relaxed);
+  r[15] = float(simd_sum(won ? 1u : 0u)) + float(old) * 0.0f + simd_shuffle_down(x, 1u) * 0.0f;
+  for (int k = 0; k < 16; k++) out[i * 16 + k] = r[k];
+"#;
+    let l = MetalLaunch::new("sink", src)
+        .header(header)
+        .output(OutputSpec::new("out", DType::F32, &[8, 16]))
+        .grid([8, 1, 1])
+        .threadgroup([8, 1, 1]);
+    let out = run_all_orders(&l).unwrap()[0].to_vec::<f32>().unwrap();
+    for i in 0..8usize {
+        let x = i as f32 - 3.5;
+        let v = [x, 2.0 * x, 1.0, -1.0];
+        let want = [
+            3.0,
+            x.clamp(-1.0, 1.0),
+            if x > 0.0 { 2.0 } else { 1.0 },
+            x,
+            3.0 * x,
+            v[1].max(0.0) + v[0].min(0.0),
+            ((v[0] as i32) + (v[1] as i32)) as f32,
+            3.25,
+            1.0,
+            1.0,
+            (i.count_ones() + 31 + 3) as f32,
+            x.abs() + 3.0,
+            4.0 + 8.0,
+            (7 - i) as f32,
+            (3 * i) as f32 + 7.0 + 1.0,
+            1.0,
+        ];
+        for k in 0..16 {
+            assert_eq!(out[i * 16 + k], want[k], "thread {i}, r[{k}]");
+        }
+    }
+}
+
+#[test]
+fn simdgroup_matrix_bfloat_half_and_transposed_loads() {
+    if !go("simdgroup_matrix_bfloat_half_and_transposed_loads") {
+        return;
+    }
+    // acc = A (bfloat) * A^T (half, loaded transposed), mixed precision into float.
+    let src = r#"
+  threadgroup bfloat ta[64];
+  threadgroup half th[64];
+  uint lane = thread_index_in_simdgroup;
+  for (uint k = lane; k < 64; k += 32) { ta[k] = a[k]; th[k] = half(float(a[k])); }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_bfloat8x8 ma;
+  simdgroup_half8x8 mh;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_load(ma, ta, 8);
+  simdgroup_load(mh, th, 8, ulong2(0, 0), true);
+  simdgroup_multiply_accumulate(acc, ma, mh, acc);
+  auto e = acc.thread_elements();
+  acc.thread_elements()[0] = e[0] + 0.0f;
+  simdgroup_store(acc, c, 8);
+  simdgroup_store(ma, cb, 8);
+"#;
+    let a: Vec<half::bf16> = (0..64)
+        .map(|i| half::bf16::from_f32((i % 5) as f32))
+        .collect();
+    let l = MetalLaunch::new("bfmma", src)
+        .input(EmuBuffer::new("a", &[64], &a))
+        .output(OutputSpec::new("c", DType::F32, &[64]))
+        .output(OutputSpec::new("cb", DType::BF16, &[64]))
+        .grid([32, 1, 1])
+        .threadgroup([32, 1, 1]);
+    let out = run_all_orders(&l).unwrap();
+    let c = out[0].to_vec::<f32>().unwrap();
+    let af: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
+    for r in 0..8 {
+        for col in 0..8 {
+            let mut w = 0.0;
+            for k in 0..8 {
+                w += af[r * 8 + k] * af[col * 8 + k];
+            }
+            assert_eq!(c[r * 8 + col], w);
+        }
+    }
+    assert_eq!(out[1].to_vec::<half::bf16>().unwrap(), a);
+}
+
+#[test]
+fn writes_past_a_buffer_are_reported() {
+    if !go("writes_past_a_buffer_are_reported") {
+        return;
+    }
+    // The classic missing mask: the grid is rounded up and nobody checks `i < n`.
+    let l = MetalLaunch::new(
+        "nomask",
+        "uint i = thread_position_in_grid.x;\n  out[i] = x[i] * 2.0f;",
+    )
+    .input(EmuBuffer::new("x", &[100], &f32s(100)))
+    .output(OutputSpec::new("out", DType::F32, &[100]))
+    .grid([128, 1, 1])
+    .threadgroup([64, 1, 1]);
+    match run(&l) {
+        Err(Error::Runtime { msg, .. }) => {
+            assert!(
+                msg.contains("wrote outside output `out` (400 bytes)"),
+                "{msg}"
+            )
+        }
+        other => panic!("expected an overrun error, got {other:?}"),
+    }
+}

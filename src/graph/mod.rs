@@ -5,6 +5,26 @@
 //!                       |                              |
 //!                       +--- GraphRunner (MLX) --------+--> outputs, compared
 //! ```
+//!
+//! ```
+//! use triton_metal::graph::{fuse, random_inputs, Graph, GraphRunner, Pattern};
+//!
+//! let g = Graph::from_json(r#"{
+//!   "inputs": [{"id": "a", "shape": [4, 8]}, {"id": "b", "shape": [4, 8]}, {"id": "c", "shape": [8]}],
+//!   "ops": [
+//!     {"type": "tt.mul", "id": "m", "inputs": ["a", "b"]},
+//!     {"type": "tt.add", "id": "y", "inputs": ["m", "c"]}
+//!   ]
+//! }"#)?;
+//! let (fused, summary) = fuse(&g);
+//! assert_eq!(summary.groups[0].pattern, Pattern::Fma);
+//! assert_eq!(summary.bytes_saved, 256); // the product is never written and read back
+//!
+//! let feeds = random_inputs(&g.inputs, 0)?;
+//! let cmp = GraphRunner::new().compare(&g, &fused, &feeds, 1e-5, 1e-6)?;
+//! assert!(cmp.all_close());
+//! # Ok::<(), triton_metal::Error>(())
+//! ```
 
 pub mod fusion;
 pub mod ops;

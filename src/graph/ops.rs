@@ -481,6 +481,39 @@ impl OpArgs {
         Ok(out)
     }
 
+    /// The JSON `args` object that parses back to these arguments for an op of `kind`.
+    pub fn to_json(&self, kind: OpKind) -> Map<String, Value> {
+        let mut m = Map::new();
+        if let Some(a) = &self.axes {
+            m.insert("axis".into(), Value::from(a.clone()));
+        }
+        if self.keep_dims {
+            m.insert("keep_dims".into(), Value::Bool(true));
+        }
+        if let Some(s) = self.scalar {
+            m.insert("scalar".into(), Value::from(s));
+        }
+        if self.reverse {
+            m.insert("reverse".into(), Value::Bool(true));
+        }
+        if let (OpKind::Reduce, Some(r)) = (kind, self.reduce_op) {
+            m.insert("op".into(), Value::from(r.name()));
+        }
+        if let Some(p) = &self.perm {
+            m.insert("perm".into(), Value::from(p.clone()));
+        }
+        if let Some(s) = &self.shape {
+            m.insert("shape".into(), Value::from(s.clone()));
+        }
+        if let Some(d) = self.dtype {
+            m.insert("dtype".into(), Value::from(d.mlx_name()));
+        }
+        if let Some(e) = self.eps {
+            m.insert("eps".into(), Value::from(e));
+        }
+        m
+    }
+
     /// The reduced axes of a reduction over a `ndim`-d input (all axes when unspecified).
     pub fn reduce_axes(&self, ndim: usize) -> Vec<usize> {
         let mut a = self.axes.clone().unwrap_or_else(|| (0..ndim).collect());
@@ -794,6 +827,16 @@ mod tests {
         let e = OpArgs::parse(OpKind::Exp, &m(r#"{"scalar": 1}"#), 2).unwrap_err();
         assert!(e.starts_with("args.scalar"), "{e}");
         let e = OpArgs::parse(OpKind::Sum, &m(r#"{"bogus": 1}"#), 2).unwrap_err();
+        let a = OpArgs::parse(
+            OpKind::Reduce,
+            &m(r#"{"axis": -1, "keep_dims": true, "op": "max"}"#),
+            3,
+        )
+        .unwrap();
+        assert_eq!(
+            OpArgs::parse(OpKind::Reduce, &a.to_json(OpKind::Reduce), 3).unwrap(),
+            a
+        );
         assert!(e.starts_with("args.bogus"), "{e}");
     }
 }

@@ -21,7 +21,8 @@ pub enum P {
     /// An op of this kind with any right-hand scalar, bound to `name` (read with
     /// [`Bindings::scalar`]).
     AnyScalar(OpKind, Box<P>, &'static str),
-    /// A fused group of this pattern; its first input binds to the inner pattern.
+    /// A fused group of this pattern; its primary input (`FusedGroup::primary_input`)
+    /// matches the inner pattern.
     Group(Pattern, Box<P>),
     /// The first alternative that matches.
     OneOf(Vec<P>),
@@ -174,7 +175,7 @@ impl<'a> Matcher<'a> {
                     return None;
                 }
                 b.members.insert(i);
-                self.go(inner, &g.inputs[0], b)
+                self.go(inner, g.primary_input(), b)
             }
         }
     }

@@ -201,29 +201,36 @@ pub struct GraphInput {
     pub ty: TensorType,
 }
 
-/// A validated op.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// A validated op. Serializes in the input format (`type`, `id`, `inputs`, `args`) plus
+/// its result `shape` and `dtype`.
+#[derive(Clone, Debug, PartialEq)]
 pub struct OpNode {
     /// Unique id; also the id of its result.
     pub id: String,
     /// What it computes.
-    #[serde(serialize_with = "ser_kind")]
     pub kind: OpKind,
     /// The type as written in the JSON (kept for reports).
-    #[serde(skip)]
     pub type_name: String,
     /// Typed arguments.
-    #[serde(skip)]
     pub args: OpArgs,
     /// Operand ids.
     pub inputs: Vec<String>,
     /// Result type.
-    #[serde(flatten)]
     pub ty: TensorType,
 }
 
-fn ser_kind<S: serde::Serializer>(k: &OpKind, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_str(k.name())
+impl Serialize for OpNode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(6))?;
+        m.serialize_entry("type", self.kind.name())?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("inputs", &self.inputs)?;
+        m.serialize_entry("args", &self.args.to_json(self.kind))?;
+        m.serialize_entry("shape", &self.ty.shape)?;
+        m.serialize_entry("dtype", self.ty.dtype.mlx_name())?;
+        m.end()
+    }
 }
 
 /// A validated op graph: inputs, ops in evaluation order, outputs.
@@ -553,6 +560,50 @@ mod tests {
         assert!(
             e.contains("malformed op-graph JSON: unknown field `input_shape`"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn validated_ops_serialize_back_to_the_input_format() {
+        let text = r#"{"inputs":[{"id":"x","shape":[4,8]}],
+            "ops":[{"type":"tt.sum","id":"s","inputs":["x"],"args":{"axis":1,"keep_dims":true}},
+                   {"type":"arith.mulf","id":"m","inputs":["s"],"args":{"scalar":2.0}}]}"#;
+        let g = Graph::from_json(text).unwrap();
+        let v = serde_json::to_value(&g).unwrap();
+        assert_eq!(v["ops"][0]["args"]["axis"], serde_json::json!([1]));
+        assert_eq!(v["ops"][1]["type"], "tt.mul");
+        // shape/dtype are results, not input fields: strip them and parse again.
+        let ops: Vec<OpSpec> = v["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let mut o = o.clone();
+                let m = o.as_object_mut().unwrap();
+                m.remove("shape");
+                m.remove("dtype");
+                serde_json::from_value(o).unwrap()
+            })
+            .collect();
+        let g2 = Graph::from_spec(&GraphSpec {
+            inputs: vec![InputSpec {
+                id: "x".into(),
+                shape: vec![4, 8],
+                dtype: None,
+            }],
+            ops,
+            outputs: None,
+        })
+        .unwrap();
+        assert_eq!(
+            g2.ops,
+            g.ops
+                .iter()
+                .map(|o| OpNode {
+                    type_name: o.kind.name().into(),
+                    ..o.clone()
+                })
+                .collect::<Vec<_>>()
         );
     }
 

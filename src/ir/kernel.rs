@@ -226,6 +226,11 @@ impl Kernel {
         }
     }
 
+    /// The runtime parameter called `name`, with its index.
+    pub fn param(&self, name: &str) -> Option<(usize, &Param)> {
+        self.params.iter().enumerate().find(|(_, p)| p.name == name)
+    }
+
     /// The value of a constexpr of this specialisation.
     pub fn constexpr(&self, name: &str) -> Option<i64> {
         self.constexprs

@@ -6,8 +6,30 @@
 //! [`Op`] enum, grouped by family, with its properties in one table ([`Op::props`]).
 //! Loops and branches own regions whose block arguments carry loop values.
 //!
-//! Kernels come from the DSL (`crate::tl`), which verifies them before
-//! handing them out; `Kernel::ir` prints the text form.
+//! Kernels come from the DSL ([`crate::tl`]), which verifies them ([`verify`]) before
+//! handing them out. Passes are functions over a `Kernel`; [`Kernel::remove_dead_ops`],
+//! [`Kernel::compact`] and [`Kernel::use_counts`] help them.
+//!
+//! ## Text form
+//!
+//! [`Kernel::ir`] prints, [`Kernel::parse_ir`] parses (round trip), [`filecheck`] matches
+//! `// check:` lines for IR file tests (`tests/filetests/*.ir`):
+//!
+//! ```text
+//! kernel NAME(%0: ptr<f32> x, %1: i32 n) [BLOCK=4] {     params; constexprs of this specialisation
+//!   hint multiple_of %5, [16]                              value hints
+//!   %2 = program_id 0 : i32                                results = op operands, attrs : result types
+//!   %6 = load %5, mask %4, other %3 : f32[4]
+//!   store %5, %6, mask %4                                  no results
+//!   %9 = for %7, %1, %8 iter(%6) : f32[4] body {           regions: ROLE {, `^rN(args):`, ops, yield
+//!   ^r1(%10: i32, %11: f32[4]):
+//!     yield %11
+//!   }
+//!   %12, %13 = if %c : i32, i32 then { .. } else { .. }    (regions on their own lines)
+//! }
+//! ```
+//! Types: `f32`, `bool`, `ptr<f16>`, `i32[64,32]`, `ptr<f32>[64]`. Lines starting with `//`
+//! are comments. Source locations are not printed.
 
 mod kernel;
 mod op;
@@ -19,8 +41,11 @@ pub use kernel::{
 };
 pub use op::{AtomicOp, BinaryOp, CmpPred, Op, OpProps, ReduceKind, ScanKind, UnaryOp};
 pub use types::{Const, Type};
+mod edit;
+mod filecheck;
 mod parse;
 mod text;
 mod verify;
 
+pub use filecheck::filecheck;
 pub use verify::verify;

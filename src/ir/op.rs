@@ -110,8 +110,8 @@ pub enum BinaryOp {
     MaxNan,
     /// Float minimum that propagates NaN.
     MinNan,
-    /// High half of the full-width product of two 32- or 64-bit integers (`umulhi`;
-    /// unsigned or signed by dtype).
+    /// High half of the full-width *unsigned* product of two 32- or 64-bit integers
+    /// (Triton's `umulhi`, whatever the operands' signedness).
     MulHi,
 }
 
@@ -897,6 +897,27 @@ impl Op {
         let mut out = Vec::with_capacity(4);
         self.for_each_operand(|v| out.push(v));
         out
+    }
+
+    /// Calls `f` on every region id the op owns, mutably, in [`Op::regions`] order.
+    pub fn for_each_region_mut(&mut self, mut f: impl FnMut(&mut RegionId)) {
+        match self {
+            Op::For { body, .. } => f(body),
+            Op::While { cond, body, .. } => {
+                f(cond);
+                f(body)
+            }
+            Op::If {
+                then_region,
+                else_region,
+                ..
+            } => {
+                f(then_region);
+                f(else_region)
+            }
+            Op::Reduce { combine, .. } | Op::Scan { combine, .. } => combine.iter_mut().for_each(f),
+            _ => {}
+        }
     }
 
     /// The regions the op owns, in order (`for`: body; `while`: cond, body; `if`: then,

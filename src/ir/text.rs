@@ -224,3 +224,10 @@ impl Kernel {
         Ok(())
     }
 }
+
+impl fmt::Display for Kernel {
+    /// The text form ([`Kernel::ir`]).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_ir(f)
+    }
+}

@@ -8,7 +8,7 @@ use crate::dtype::DType;
 /// numbers of `dtype` or pointers to elements of `dtype`.
 ///
 /// `shape` empty means a scalar (Triton's non-block type). Block dims are powers of two
-/// when they come from the DSL (Triton's rule), but the IR only requires them non-zero.
+/// (Triton's rule; the verifier checks every op result).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Type {
     /// Element dtype; for pointers, the pointee dtype.

@@ -160,9 +160,18 @@ impl<'k> Verifier<'k> {
             } else if is_last && owner.is_some() {
                 return Err(wrap(self, "a nested region must end with yield".into()));
             }
-            // Results belong to this op.
+            // Results belong to this op and have block dims that are powers of two.
             for (i, v) in data.results.iter().enumerate() {
                 match k.values.get(v.index()) {
+                    Some(vd) if !vd.ty.shape.iter().all(|d| d.is_power_of_two()) => {
+                        return Err(wrap(
+                            self,
+                            format!(
+                                "result {v} has type {}: block dims must be powers of two",
+                                vd.ty
+                            ),
+                        ));
+                    }
                     Some(vd) if vd.def == ValueDef::OpResult(id, i as u32) => {}
                     _ => {
                         return Err(wrap(

@@ -14,8 +14,11 @@ use serde::Serialize;
 use super::hardware::{Chip, HardwareProfile, TileShape};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::graph::fusion::{FusedGraph, FusedGroup, Node, PatternParams};
+use crate::graph::ops::OpArgs;
 use crate::graph::ops::{OpCategory, OpKind, ReduceOp};
 use crate::graph::spec::{Graph, GraphSpec, OpNode, OpSpec, TensorType};
+use std::collections::HashMap;
 
 /// Memory-layout flags; combine with `|`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
@@ -166,6 +169,85 @@ pub struct ReductionPlan {
     pub partials_per_output: u64,
 }
 
+/// What limits an op on a chip, from the profile's peak figures: a lower bound on its
+/// time, not a measurement.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Roofline {
+    /// Bytes the op must move at least (operands read once, result written once).
+    pub bytes: u64,
+    /// Floating-point (or integer) operations.
+    pub flops: u64,
+    /// `flops / bytes`.
+    pub intensity: f64,
+    /// `memory` or `compute`: which peak the op reaches first; `None` when the profile
+    /// has no peak figures (the CPU profile).
+    pub limit: Option<&'static str>,
+    /// `max(bytes / bandwidth, flops / peak)` in microseconds, when known.
+    pub min_time_us: Option<f64>,
+}
+
+impl Roofline {
+    /// The bound for `bytes` and `flops` on `hw`.
+    pub fn new(bytes: u64, flops: u64, hw: &HardwareProfile) -> Roofline {
+        let intensity = if bytes == 0 {
+            0.0
+        } else {
+            flops as f64 / bytes as f64
+        };
+        let (limit, min_time_us) = match (hw.memory_bandwidth_gbps, hw.fp32_tflops) {
+            (Some(bw), Some(tf)) => {
+                let mem = bytes as f64 / (bw * 1e9) * 1e6;
+                let cmp = flops as f64 / (tf * 1e12) * 1e6;
+                (
+                    Some(if cmp > mem { "compute" } else { "memory" }),
+                    Some(mem.max(cmp)),
+                )
+            }
+            _ => (None, None),
+        };
+        Roofline {
+            bytes,
+            flops,
+            intensity,
+            limit,
+            min_time_us,
+        }
+    }
+}
+
+/// Arithmetic of one op: 2 per multiply-add, 1 per other elementwise or combine step;
+/// transcendental-heavy row-wise ops count their few passes over the row.
+pub fn op_flops(op: &OpNode, inputs: &[&TensorType]) -> u64 {
+    let out = op.ty.numel();
+    let first = inputs.first().map_or(out, |t| t.numel());
+    match op.kind.category() {
+        OpCategory::Elementwise => match op.kind {
+            OpKind::Fma => 2 * out,
+            OpKind::Gelu | OpKind::Silu => 4 * out,
+            _ => out,
+        },
+        OpCategory::Reduction => first,
+        OpCategory::Matmul => {
+            let k = inputs
+                .first()
+                .and_then(|t| t.shape.last().copied())
+                .unwrap_or(1) as u64;
+            2 * out * k
+        }
+        OpCategory::Conv => {
+            let k: u64 = inputs
+                .get(1)
+                .map_or(1, |w| w.shape.iter().skip(1).map(|&d| d as u64).product());
+            2 * out * k
+        }
+        // max, subtract, exp, sum, divide
+        OpCategory::RowWise if op.kind == OpKind::Softmax => 5 * out,
+        // mean, subtract, square, mean, rsqrt, multiply (+ affine)
+        OpCategory::RowWise => 8 * out,
+        OpCategory::Transpose | OpCategory::Shape => 0,
+    }
+}
+
 /// The layout decision for one op, with every parameter a code generator needs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LayoutPlan {
@@ -195,6 +277,8 @@ pub struct LayoutPlan {
     pub tile: Option<TileShape>,
     /// Reduction details.
     pub reduction: Option<ReductionPlan>,
+    /// Compulsory traffic and arithmetic against the profile's peaks.
+    pub roofline: Roofline,
     /// Why, in a few words.
     pub reason: String,
 }
@@ -254,6 +338,164 @@ pub fn plan_graph(graph: &Graph, hw: &HardwareProfile) -> Vec<(String, LayoutPla
         .collect()
 }
 
+/// Plans every node of a fused graph: ops as in [`plan_graph`], each fused group as the
+/// op that dominates its memory traffic (the row-wise op of a norm or softmax, the
+/// matmul of an epilogue or of attention's scores, the collapsed reduction, the
+/// elementwise result of a chain).
+pub fn plan_fused(graph: &FusedGraph, hw: &HardwareProfile) -> Vec<(String, LayoutPlan)> {
+    let mut types: HashMap<&str, &TensorType> = graph
+        .inputs
+        .iter()
+        .map(|i| (i.id.as_str(), &i.ty))
+        .collect();
+    for n in &graph.nodes {
+        types.insert(n.id(), n.ty());
+        if let Node::Group(g) = n {
+            for o in &g.ops {
+                types.insert(o.id.as_str(), &o.ty);
+            }
+        }
+    }
+    graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let plan = match n {
+                Node::Op(op) => {
+                    let ins: Vec<&TensorType> = op
+                        .inputs
+                        .iter()
+                        .filter_map(|r| types.get(r.as_str()).copied())
+                        .collect();
+                    plan_layout(op, &ins, hw)
+                }
+                Node::Group(g) => plan_group(g, &types, hw),
+            };
+            (n.id().to_string(), plan)
+        })
+        .collect()
+}
+
+fn plan_group(
+    g: &FusedGroup,
+    types: &HashMap<&str, &TensorType>,
+    hw: &HardwareProfile,
+) -> LayoutPlan {
+    let ty = |id: &str| types.get(id).copied().cloned();
+    let synth = |kind: OpKind, args: OpArgs, inputs: Vec<TensorType>, out: TensorType| {
+        let node = OpNode {
+            id: g.id.clone(),
+            kind,
+            type_name: g.pattern.to_string(),
+            args,
+            inputs: vec![],
+            ty: out,
+        };
+        let refs: Vec<&TensorType> = inputs.iter().collect();
+        let mut p = plan_layout(&node, &refs, hw);
+        p.reason = format!("fused {}: {}", g.pattern, p.reason);
+        // The group moves its external inputs and result once and does all its ops' work.
+        let bytes = g
+            .inputs
+            .iter()
+            .filter_map(|r| types.get(r.as_str()))
+            .map(|t| t.bytes())
+            .sum::<u64>()
+            + g.ty.bytes();
+        let flops = g
+            .ops
+            .iter()
+            .map(|o| {
+                let ins: Vec<&TensorType> = o
+                    .inputs
+                    .iter()
+                    .filter_map(|r| types.get(r.as_str()).copied())
+                    .collect();
+                op_flops(o, &ins)
+            })
+            .sum();
+        p.roofline = Roofline::new(bytes, flops, hw);
+        p
+    };
+    let all_inputs: Vec<TensorType> = g.inputs.iter().filter_map(|r| ty(r)).collect();
+    let elementwise = || {
+        synth(
+            OpKind::Add,
+            OpArgs::default(),
+            all_inputs.clone(),
+            g.ty.clone(),
+        )
+    };
+    let or_elementwise = |ids: &[&str], kind: OpKind, args: OpArgs, out: TensorType| match ids
+        .iter()
+        .map(|r| ty(r))
+        .collect::<Option<Vec<_>>>()
+    {
+        Some(ins) => synth(kind, args, ins, out),
+        None => elementwise(),
+    };
+    match &g.params {
+        PatternParams::Softmax { x, axis } => or_elementwise(
+            &[x],
+            OpKind::Softmax,
+            OpArgs {
+                axes: Some(vec![*axis]),
+                ..Default::default()
+            },
+            g.ty.clone(),
+        ),
+        PatternParams::LayerNorm { x, .. } => {
+            or_elementwise(&[x], OpKind::LayerNorm, OpArgs::default(), g.ty.clone())
+        }
+        PatternParams::RmsNorm { x, .. } => {
+            or_elementwise(&[x], OpKind::RmsNorm, OpArgs::default(), g.ty.clone())
+        }
+        PatternParams::MatmulBias { a, b, .. } => {
+            or_elementwise(&[a, b], OpKind::Dot, OpArgs::default(), g.ty.clone())
+        }
+        PatternParams::ConvBiasActivation { x, w, .. } => {
+            or_elementwise(&[x, w], OpKind::Conv2d, OpArgs::default(), g.ty.clone())
+        }
+        PatternParams::Attention {
+            q, k, k_transposed, ..
+        } => {
+            // The scores product q @ k^T dominates: plan its tiles.
+            match (ty(q), ty(k)) {
+                (Some(qt), Some(mut kt)) => {
+                    let n = kt.shape.len();
+                    if *k_transposed && n >= 2 {
+                        kt.shape.swap(n - 2, n - 1);
+                    }
+                    let mut out = qt.clone();
+                    let m = out.shape.len();
+                    if m >= 2 && kt.shape.len() >= 2 {
+                        out.shape[m - 1] = kt.shape[kt.shape.len() - 1];
+                    }
+                    synth(OpKind::Dot, OpArgs::default(), vec![qt, kt], out)
+                }
+                _ => elementwise(),
+            }
+        }
+        PatternParams::HierarchicalReduction {
+            op, axes, source, ..
+        } => or_elementwise(
+            &[source],
+            OpKind::Reduce,
+            OpArgs {
+                axes: Some(axes.clone()),
+                keep_dims: true,
+                reduce_op: Some(*op),
+                ..Default::default()
+            },
+            g.ty.clone(),
+        ),
+        PatternParams::Fma { .. }
+        | PatternParams::ElementwiseChain
+        | PatternParams::Gelu { .. }
+        | PatternParams::SwiGlu { .. } => elementwise(),
+    }
+}
+
 /// Plans one validated op whose operands have types `inputs`.
 pub fn plan_layout(op: &OpNode, inputs: &[&TensorType], hw: &HardwareProfile) -> LayoutPlan {
     let dtype = inputs.first().map_or(op.ty.dtype, |t| t.dtype);
@@ -271,6 +513,11 @@ pub fn plan_layout(op: &OpNode, inputs: &[&TensorType], hw: &HardwareProfile) ->
         threadgroup_memory_bytes: 0,
         tile: None,
         reduction: None,
+        roofline: Roofline::new(
+            inputs.iter().map(|t| t.bytes()).sum::<u64>() + op.ty.bytes(),
+            op_flops(op, inputs),
+            hw,
+        ),
         reason: String::new(),
     };
     let in_shape = inputs.first().map(|t| t.shape.clone()).unwrap_or_default();
@@ -657,6 +904,56 @@ mod tests {
         let p = plan("tt.softmax", vec![vec![8, 4096]], json!({}), Chip::M2);
         assert_eq!(p.layout, MemoryLayout::ROW_MAJOR | MemoryLayout::COALESCED);
         assert_eq!(p.threads_per_threadgroup, 1024);
+    }
+
+    #[test]
+    fn fused_groups_are_planned_by_their_dominant_op() {
+        let g = Graph::from_spec(&crate::graph::samples::sample_graph()).unwrap();
+        let (fused, _) = crate::graph::fuse(&g);
+        let hw = HardwareProfile::of(Chip::M2Pro);
+        let plans: HashMap<String, LayoutPlan> = plan_fused(&fused, &hw).into_iter().collect();
+        assert_eq!(plans.len(), fused.nodes.len());
+        assert_eq!(
+            plans["h0"].layout,
+            MemoryLayout::ROW_MAJOR | MemoryLayout::COALESCED
+        );
+        assert_eq!(plans["attn"].layout, MemoryLayout::TILED);
+        assert_eq!(plans["mlp_act"].layout, MemoryLayout::TILED);
+        assert_eq!(plans["energy"].layout, MemoryLayout::COALESCED);
+        assert_eq!(
+            plans["energy"].reduction.as_ref().unwrap().reduce_elements,
+            16 * 32
+        );
+        assert_eq!(plans["res"].layout, MemoryLayout::DEFAULT);
+        assert!(plans["attn"].reason.starts_with("fused attention"));
+    }
+
+    #[test]
+    fn rooflines_from_profile_peaks() {
+        let mm = plan(
+            "tt.dot",
+            vec![vec![4096, 4096], vec![4096, 4096]],
+            json!({}),
+            Chip::M4Max,
+        );
+        assert_eq!(mm.roofline.flops, 2 * 4096u64.pow(3));
+        assert_eq!(mm.roofline.limit, Some("compute"));
+        let add = plan(
+            "tt.add",
+            vec![vec![1 << 24], vec![1 << 24]],
+            json!({}),
+            Chip::M4Max,
+        );
+        assert_eq!(add.roofline.bytes, 3 * 4 * (1 << 24));
+        assert_eq!(add.roofline.limit, Some("memory"));
+        // 201 MB at 546 GB/s.
+        let t = add.roofline.min_time_us.unwrap();
+        assert!(
+            (t - 3.0 * 4.0 * 16_777_216.0 / 546e9 * 1e6).abs() < 1e-6,
+            "{t}"
+        );
+        let cpu = plan("tt.add", vec![vec![1024], vec![1024]], json!({}), Chip::Cpu);
+        assert_eq!(cpu.roofline.limit, None);
     }
 
     #[test]

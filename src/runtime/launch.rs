@@ -11,12 +11,15 @@ use std::ops::Index;
 use std::sync::Arc;
 
 use crate::array::Array;
+use crate::codegen::{self, LaunchOptions, MetalProgram, ReductionLayout};
 use crate::device::{self, Device};
 use crate::dtype::DType;
-use crate::exec::ExecArg;
+use crate::emu::{self, EmuBuffer, LaneOrder};
 use crate::error::{Error, Result};
+use crate::exec::ExecArg;
 use crate::ir::{Kernel, ParamKind};
-use crate::runtime::mlx_kernel::{cpu_launch, OutputSpec};
+use crate::opt::HardwareProfile;
+use crate::runtime::mlx_kernel::{cpu_launch, MetalKernelCall, OutputSpec};
 use crate::tl::JitKernel;
 
 /// `triton.cdiv`: `(x + d - 1) / d` for positive `d`.
@@ -46,13 +49,16 @@ impl Index<&str> for Meta {
     }
 }
 
+/// A grid function: programs per axis from the constexprs.
+pub type GridFn = dyn Fn(&Meta) -> [usize; 3] + Send + Sync;
+
 /// A launch grid in programs per axis, fixed or computed from the constexprs like Triton's
 /// `grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)`.
 pub enum Grid {
     /// Fixed programs per axis.
     Fixed([usize; 3]),
     /// Computed from the launch's constexprs.
-    Dynamic(Box<dyn Fn(&Meta) -> [usize; 3] + Send + Sync>),
+    Dynamic(Box<GridFn>),
 }
 
 impl fmt::Debug for Grid {
@@ -229,11 +235,43 @@ impl IntoArgs for Vec<Arg> {
 /// Where a launch runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Target {
-    /// Metal when MLX's default device is an Apple GPU, otherwise the CPU executor.
+    /// Metal when MLX's default device is an Apple GPU, otherwise the CPU executor. The
+    /// environment variable `TRITON_METAL_TARGET` (`cpu`, `metal`, `emulated`,
+    /// `emulated-reverse`) overrides the choice, e.g. to run a whole program on emulated
+    /// Metal.
     #[default]
     Auto,
     /// The CPU executor, as an MLX primitive (lazy outputs).
     Cpu,
+    /// The generated MSL through MLX's `fast::metal_kernel` (needs MLX with Metal: macOS).
+    Metal,
+    /// The generated MSL, wrapped exactly as MLX would, compiled with clang against a
+    /// Metal shim and run on the CPU with threads as fibers (`crate::emu`). Synchronous;
+    /// for testing the Metal path on machines without a Mac.
+    Emulated(LaneOrder),
+}
+
+/// Environment variable that overrides [`Target::Auto`].
+pub const TARGET_ENV: &str = "TRITON_METAL_TARGET";
+
+impl Target {
+    fn from_env() -> Result<Option<Target>> {
+        let Ok(v) = std::env::var(TARGET_ENV) else {
+            return Ok(None);
+        };
+        Ok(Some(match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => return Ok(None),
+            "cpu" => Target::Cpu,
+            "metal" => Target::Metal,
+            "emulated" | "emu" => Target::Emulated(LaneOrder::Forward),
+            "emulated-reverse" | "emu-reverse" => Target::Emulated(LaneOrder::Reverse),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "{TARGET_ENV}={other}: expected cpu, metal, emulated or emulated-reverse"
+                )))
+            }
+        }))
+    }
 }
 
 /// A launch being configured; see [`JitKernel::launch`].
@@ -244,6 +282,7 @@ pub struct Launch<'k> {
     constexprs: BTreeMap<String, i64>,
     num_warps: usize,
     target: Target,
+    reduction_layout: Option<ReductionLayout>,
 }
 
 impl JitKernel {
@@ -256,6 +295,7 @@ impl JitKernel {
             constexprs: BTreeMap::new(),
             num_warps: 4,
             target: Target::Auto,
+            reduction_layout: None,
         }
     }
 }
@@ -288,6 +328,13 @@ impl<'k> Launch<'k> {
     /// Warps (32 threads each) per program on GPUs; a power of two (default 4).
     pub fn num_warps(mut self, n: usize) -> Self {
         self.num_warps = n;
+        self
+    }
+
+    /// Forces every reduction of the kernel into one layout on GPU targets (default: the
+    /// code generator's choice, COALESCED).
+    pub fn reduction_layout(mut self, layout: ReductionLayout) -> Self {
+        self.reduction_layout = Some(layout);
         self
     }
 
@@ -329,16 +376,46 @@ impl<'k> Launch<'k> {
             return Err(self.err(format!("grid {grid:?} has an axis above 2^31 - 1 programs")));
         }
         let plan = self.bind(&kernel)?;
-        match self.target {
-            Target::Auto if device::default_device()? == Device::Gpu => Err(Error::Unsupported(
-                format!(
-                    "kernel `{}`: launching on the GPU device needs the Metal code generator, \
-                     which is not part of this build yet; use .target(Target::Cpu)",
-                    kernel.name
-                ),
-            )),
+        let target = match self.target {
+            Target::Auto => match Target::from_env()? {
+                Some(t) => t,
+                None if device::default_device()? == Device::Gpu => Target::Metal,
+                None => Target::Cpu,
+            },
+            t => t,
+        };
+        match target {
             Target::Auto | Target::Cpu => run_cpu(kernel, grid, plan),
+            Target::Metal => {
+                let prog = self.metal_program(&kernel)?;
+                run_metal(&kernel, &prog, grid, &plan)
+            }
+            Target::Emulated(order) => {
+                let prog = self.metal_program(&kernel)?;
+                run_emulated(&kernel, &prog, grid, &plan, order)
+            }
         }
+    }
+
+    /// The Metal program this launch would run (generated once per kernel and options).
+    pub fn msl(&self) -> Result<Arc<MetalProgram>> {
+        let kernel = self.specialize()?;
+        self.metal_program(&kernel)
+    }
+
+    fn metal_program(&self, kernel: &Kernel) -> Result<Arc<MetalProgram>> {
+        // Plan for the Apple GPU at hand, or the one TRITON_METAL_HW names; when neither
+        // is Metal (emulating on Linux), for the most constrained one (M1).
+        let target = match HardwareProfile::detect()? {
+            p if p.backend == crate::device::Backend::Metal => p,
+            _ => LaunchOptions::default().target,
+        };
+        let opts = LaunchOptions {
+            num_warps: self.num_warps as u32,
+            reduction_layout: self.reduction_layout,
+            target,
+        };
+        codegen::msl(kernel, &opts)
     }
 
     /// Matches arguments to parameters, checking count, kinds, dtypes and ranges.
@@ -398,10 +475,14 @@ impl<'k> Launch<'k> {
                     ));
                 }
                 (ParamKind::Ptr(d), Arg::Scalar(s)) => {
-                    return Err(self.err(format!("{at}: expected an array of {d}, got scalar {s:?}")))
+                    return Err(
+                        self.err(format!("{at}: expected an array of {d}, got scalar {s:?}"))
+                    )
                 }
                 (ParamKind::Scalar(d), Arg::Scalar(s)) => {
-                    bound.slots.push(Slot::Scalar(check_scalar(*s, d).map_err(|m| self.err(format!("{at}: {m}")))?));
+                    bound.slots.push(Slot::Scalar(
+                        check_scalar(*s, d).map_err(|m| self.err(format!("{at}: {m}")))?,
+                    ));
                 }
                 (ParamKind::Scalar(d), _) => {
                     return Err(self.err(format!("{at}: expected a scalar of {d}, got an array")))
@@ -483,7 +564,7 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound) -> Result<Vec<Arr
             args.push(match slot {
                 Slot::Input => ExecArg::Buffer(ins.next().copied().unwrap_or(&[])),
                 Slot::Output => match outs.next() {
-                    Some(b) => ExecArg::BufferMut(&mut **b),
+                    Some(b) => ExecArg::BufferMut(b),
                     None => ExecArg::Buffer(&[]),
                 },
                 Slot::Scalar(ScalarValue::Int(v)) => ExecArg::Int(*v),
@@ -520,4 +601,142 @@ pub(crate) fn fill_bytes(buf: &mut [u8], dtype: DType, value: f64) {
             chunk.copy_from_slice(&one);
         }
     }
+}
+
+/// Raw bytes of a scalar argument in its parameter's dtype (for GPU launches, where scalars
+/// are 0-d inputs).
+fn scalar_bytes(v: ScalarValue, dtype: DType) -> Vec<u8> {
+    let mut buf = vec![0u8; dtype.size_bytes()];
+    let value = match v {
+        ScalarValue::Int(i) => {
+            // Integers are stored exactly (fill_bytes goes through f64, fine below 2^53;
+            // wider ones are written directly).
+            match dtype {
+                DType::I64 => return i.to_ne_bytes().to_vec(),
+                DType::U64 => return (i as u64).to_ne_bytes().to_vec(),
+                _ => i as f64,
+            }
+        }
+        ScalarValue::Float(f) => f,
+    };
+    fill_bytes(&mut buf, dtype, value);
+    buf
+}
+
+/// Input arrays in the program's input order: pointer arguments as given, scalars as 0-d
+/// arrays of their parameter's dtype.
+fn gpu_inputs(kernel: &Kernel, prog: &MetalProgram, plan: &Bound) -> Result<Vec<Array>> {
+    let mut by_param: Vec<Option<Array>> = vec![None; kernel.params.len()];
+    let mut ins = plan.inputs.iter();
+    for (i, (slot, p)) in plan.slots.iter().zip(&kernel.params).enumerate() {
+        match (slot, p.kind) {
+            (Slot::Input, _) => by_param[i] = ins.next().cloned(),
+            (Slot::Scalar(v), ParamKind::Scalar(d)) => {
+                by_param[i] = Some(Array::from_bytes(&scalar_bytes(*v, d), &[], d)?)
+            }
+            _ => {}
+        }
+    }
+    prog.inputs
+        .iter()
+        .map(|&i| {
+            by_param
+                .get(i)
+                .cloned()
+                .flatten()
+                .ok_or_else(|| Error::Launch {
+                    kernel: kernel.name.clone(),
+                    msg: format!("internal: no argument for Metal input {i}"),
+                })
+        })
+        .collect()
+}
+
+fn gpu_outputs(
+    kernel: &Kernel,
+    prog: &MetalProgram,
+    plan: &Bound,
+) -> Result<Vec<(OutputSpec, Option<f64>)>> {
+    // Outputs in parameter order; the program lists them the same way.
+    let outs: Vec<&(OutputSpec, Option<f64>)> = plan.outputs.iter().collect();
+    if outs.len() != prog.outputs.len() {
+        return Err(Error::Launch {
+            kernel: kernel.name.clone(),
+            msg: format!(
+                "internal: {} outputs bound, the Metal program has {}",
+                outs.len(),
+                prog.outputs.len()
+            ),
+        });
+    }
+    Ok(outs.into_iter().cloned().collect())
+}
+
+fn run_metal(
+    kernel: &Kernel,
+    prog: &MetalProgram,
+    grid: [usize; 3],
+    plan: &Bound,
+) -> Result<Vec<Array>> {
+    let inputs = gpu_inputs(kernel, prog, plan)?;
+    let outputs = gpu_outputs(kernel, prog, plan)?;
+    let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
+    if fills.iter().any(|f| f.is_some() && *f != fills[0]) {
+        return Err(Error::Unsupported(format!(
+            "kernel `{}`: MLX's metal_kernel has one init value for all outputs; got fills {fills:?}",
+            kernel.name
+        )));
+    }
+    let (g, t) = prog.launch_dims(grid);
+    let call = MetalKernelCall {
+        name: &prog.name,
+        input_names: prog.input_names.clone(),
+        output_names: prog.output_names.clone(),
+        source: &prog.source,
+        header: &prog.header,
+        inputs: inputs.iter().collect(),
+        outputs: outputs.into_iter().map(|(o, _)| o).collect(),
+        grid: g,
+        threadgroup: t,
+        init_value: fills.iter().flatten().next().map(|v| *v as f32),
+        atomic_outputs: prog.atomic_outputs,
+    };
+    call.launch()
+}
+
+fn run_emulated(
+    kernel: &Kernel,
+    prog: &MetalProgram,
+    grid: [usize; 3],
+    plan: &Bound,
+    order: LaneOrder,
+) -> Result<Vec<Array>> {
+    let inputs = gpu_inputs(kernel, prog, plan)?;
+    let outputs = gpu_outputs(kernel, prog, plan)?;
+    let (g, t) = prog.launch_dims(grid);
+    let mut launch = emu::MetalLaunch::new(&prog.name, &prog.source)
+        .header(&prog.header)
+        .grid(g)
+        .threadgroup(t)
+        .atomic_outputs(prog.atomic_outputs)
+        .lane_order(order);
+    for (name, arr) in prog.input_names.iter().zip(&inputs) {
+        launch = launch.input(EmuBuffer {
+            name: name.clone(),
+            dtype: arr.dtype(),
+            shape: arr.shape(),
+            bytes: arr.to_bytes()?,
+        });
+    }
+    for (name, (spec, fill)) in prog.output_names.iter().zip(&outputs) {
+        let mut o = emu::OutputSpec::new(name, spec.dtype, &spec.shape);
+        if let Some(v) = fill {
+            o = o.init(*v as f32);
+        }
+        launch = launch.output(o);
+    }
+    emu::run(&launch)?
+        .into_iter()
+        .map(|b| Array::from_bytes(&b.bytes, &b.shape, b.dtype))
+        .collect()
 }

@@ -1,6 +1,8 @@
 //! Running kernels: the MLX custom primitive for the CPU executor, launches, caches.
 
 pub mod cpu_primitive;
+pub mod launch;
 pub mod mlx_kernel;
 
+pub use launch::{cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target};
 pub use mlx_kernel::{cpu_launch, MetalKernelCall, OutputSpec};

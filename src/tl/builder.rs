@@ -36,6 +36,9 @@ pub(crate) struct Builder {
     pub(crate) given: BTreeMap<String, i64>,
     /// True while a trial build (no constexprs given) asked for a constexpr.
     pub(crate) wants_constexpr: bool,
+    /// True once values are no longer numbered in program order (an op was moved, or a
+    /// parameter was declared after ops); the build then renumbers.
+    pub(crate) reordered: bool,
     /// Declared parameter and constexpr names (duplicates are errors).
     pub(crate) declared: Vec<String>,
 }
@@ -67,6 +70,7 @@ impl Builder {
             uses: Vec::new(),
             given,
             wants_constexpr: false,
+            reordered: false,
             declared: Vec::new(),
         }
     }

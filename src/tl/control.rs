@@ -227,10 +227,17 @@ pub fn if_then(cond: impl Into<Operand>, then: impl FnOnce()) {
     if_(cond, then, || ())
 }
 
-/// `static_range(lo, hi, step)`: unrolled at build time (an ordinary Rust iterator).
+/// `static_range(lo, hi, step)`: unrolled at build time (an ordinary Rust iterator, with
+/// Python's `range` semantics: a negative step counts down, a zero step is empty).
 pub fn static_range(lo: i64, hi: i64, step: i64) -> impl Iterator<Item = i64> {
-    let step = step.max(1);
-    std::iter::successors(Some(lo), move |&i| i.checked_add(step)).take_while(move |&i| i < hi)
+    let first = (step != 0).then_some(lo);
+    std::iter::successors(first, move |&i| i.checked_add(step)).take_while(move |&i| {
+        if step > 0 {
+            i < hi
+        } else {
+            i > hi
+        }
+    })
 }
 
 fn combine_region<C: Carry>(b: &mut Builder, input: &C, xs: &[Value]) -> (RegionId, C, C) {

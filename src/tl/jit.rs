@@ -44,6 +44,7 @@ impl KernelBuilder {
                 ParamKind::Scalar(d) => Type::scalar(d),
             };
             let idx = b.k.params.len() as u32;
+            b.reordered |= !b.k.ops.is_empty();
             let v = b.new_value(ty, ValueDef::Param(idx));
             b.k.params.push(Param {
                 name: name.to_string(),
@@ -135,6 +136,7 @@ fn finish(b: Builder) -> Result<Kernel> {
     if let Some(e) = b.error {
         return Err(e);
     }
+    let reordered = b.reordered;
     let mut k = b.k;
     let unknown: Vec<&String> = b
         .given
@@ -153,6 +155,10 @@ fn finish(b: Builder) -> Result<Kernel> {
             },
             msg: format!("unknown constexpr(s) {unknown:?}; the kernel declares {known:?}"),
         });
+    }
+    // Drop constants left unused by splats and casts, and number values in program order.
+    if k.remove_dead_ops() > 0 || reordered {
+        k.compact();
     }
     verify(&k)?;
     k.compute_param_access();

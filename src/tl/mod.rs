@@ -24,6 +24,26 @@
 //! # Ok::<(), triton_metal::Error>(())
 //! ```
 //!
+//! ## Triton to Rust
+//!
+//! | Triton | here |
+//! |---|---|
+//! | `@triton.jit def k(x_ptr, n, BLOCK: tl.constexpr)` | `tl::jit("k", \|k\| { let x_ptr = k.ptr(F32, "x_ptr"); let n = k.scalar(I32, "n"); let block = k.constexpr("BLOCK"); .. })` |
+//! | `a + b`, `a * 2`, `a / b`, `a // b`, `a % b`, `-a`, `~a`, `a & b`, `a << 2` | `a + b`, `a * 2`, `a / b`, `tl::floordiv(a, b)`, `a % b`, `-a`, `!a`, `a & b`, `a << 2` |
+//! | `a < b`, `a == b` | `a.lt(b)`, `a.eq(b)` (also `le gt ge ne`) |
+//! | `x[:, None]`, `x[None, :]` | `x.col()`, `x.row()` (or `x.expand_dims(1)`) |
+//! | `tl.load(p, mask=m, other=0.0)` | `tl::load(p).mask(m).other(0.0)` or `tl::load_with(p, m, 0.0)` |
+//! | `tl.store(p, v, mask=m)` | `tl::store(p, v).mask(m)` |
+//! | `tl.sum(x, axis=1, keep_dims=True)`, `tl.max(x)` | `tl::sum(x, tl::keep_dims(1))`, `tl::max(x, None)` |
+//! | `tl.where(c, a, b)` | `tl::where_(c, a, b)` |
+//! | `tl.dot(a, b, acc)`, `tl.dot(a, b, out_dtype=tl.float16)` | `tl::dot(a, b, acc)` / `tl::dot(a, b, None)`, `tl::dot_out(a, b, None, F16)` |
+//! | `x.to(tl.float16)`, `x.to(tl.int32, bitcast=True)` | `x.to(F16)`, `x.bitcast(I32)` |
+//! | `for i in range(lo, hi, step): acc += ..` | `let acc = tl::range(lo, hi, step).fold(acc, \|i, acc\| acc + ..)` |
+//! | `while c: ..`, `if c: .. else: ..` | `tl::while_loop(init, \|v\| cond, \|v\| next)`, `tl::if_(c, \|\| a, \|\| b)` |
+//! | `for i in tl.static_range(4)` | `for i in tl::static_range(0, 4, 1)` (plain Rust, unrolled) |
+//! | `tl.reduce(x, 0, combine)`, `tl.associative_scan(x, 0, combine)` | `tl::reduce(x, 0, \|a, b\| ..)`, `tl::associative_scan(x, 0, false, \|a, b\| ..)` |
+//! | `tl.float32`, `tl.int1` | `DType::F32` (or `tl::float32`), `DType::Bool` (`tl::int1`) |
+//!
 //! Semantics follow Triton 3.x (promotion, broadcasting, `/` vs [`floordiv`], reductions,
 //! Philox random numbers); `semantics.rs` holds the rules. Mistakes never panic: the first
 //! one is returned from [`jit`] / [`JitKernel::specialize`] as

@@ -262,6 +262,17 @@ macro_rules! math1 {
 math1!(exp => Exp, exp2 => Exp2, log => Log, log2 => Log2, sqrt => Sqrt, rsqrt => Rsqrt,
     sin => Sin, cos => Cos, erf => Erf, floor => Floor, ceil => Ceil);
 
+/// `sqrt_rn(x)`: correctly rounded square root (the IR's `sqrt` is IEEE already).
+#[track_caller]
+pub fn sqrt_rn(x: impl Into<Operand>) -> Tensor {
+    let (loc, x) = (SourceLoc::caller(), x.into());
+    op("sqrt_rn", loc, |b| {
+        let x = resolve(b, x)?;
+        b.require_f32(x, "sqrt_rn")?;
+        b.unary(UnaryOp::Sqrt, x)
+    })
+}
+
 /// `abs(x)` (any number type).
 #[track_caller]
 pub fn abs(x: impl Into<Operand>) -> Tensor {
@@ -312,6 +323,14 @@ binary_fns! {
     floordiv => |b, x, y| b.floordiv(x, y);
     /// `x / y` (true division: int / int gives fp32); same as the `/` operator.
     div => |b, x, y| b.truediv(x, y);
+    /// `fdiv(x, y)`: division of floats (IEEE here; Triton's may be approximate).
+    fdiv => |b, x, y| b.fdiv(x, y);
+    /// `div_rn(x, y)`: IEEE round-to-nearest division of fp32 values.
+    div_rn => |b, x, y| {
+        b.require_f32(x, "div_rn")?;
+        b.require_f32(y, "div_rn")?;
+        b.fdiv(x, y)
+    };
     /// `x % y` (C remainder for ints, fmod for floats); same as the `%` operator.
     rem => |b, x, y| b.rem(x, y);
 }
@@ -721,15 +740,10 @@ impl Tensor {
         sigmoid() => sigmoid;
     }
 
-    /// `x[:, None]`: a new trailing axis (for 1-D `x`: a column).
+    /// `x[:, None]`: a new axis at position 1 (for 1-D `x`: a column `[n, 1]`).
     #[track_caller]
     pub fn col(self) -> Tensor {
-        let loc = SourceLoc::caller();
-        op("expand_dims", loc, |b| {
-            let v = b.value(self)?;
-            let r = b.ty(v).rank() as i64;
-            b.expand_dims(v, r)
-        })
+        expand_dims(self, 1)
     }
 
     /// `x[None, :]`: a new leading axis (a row).
@@ -765,4 +779,111 @@ impl Tensor {
             b.patch_load(v, None, Some(o))
         })
     }
+}
+
+// ---- standard library (Triton's `standard.py`, written with the functions above) ----------
+
+/// `ravel(x)`: flattens to 1-D.
+#[track_caller]
+pub fn ravel(x: Tensor) -> Tensor {
+    let n = x.numel();
+    reshape(x, [n])
+}
+
+/// `broadcast(a, b)`: both operands broadcast to their common shape.
+#[track_caller]
+pub fn broadcast(a: Tensor, b: Tensor) -> (Tensor, Tensor) {
+    let loc = SourceLoc::caller();
+    op_any("broadcast", loc, |bd| {
+        let (x, y) = (bd.value(a)?, bd.value(b)?);
+        let (x, y) = bd.broadcast_pair(x, y)?;
+        Ok((bd.handle(x), bd.handle(y)))
+    })
+    .unwrap_or((Tensor::poison(), Tensor::poison()))
+}
+
+/// `interleave(a, b)`: alternates the elements of `a` and `b` along the last dim.
+#[track_caller]
+pub fn interleave(a: Tensor, b: Tensor) -> Tensor {
+    let c = join(a, b);
+    let mut shape = c.shape();
+    if shape.len() <= 1 {
+        return c;
+    }
+    let last = shape.pop().unwrap_or(2) * shape.pop().unwrap_or(1);
+    shape.push(last);
+    reshape(c, shape)
+}
+
+/// `softmax(x)` along axis 0: `exp(x - max(x)) / sum(exp(x - max(x)))`.
+#[track_caller]
+pub fn softmax(x: Tensor) -> Tensor {
+    let z = x - max(x, 0);
+    let num = exp(z);
+    let den = sum(num, 0);
+    num / den
+}
+
+/// `swizzle2d(i, j, size_i, size_j, size_g)`: grouped (column-major within groups of
+/// `size_g` rows) program ordering, as Triton's standard library.
+#[track_caller]
+pub fn swizzle2d(
+    i: impl Into<Operand>,
+    j: impl Into<Operand>,
+    size_i: impl Into<Operand>,
+    size_j: impl Into<Operand>,
+    size_g: impl Into<Operand>,
+) -> (Tensor, Tensor) {
+    let (i, j, size_i, size_j, size_g) = (
+        i.into(),
+        j.into(),
+        size_i.into(),
+        size_j.into(),
+        size_g.into(),
+    );
+    let ij = operand_add(operand_mul(i, size_j), j);
+    let size_gj = operand_mul(size_g, size_j);
+    let group_id = floordiv(ij, size_gj);
+    let off_i = operand_mul(group_id.into(), size_g);
+    let size_g = minimum(operand_sub(size_i, off_i.into()), size_g);
+    let new_i = off_i + ij % size_g;
+    let new_j = floordiv(ij % size_gj, size_g);
+    (new_i, new_j)
+}
+
+#[track_caller]
+fn operand_mul(a: Operand, b: Operand) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("mul", loc, |bd| {
+        let (a, b) = (resolve(bd, a)?, resolve(bd, b)?);
+        bd.mul(a, b)
+    })
+}
+
+#[track_caller]
+fn operand_add(a: Tensor, b: Operand) -> Tensor {
+    a + b
+}
+
+#[track_caller]
+fn operand_sub(a: Operand, b: Operand) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("sub", loc, |bd| {
+        let (a, b) = (resolve(bd, a)?, resolve(bd, b)?);
+        bd.sub(a, b)
+    })
+}
+
+/// `max(x, axis, return_indices=True)`: the maxima and their `i32` indices (left-most on ties).
+#[track_caller]
+pub fn max_with_indices(x: Tensor, axis: impl Into<Axis>) -> (Tensor, Tensor) {
+    let axis = axis.into();
+    (max(x, axis), argmax(x, axis))
+}
+
+/// `min(x, axis, return_indices=True)`: the minima and their `i32` indices.
+#[track_caller]
+pub fn min_with_indices(x: Tensor, axis: impl Into<Axis>) -> (Tensor, Tensor) {
+    let axis = axis.into();
+    (min(x, axis), argmin(x, axis))
 }

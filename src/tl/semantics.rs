@@ -540,6 +540,33 @@ impl Builder {
         Ok(self.bin(BinaryOp::Div, a, b))
     }
 
+    /// `fdiv(x, y)` / `div_rn(x, y)`: float division (both operands must be floats).
+    pub(crate) fn fdiv(&mut self, a: Opnd, b: Opnd) -> Res<Value> {
+        for o in [a, b] {
+            let (d, p, _) = self.opnd_dtype(o)?;
+            if p || !d.is_float() {
+                return Err(format!(
+                    "both operands of fdiv must have floating scalar type, got {}",
+                    dts(d)
+                ));
+            }
+        }
+        let (a, b) = self.binary_prep(a, b, false, false, false, true)?;
+        let (da, db) = (self.ty(a).dtype, self.ty(b).dtype);
+        let d = computation_type(da, false, db, false, false)?;
+        let (a, b) = (self.cast(a, d)?, self.cast(b, d)?);
+        Ok(self.bin(BinaryOp::Div, a, b))
+    }
+
+    /// Triton's `_check_dtype(dtypes=["fp32"])` for `div_rn`/`sqrt_rn`.
+    pub(crate) fn require_f32(&self, o: Opnd, what: &str) -> Res<()> {
+        let (d, p, weak) = self.opnd_dtype(o)?;
+        if p || (d != DType::F32 && !(weak && d.is_float())) {
+            return Err(format!("{what} expects dtype fp32 but got {}", dts(d)));
+        }
+        Ok(())
+    }
+
     /// Triton's `//` on ints: C division truncating toward zero.
     pub(crate) fn floordiv(&mut self, a: Opnd, b: Opnd) -> Res<Value> {
         let (a, b) = self.binary_prep(a, b, false, false, true, true)?;
@@ -990,7 +1017,7 @@ impl Builder {
                         Some(self.cast(o, pt.dtype)?)
                     }
                 };
-                self.move_to_end(id, pos, Op::Load { ptr, mask: new_mask, other: new_other });
+                self.move_to_end(id, pos, Op::Load { ptr, mask: new_mask, other: new_other })?;
                 Ok(v)
             }
             (Op::Load { other: Some(_), .. }, _, _) => Err("other given twice".into()),
@@ -998,15 +1025,33 @@ impl Builder {
                 let pt = self.tyc(*ptr);
                 let (kind, ptr, value) = (*kind, *ptr, *value);
                 let mask = self.mask_for(&pt, Some(m), "atomic")?;
-                self.move_to_end(id, pos, Op::AtomicRmw { kind, ptr, value, mask });
+                self.move_to_end(id, pos, Op::AtomicRmw { kind, ptr, value, mask })?;
                 Ok(v)
             }
             _ => Err("`.mask()`/`.other()` apply to the result of tl::load (`.other()` to loads only) or an atomic".into()),
         }
     }
 
+    /// Moving an op from `pos` to the end of the current region must not move it past memory
+    /// accesses or control flow.
+    fn check_movable(&self, pos: Option<usize>) -> Res<()> {
+        let region = self.current_region();
+        let ops = &self.k.regions[region.index()].ops;
+        let after = pos.map(|p| &ops[p + 1..]).unwrap_or(&[]);
+        if after.iter().any(|o| !self.k.ops[o.index()].op.props().pure) {
+            return Err(
+                "apply `.mask()`/`.other()` right after tl::load/tl::store/atomics, before other \
+                        memory operations or control flow"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// Replaces op `id` (at `pos` in the current region) and moves it to the end.
-    pub(crate) fn move_to_end(&mut self, id: OpId, pos: Option<usize>, op: Op) {
+    pub(crate) fn move_to_end(&mut self, id: OpId, pos: Option<usize>, op: Op) -> Res<()> {
+        self.check_movable(pos)?;
+        self.reordered = true;
         let region = self.current_region();
         op.for_each_operand(|v| {
             if let Some(u) = self.uses.get_mut(v.index()) {
@@ -1020,6 +1065,7 @@ impl Builder {
             ops.remove(p);
         }
         ops.push(id);
+        Ok(())
     }
 
     pub(crate) fn store(&mut self, ptr: Value, val: Opnd, mask: Option<Opnd>) -> Res<OpId> {
@@ -1073,7 +1119,7 @@ impl Builder {
             .rposition(|o| *o == id);
         let pt = self.tyc(ptr);
         let mask = self.mask_for(&pt, Some(mask), "store")?;
-        self.move_to_end(id, pos, Op::Store { ptr, value, mask });
+        self.move_to_end(id, pos, Op::Store { ptr, value, mask })?;
         Ok(())
     }
 
@@ -1087,20 +1133,17 @@ impl Builder {
         let pt = self.ptr_ty(ptr, "atomic")?;
         let d = pt.dtype;
         let name = kind.name();
-        match kind {
-            AtomicOp::And | AtomicOp::Or | AtomicOp::Xor if !d.is_int() => {
-                return Err(format!("atomic_{name} does not support {}", dts(d)));
-            }
-            AtomicOp::Add | AtomicOp::Max | AtomicOp::Min if d.is_bool() => {
-                return Err(format!("atomic_{name} does not support {}", dts(d)));
-            }
-            _ => {}
-        }
-        if d.bits() < 16 && kind != AtomicOp::Xchg || d.is_bool() {
-            return Err(format!(
-                "atomic_{name} does not support {} (elements of at least 16 bits)",
-                dts(d)
-            ));
+        // Triton's `atom_red_typechecking_impl`: no int1/int8/int16/bf16 elements, fp16 only
+        // for `atomic_add`, bitwise ops on integers only.
+        let bad = match kind {
+            AtomicOp::And | AtomicOp::Or | AtomicOp::Xor => !d.is_int(),
+            _ => false,
+        } || d.bits() < 16
+            || d == DType::BF16
+            || (d.bits() == 16 && d.is_int())
+            || (d == DType::F16 && kind != AtomicOp::Add);
+        if bad {
+            return Err(format!("atomic_{name} does not support {}", dts(d)));
         }
         let val = self.value_of(val)?;
         if !pt.is_block() && self.ty(val).is_block() {

@@ -228,12 +228,16 @@ fn op_result_types() {
         check(argmax(xh.to(F32), 0), I32);
         check(cumsum(xu, 0), U32);
         check(sigmoid(xi.to(F32)), F32);
+        check(fdiv(xh, xh.to(F32)), F32);
+        check(div_rn(xh.to(F32), 2.0), F32);
+        check(sqrt_rn(xh.to(F32)), F32);
         check(where_(xi.lt(2), xh, 0.0), F16);
         check(-xu, U8);
         check(!xi, I32);
         check(xi >> 1, I32);
         check(umulhi(xi, 3), I32);
         check(rand(42, offs), F32);
+        store(ph + offs, rand(42, offs)); // used, so the Philox op survives dead-op removal
         check(randn(7, offs), F32);
         check(randint(7, offs), U32);
         assert_eq!(sum(xi, None).shape(), Vec::<usize>::new());
@@ -242,6 +246,7 @@ fn op_result_types() {
         assert_eq!(sum(x2, keep_dims(None)).shape(), vec![1, 1]);
         assert_eq!(max(x2, -1).shape(), vec![4]);
         assert_eq!(offs.col().shape(), vec![16, 1]);
+        assert_eq!(x2.col().shape(), vec![4, 1, 4]); // x[:, None] on 2-D
         assert_eq!(offs.row().shape(), vec![1, 16]);
         assert_eq!((offs.col() + offs.row()).shape(), vec![16, 16]);
         assert_eq!(trans(x2.reshape([2, 8])).shape(), vec![8, 2]);
@@ -254,6 +259,15 @@ fn op_result_types() {
             vec![4, 2, 2]
         );
         assert_eq!(broadcast_to(offs, [4, 16]).shape(), vec![4, 16]);
+        assert_eq!(ravel(x2).shape(), vec![16]);
+        assert_eq!(interleave(x2, x2).shape(), vec![4, 8]);
+        let (bx, by) = broadcast(offs.col(), offs.row());
+        assert_eq!((bx.shape(), by.shape()), (vec![16, 16], vec![16, 16]));
+        assert_eq!(softmax(xh.to(F32)).dtype(), F32);
+        let (si, sj) = swizzle2d(program_id(0), program_id(1), 16, 16, 4);
+        assert_eq!((si.dtype(), sj.dtype()), (I32, I32));
+        let (mx, ix) = max_with_indices(x2, 1);
+        assert_eq!((mx.shape(), ix.dtype()), (vec![4], I32));
     });
     assert!(k
         .ops
@@ -541,6 +555,27 @@ fn invalid_kernels_give_clear_errors() {
     expect(|_| ignore(zeros([4], F32).bitcast(I16)), "bitcast", "size");
     // 29. zeros with a non-power-of-two shape
     expect(|_| ignore(zeros([3, 4], F32)), "zeros", "powers of 2");
+    // 31. atomics on 8-bit elements
+    expect(
+        |k| ignore(atomic_add(k.ptr(I8, "p"), 1)),
+        "atomic_add",
+        "does not support",
+    );
+    // 32. `.mask()` that would move a load past a store
+    expect(
+        |k| {
+            let p = k.ptr(F32, "p") + arange(0, 4);
+            let x = load(p);
+            store(p, 1.0);
+            ignore(x.mask(true));
+        },
+        "load",
+        "right after",
+    );
+    // 33. fdiv of integers
+    expect(|_| ignore(fdiv(arange(0, 4), 2.0)), "fdiv", "floating");
+    // 34. div_rn on fp16 (Triton: fp32 only)
+    expect(|_| ignore(div_rn(zeros([4], F16), 2.0)), "div_rn", "fp32");
     // 30. a combine function that changes the type
     expect(
         |_| ignore(reduce(zeros([4], F32), 0, |a, _b| a.to(I32))),
@@ -869,4 +904,199 @@ fn example_kernels_build() {
         }
         eprintln!("{}: build+verify {:?}", jk.name(), t.elapsed() / 20);
     }
+}
+
+#[test]
+fn dead_constants_are_removed_and_values_renumbered() {
+    let k = build_ok("k", &[], |k| {
+        let p = k.ptr(F32, "p");
+        let offs = arange(0, 4);
+        let x = load(p + offs).mask(offs.lt(3)).other(f32::NEG_INFINITY);
+        let unused = x * 3.0;
+        let _ = unused;
+        store(p + offs, x + 1.0);
+    });
+    let text = k.ir();
+    assert!(!text.contains("mul"), "{text}");
+    assert!(!text.contains("constant 1.0 : f32\n"), "{text}");
+    // Values are numbered in program order.
+    let defs: Vec<u32> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('%')?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(defs.windows(2).all(|w| w[0] < w[1]), "{text}");
+}
+
+#[test]
+fn static_range_is_pythons_range() {
+    let v = |lo, hi, st| static_range(lo, hi, st).collect::<Vec<_>>();
+    assert_eq!(v(0, 4, 1), vec![0, 1, 2, 3]);
+    assert_eq!(v(1, 8, 3), vec![1, 4, 7]);
+    assert_eq!(v(4, 0, -2), vec![4, 2]);
+    assert!(v(0, 4, 0).is_empty());
+    assert!(v(4, 0, 1).is_empty());
+}
+
+#[test]
+fn compact_renumbers_parsed_ir() {
+    let mut k = Kernel::parse_ir(include_str!("../../tests/filetests/loops.ir")).unwrap();
+    let before = k.ir();
+    assert_eq!(k.remove_dead_ops(), 0);
+    k.compact();
+    crate::ir::verify(&k).unwrap();
+    let after = k.ir();
+    assert_ne!(before, after);
+    assert!(after.contains("%13 = addptr %12, %11"), "{after}");
+    assert_eq!(Kernel::parse_ir(&after).unwrap().ir(), after);
+}
+
+/// Random DSL programs (valid and invalid) never panic: each build is Ok (and then verifies
+/// and round-trips) or a Build error.
+#[test]
+fn random_programs_never_panic() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let dtypes = [Bool, I8, I32, I64, U8, U32, F16, BF16, F32, F64];
+    let (mut ok, mut err) = (0, 0);
+    for _ in 0..2000 {
+        let len = 1 + next() % 5;
+        let script: Vec<u64> = (0..len).map(|_| next()).collect();
+        let r = std::panic::catch_unwind(|| {
+            build("fuzz", &BTreeMap::new(), |k| {
+                let p = k.ptr(F32, "p");
+                let q = k.ptr(I32, "q");
+                let mut pool = vec![
+                    arange(0, 8),
+                    program_id(0),
+                    k.scalar(I32, "n"),
+                    load(p + arange(0, 8)),
+                ];
+                for &w in &script {
+                    let pick = |i: u64| pool[(i % pool.len() as u64) as usize];
+                    let (a, b) = (pick(w >> 8), pick(w >> 16));
+                    let d = dtypes[((w >> 24) % dtypes.len() as u64) as usize];
+                    let t = match w % 32 {
+                        0 => a + b,
+                        1 => a * 3,
+                        2 => a / b,
+                        3 => floordiv(a, b),
+                        4 => a % 2.5,
+                        5 => a.lt(b),
+                        6 => a.to(d),
+                        7 => exp(a),
+                        8 => where_(a.gt(0), a, b),
+                        9 => sum(a, 0),
+                        10 => a.col() + b.row(),
+                        11 => a & b,
+                        12 => -a,
+                        13 => !a,
+                        14 => maximum(a, b),
+                        15 => reshape(a, [2, 4]),
+                        16 => dot(a, b, None),
+                        17 => cumsum(a, 0),
+                        18 => argmax(a, 0),
+                        19 => zeros([8], d),
+                        20 => load(q + a).mask(a.lt(4)).other(1),
+                        21 => {
+                            store(q + a, b).mask(a.lt(b));
+                            a
+                        }
+                        22 => range(0, b, 1).fold(a, |i, acc| acc + i),
+                        23 => if_(a.eq(0), || b, || b * 2),
+                        24 => join(a, b),
+                        25 => split(a).1,
+                        26 => trans(a),
+                        27 => atomic_add(q + a, b).mask(a.gt(1)),
+                        28 => rand(a, b),
+                        29 => reduce(a, 0, |x, y| x * y),
+                        30 => while_loop(a, |x| x.lt(b), |x| x + 1),
+                        _ => {
+                            associative_scan((a, b), 0, true, |(x, y), (u, v)| {
+                                (x + u, maximum(y, v))
+                            })
+                            .0
+                        }
+                    };
+                    pool.push(t);
+                }
+                store(p + arange(0, 8), pool[pool.len() - 1]);
+            })
+        });
+        match r {
+            Ok(Ok(k)) => {
+                ok += 1;
+                assert_eq!(Kernel::parse_ir(&k.ir()).unwrap().ir(), k.ir());
+            }
+            Ok(Err(Error::Build { op, msg, .. })) => {
+                if err < 8 {
+                    eprintln!("rejected at {op}: {msg}");
+                }
+                err += 1
+            }
+            Ok(Err(e)) => panic!("unexpected error kind: {e}"),
+            Err(_) => panic!("the DSL panicked on script {script:?}"),
+        }
+    }
+    eprintln!("random programs: {ok} built, {err} rejected");
+    assert!(err > 0 && ok > 0);
+}
+
+/// Mutated IR text (values, types, shapes, op names swapped) never makes the parser or the
+/// verifier panic.
+#[test]
+fn mutated_ir_never_panics() {
+    let texts = [
+        build_ok("add_kernel", &[("BLOCK_SIZE", 4)], vector_add).ir(),
+        include_str!("../../tests/filetests/loops.ir").to_string(),
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let subs: &[(&str, &str)] = &[
+        ("%1", "%7"),
+        ("%9", "%2"),
+        ("%13", "%99"),
+        ("f32", "i32"),
+        ("[4]", "[8]"),
+        ("[8]", "[4,2]"),
+        ("i32", "bool"),
+        ("add", "select"),
+        ("load", "store"),
+        ("yield %13", "yield"),
+        ("max", "dot"),
+        ("mask", "other"),
+        (", ", " "),
+        ("^r1", "^r7"),
+        ("ptr<f32>", "f32"),
+        ("{", ""),
+        ("}", ""),
+        ("axis 0", "axis 3"),
+    ];
+    let (mut ok, mut err) = (0, 0);
+    for i in 0..1500 {
+        let mut t = texts[i % texts.len()].clone();
+        for _ in 0..1 + next() % 3 {
+            let (from, to) = subs[(next() % subs.len() as u64) as usize];
+            let hits: Vec<usize> = t.match_indices(from).map(|(j, _)| j).collect();
+            if let Some(&at) = hits.get((next() % (hits.len().max(1) as u64)) as usize) {
+                t.replace_range(at..at + from.len(), to);
+            }
+        }
+        match std::panic::catch_unwind(|| Kernel::parse_ir(&t).map(|k| k.ir())) {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err(_)) => err += 1,
+            Err(_) => panic!("parse/verify panicked on:\n{t}"),
+        }
+    }
+    eprintln!("mutated IR: {ok} accepted, {err} rejected");
+    assert!(err > 0);
 }

@@ -1,0 +1,1680 @@
+//! The shared C-family printer: lowers a kernel's block-level IR to per-thread code.
+//!
+//! Each program is one threadgroup. A scalar value (program ids, loads through scalar
+//! pointers, reduction results) is uniform: every thread computes it into one variable. A
+//! block value lives in a per-thread register array under its [`BlockedLayout`]; a `splat`
+//! stays a scalar until something needs it as an array. Pointers are element offsets from
+//! the parameter they derive from, so loads print as `x_ptr[offset]` whatever address space
+//! MLX gives the buffer. Data moves between threads only through threadgroup memory, and a
+//! barrier is printed only where a write could overtake a pending read or a read could
+//! overtake a write (`Hazard`).
+//!
+//! Reductions and scans are in `reduce.rs`, `tl.dot` in `dot.rs`.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use super::dialect::Dialect;
+use super::layout::BlockedLayout;
+use super::{LaunchOptions, LayoutChoice};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ir::{
+    AtomicOp, BinaryOp, CmpPred, Const, Kernel, Op, OpId, ParamKind, RegionId, Type, UnaryOp, Value,
+};
+
+/// How a value is held by each thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Repr {
+    /// A uniform scalar: a variable name or a literal.
+    Scalar(String),
+    /// A block whose elements all equal a uniform scalar.
+    Splat(String),
+    /// A block in a register array of its layout.
+    Block(String),
+}
+
+/// Threadgroup-memory hazards since the last barrier.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Hazard {
+    /// Some thread may still read the scratch arrays: the next write needs a barrier first.
+    pub reads_pending: bool,
+}
+
+pub(super) struct Lowering<'k> {
+    pub k: &'k Kernel,
+    pub d: &'static Dialect,
+    pub opts: &'k LaunchOptions,
+    pub threads: usize,
+    pub vec: usize,
+    pub reprs: Vec<Option<Repr>>,
+    /// The parameter a pointer value derives from.
+    pub prov: Vec<Option<usize>>,
+    pub names: HashSet<String>,
+    pub lines: Vec<String>,
+    pub indent: usize,
+    /// Scratch elements needed per element type.
+    pub scratch: BTreeMap<DType, usize>,
+    pub hazard: Hazard,
+    pub helpers: BTreeSet<&'static str>,
+    pub layouts: Vec<LayoutChoice>,
+    pub atomic_outputs: bool,
+    pub off_dtype: DType,
+    pub uses_simd: bool,
+    /// Per block value, when it is a pure function of its element index (built from
+    /// `arange`, uniform scalars and elementwise ops): that function as a C expression in
+    /// [`FLAT`]. Broadcasts and permutes of such values are recomputed in place instead of
+    /// moving data through threadgroup memory.
+    pub recipes: Vec<Option<String>>,
+}
+
+/// Placeholder for the flat element index in a recipe.
+pub(super) const FLAT: &str = "{L}";
+
+/// Longest recipe kept; longer ones are cheaper to move than to recompute.
+const MAX_RECIPE: usize = 400;
+
+pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
+    Error::Unsupported(format!("kernel `{}`: {what} on Metal", k.name))
+}
+
+impl<'k> Lowering<'k> {
+    pub fn new(k: &'k Kernel, d: &'static Dialect, opts: &'k LaunchOptions) -> Lowering<'k> {
+        let threads = opts.threads();
+        let wide = k.ops.iter().any(
+            |o| matches!(o.op, Op::AddPtr { offset, .. } if k.ty(offset).dtype.size_bytes() == 8),
+        );
+        let mut names: HashSet<String> = k.params.iter().map(|p| p.name.clone()).collect();
+        names.insert(k.name.clone());
+        Lowering {
+            k,
+            d,
+            opts,
+            threads,
+            vec: opts.vector_elems(),
+            reprs: vec![None; k.values.len()],
+            prov: vec![None; k.values.len()],
+            names,
+            lines: Vec::new(),
+            indent: 1,
+            scratch: BTreeMap::new(),
+            hazard: Hazard::default(),
+            helpers: BTreeSet::new(),
+            layouts: Vec::new(),
+            atomic_outputs: k
+                .ops
+                .iter()
+                .any(|o| matches!(o.op, Op::AtomicRmw { .. } | Op::AtomicCas { .. })),
+            off_dtype: if wide { DType::I64 } else { DType::I32 },
+            uses_simd: false,
+            recipes: vec![None; k.values.len()],
+        }
+    }
+
+    // ---- small printing helpers -------------------------------------------------------
+
+    pub fn line(&mut self, s: impl AsRef<str>) {
+        let pad = "  ".repeat(self.indent);
+        self.lines.push(format!("{pad}{}", s.as_ref()));
+    }
+
+    pub fn open(&mut self, s: impl AsRef<str>) {
+        self.line(format!("{} {{", s.as_ref()));
+        self.indent += 1;
+    }
+
+    pub fn close(&mut self) {
+        self.indent -= 1;
+        self.line("}");
+    }
+
+    /// A fresh identifier built from `base` (never a parameter, never reused).
+    pub fn fresh(&mut self, base: &str) -> String {
+        let base: String = base
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let mut n = 0usize;
+        loop {
+            let cand = if n == 0 && base.ends_with(|c: char| c.is_ascii_digit()) {
+                format!("{base}_")
+            } else if n == 0 {
+                base.clone()
+            } else {
+                format!("{base}_{n}")
+            };
+            if !self.names.contains(&cand)
+                && !cand.starts_with("tm_")
+                && !RESERVED_WORDS.contains(&cand.as_str())
+            {
+                self.names.insert(cand.clone());
+                return cand;
+            }
+            n += 1;
+        }
+    }
+
+    pub fn ty(&self, v: Value) -> &'k Type {
+        self.k.ty(v)
+    }
+
+    /// The element type a value is stored as (pointers are offsets).
+    pub fn edt(&self, v: Value) -> DType {
+        let t = self.ty(v);
+        if t.ptr {
+            self.off_dtype
+        } else {
+            t.dtype
+        }
+    }
+
+    pub fn cty(&self, dtype: DType) -> Result<&'static str> {
+        self.d
+            .type_name(dtype)
+            .ok_or_else(|| unsupported(self.k, format!("dtype {dtype}")))
+    }
+
+    pub fn layout_of(&self, n: usize) -> BlockedLayout {
+        BlockedLayout::new(n, self.vec, self.threads)
+    }
+
+    pub fn layout(&self, v: Value) -> BlockedLayout {
+        self.layout_of(self.ty(v).numel())
+    }
+
+    pub fn repr(&self, v: Value) -> &Repr {
+        self.reprs[v.index()]
+            .as_ref()
+            .expect("operands are lowered before their uses (the verifier checks dominance)")
+    }
+
+    pub fn set(&mut self, v: Value, r: Repr) {
+        self.reprs[v.index()] = Some(r);
+    }
+
+    /// Element `i` of `v` (a C expression); scalars and splats ignore `i`.
+    pub fn el(&self, v: Value, i: &str) -> String {
+        match self.repr(v) {
+            Repr::Scalar(s) | Repr::Splat(s) => s.clone(),
+            Repr::Block(a) => format!("{a}[{i}]"),
+        }
+    }
+
+    /// The value as a function of its flat index, if it is one (uniform values are).
+    pub fn recipe(&self, v: Value) -> Option<String> {
+        match self.repr(v) {
+            Repr::Scalar(s) | Repr::Splat(s) => Some(s.clone()),
+            Repr::Block(_) => self.recipes[v.index()].clone(),
+        }
+    }
+
+    /// Moves `src` into `res`'s layout where result element `l` is source element
+    /// `src_index(l)`: recomputed from its recipe when it has one, else through threadgroup
+    /// memory.
+    fn relayout(
+        &mut self,
+        res: Value,
+        src: Value,
+        base: &str,
+        src_index: &dyn Fn(&str) -> String,
+    ) -> Result<()> {
+        let Some(r) = self.recipe(src) else {
+            return self.convert(res, src, base, src_index);
+        };
+        let at = |l: &str| r.replace(FLAT, &format!("({})", src_index(l)));
+        let dt = self.edt(res);
+        let name = if self.ty(res).is_scalar() {
+            let name = self.fresh(base);
+            let ct = self.cty(dt)?;
+            self.line(format!("const {ct} {name} = {};", at("0u")));
+            self.set(res, Repr::Scalar(name.clone()));
+            name
+        } else {
+            let lay = self.layout(res);
+            let name = self.declare_block(base, dt, lay.n)?;
+            self.open_regs(lay, true);
+            self.line(format!("{name}[tm_i] = {};", at("tm_l")));
+            self.close();
+            self.set(res, Repr::Block(name.clone()));
+            self.recipes[res.index()] = Some(at(FLAT));
+            name
+        };
+        self.layouts.push(LayoutChoice {
+            op: format!("{base} {name}: {} -> {}", self.ty(src), self.ty(res)),
+            layout: "recomputed from the element index (no data movement)".into(),
+        });
+        Ok(())
+    }
+
+    pub fn is_uniform(&self, v: Value) -> bool {
+        matches!(self.repr(v), Repr::Scalar(_) | Repr::Splat(_))
+    }
+
+    /// Opens `for (tm_i ...)` over the registers of layout `lay`, with `tm_l` the flat
+    /// index; the caller closes it.
+    pub fn open_regs(&mut self, lay: BlockedLayout, need_flat: bool) {
+        self.open(format!(
+            "for (uint tm_i = 0; tm_i < {}u; ++tm_i)",
+            lay.regs()
+        ));
+        if need_flat {
+            let e = lay.flat_expr("tm_i", "tm_lid");
+            self.line(format!("const uint tm_l = {e};"));
+        }
+    }
+
+    /// Declares a register array for a block value of type `ty`.
+    pub fn declare_block(&mut self, base: &str, dtype: DType, n: usize) -> Result<String> {
+        let name = self.fresh(base);
+        let c = self.cty(dtype)?;
+        let r = self.layout_of(n).regs();
+        self.line(format!("{c} {name}[{r}];"));
+        Ok(name)
+    }
+
+    /// Turns `v` into a register array (splats are filled).
+    pub fn materialize(&mut self, v: Value) -> Result<String> {
+        match self.repr(v).clone() {
+            Repr::Block(a) => Ok(a),
+            Repr::Scalar(s) | Repr::Splat(s) => {
+                let lay = self.layout(v);
+                let a = self.declare_block("splat", self.edt(v), lay.n)?;
+                self.open_regs(lay, false);
+                self.line(format!("{a}[tm_i] = {s};"));
+                self.close();
+                self.set(v, Repr::Block(a.clone()));
+                Ok(a)
+            }
+        }
+    }
+
+    // ---- threadgroup memory -----------------------------------------------------------
+
+    /// A scratch array of `dtype` with at least `elems` elements.
+    pub fn scratch_array(&mut self, dtype: DType, elems: usize) -> Result<String> {
+        self.cty(dtype)?;
+        let e = self.scratch.entry(dtype).or_insert(0);
+        *e = (*e).max(elems);
+        Ok(format!("tm_smem_{}", dtype.short_name()))
+    }
+
+    /// Before threads write scratch: waits for pending reads.
+    pub fn smem_write_begin(&mut self) {
+        if self.hazard.reads_pending {
+            self.line(self.d.barrier);
+            self.hazard.reads_pending = false;
+        }
+    }
+
+    /// After threads wrote scratch: makes the writes visible before anyone reads.
+    pub fn smem_write_end(&mut self) {
+        self.line(self.d.barrier);
+        self.hazard.reads_pending = false;
+    }
+
+    /// After threads read scratch.
+    pub fn smem_read_done(&mut self) {
+        self.hazard.reads_pending = true;
+    }
+
+    /// Writes every held element of `src` to `arr[base + pos(flat)]`.
+    pub fn stage(
+        &mut self,
+        src: Value,
+        arr: &str,
+        base: usize,
+        pos: &dyn Fn(&str) -> String,
+    ) -> Result<()> {
+        let lay = self.layout(src);
+        let x = self.el(src, "tm_i");
+        self.open_regs(lay, true);
+        let p = pos("tm_l");
+        let at = if base == 0 {
+            p
+        } else {
+            format!("{base}u + {p}")
+        };
+        if lay.has_idle_threads() {
+            self.line(format!("if (tm_l < {}u) {arr}[{at}] = {x};", lay.n));
+        } else {
+            self.line(format!("{arr}[{at}] = {x};"));
+        }
+        self.close();
+        Ok(())
+    }
+
+    /// Fills a new block (`n` elements) with `expr(flat)` read from scratch.
+    pub fn gather(
+        &mut self,
+        base: &str,
+        dtype: DType,
+        n: usize,
+        expr: &dyn Fn(&str) -> String,
+    ) -> Result<String> {
+        let lay = self.layout_of(n);
+        let name = self.declare_block(base, dtype, n)?;
+        self.open_regs(lay, true);
+        let e = expr("tm_l");
+        if lay.has_idle_threads() {
+            let c = self.cty(dtype)?;
+            self.line(format!("{name}[tm_i] = tm_l < {n}u ? {e} : {c}(0);"));
+        } else {
+            self.line(format!("{name}[tm_i] = {e};"));
+        }
+        self.close();
+        Ok(name)
+    }
+
+    // ---- literals and types -----------------------------------------------------------
+
+    pub fn literal(&self, c: Const, dtype: DType) -> Result<String> {
+        let cty = self.cty(dtype)?;
+        Ok(match dtype {
+            DType::Bool => (if c.as_i64() != 0 { "true" } else { "false" }).into(),
+            DType::I32 => {
+                let v = c.as_i64() as i32;
+                if v == i32::MIN {
+                    "(-2147483647 - 1)".into()
+                } else {
+                    v.to_string()
+                }
+            }
+            DType::I64 => {
+                let v = c.as_i64();
+                if v == i64::MIN {
+                    format!("{cty}(-9223372036854775807L - 1)")
+                } else {
+                    format!("{cty}({v}L)")
+                }
+            }
+            DType::U32 => format!("{}u", c.as_i64() as u32),
+            DType::U64 => format!("{cty}({}UL)", c.as_i64() as u64),
+            DType::I8 => format!("{cty}({})", c.as_i64() as i8),
+            DType::I16 => format!("{cty}({})", c.as_i64() as i16),
+            DType::U8 => format!("{cty}({})", c.as_i64() as u8),
+            DType::U16 => format!("{cty}({})", c.as_i64() as u16),
+            DType::F32 | DType::F16 | DType::BF16 => {
+                let v = c.as_f64() as f32;
+                let f = if v.is_nan() {
+                    self.d.nan.to_string()
+                } else if v.is_infinite() {
+                    format!("{}{}", if v < 0.0 { "-" } else { "" }, self.d.infinity)
+                } else {
+                    let s = format!("{v:?}");
+                    let s = if s.contains(['.', 'e', 'E']) {
+                        s
+                    } else {
+                        format!("{s}.0")
+                    };
+                    format!("{s}f")
+                };
+                if dtype == DType::F32 {
+                    f
+                } else {
+                    format!("{cty}({f})")
+                }
+            }
+            DType::F64 => return Err(unsupported(self.k, "f64 (Metal GPUs have no fp64)")),
+        })
+    }
+
+    // ---- driving ----------------------------------------------------------------------
+
+    /// Pointer provenance: the one parameter each pointer value is an offset into.
+    pub fn compute_provenance(&mut self) -> Result<()> {
+        for (i, p) in self.k.params.iter().enumerate() {
+            let r = if matches!(p.kind, ParamKind::Ptr(_)) {
+                self.prov[p.value.index()] = Some(i);
+                "0".to_string()
+            } else {
+                p.name.clone()
+            };
+            self.reprs[p.value.index()] = Some(Repr::Scalar(r));
+        }
+        for id in self.k.walk() {
+            let data = self.k.op(id);
+            let get = |v: Value, prov: &Vec<Option<usize>>| prov[v.index()];
+            let setp = |v: Value, p: Option<usize>, prov: &mut Vec<Option<usize>>| {
+                if p.is_some() {
+                    prov[v.index()] = p;
+                }
+            };
+            match &data.op {
+                Op::AddPtr { ptr, .. } => {
+                    let p = get(*ptr, &self.prov);
+                    setp(data.results.start_value(), p, &mut self.prov);
+                }
+                Op::Splat { src }
+                | Op::Broadcast { src }
+                | Op::ExpandDims { src, .. }
+                | Op::Reshape { src }
+                | Op::Permute { src, .. } => {
+                    let p = get(*src, &self.prov);
+                    setp(data.results.start_value(), p, &mut self.prov);
+                }
+                Op::Split { src } => {
+                    let p = get(*src, &self.prov);
+                    for r in data.results.iter() {
+                        setp(r, p, &mut self.prov);
+                    }
+                }
+                Op::Select {
+                    on_true, on_false, ..
+                }
+                | Op::Join {
+                    lhs: on_true,
+                    rhs: on_false,
+                } => {
+                    let (a, b) = (get(*on_true, &self.prov), get(*on_false, &self.prov));
+                    if a.is_some() && b.is_some() && a != b {
+                        return Err(unsupported(
+                            self.k,
+                            format!("`{}` of pointers into different parameters", data.op.name()),
+                        ));
+                    }
+                    setp(data.results.start_value(), a.or(b), &mut self.prov);
+                }
+                Op::For { init, body, .. } => {
+                    let args = self.k.region(*body).args.clone();
+                    for (k, v) in init.iter().enumerate() {
+                        let p = get(*v, &self.prov);
+                        setp(args[k + 1], p, &mut self.prov);
+                        if let Some(r) = data.results.get(k) {
+                            setp(r, p, &mut self.prov);
+                        }
+                    }
+                }
+                Op::While { init, cond, body } => {
+                    for (k, v) in init.iter().enumerate() {
+                        let p = get(*v, &self.prov);
+                        for r in [*cond, *body] {
+                            let a = self.k.region(r).args[k];
+                            setp(a, p, &mut self.prov);
+                        }
+                        if let Some(r) = data.results.get(k) {
+                            setp(r, p, &mut self.prov);
+                        }
+                    }
+                }
+                Op::If { then_region, .. } => {
+                    if let Some(&last) = self.k.region(*then_region).ops.last() {
+                        if let Op::Yield { values } = &self.k.op(last).op {
+                            for (k, v) in values.iter().enumerate() {
+                                let p = get(*v, &self.prov);
+                                if let Some(r) = data.results.get(k) {
+                                    setp(r, p, &mut self.prov);
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Lowers the ops of region `r` (but not its `yield`); returns the yielded values.
+    pub fn region(&mut self, r: RegionId) -> Result<Vec<Value>> {
+        let ops = self.k.region(r).ops.clone();
+        let mut yielded = Vec::new();
+        for id in ops {
+            if let Op::Yield { values } = &self.k.op(id).op {
+                yielded = values.clone();
+                continue;
+            }
+            self.op(id)?;
+        }
+        Ok(yielded)
+    }
+
+    fn param_name(&self, v: Value) -> Result<&'k str> {
+        let p = self.prov[v.index()]
+            .ok_or_else(|| unsupported(self.k, "a pointer not derived from a parameter"))?;
+        Ok(&self.k.params[p].name)
+    }
+
+    fn is_output_ptr(&self, v: Value) -> bool {
+        self.prov[v.index()].is_some_and(|p| self.k.params[p].stored)
+    }
+
+    /// Base name for values loaded through / offset from parameter `p`.
+    fn stem(&self, v: Value) -> String {
+        match self.prov[v.index()] {
+            Some(p) => {
+                let n = &self.k.params[p].name;
+                n.strip_suffix("_ptr")
+                    .or_else(|| n.strip_suffix("ptr"))
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or(n)
+                    .to_string()
+            }
+            None => "v".into(),
+        }
+    }
+
+    fn op(&mut self, id: OpId) -> Result<()> {
+        let data = self.k.op(id);
+        let res = data.results.start_value();
+        match &data.op {
+            Op::ProgramId { axis } => {
+                let n = self.fresh(&format!("pid{axis}"));
+                self.line(format!(
+                    "const int {n} = {};",
+                    self.d.program_id[*axis as usize]
+                ));
+                self.set(res, Repr::Scalar(n));
+            }
+            Op::NumPrograms { axis } => {
+                let n = self.fresh(&format!("num_programs{axis}"));
+                self.line(format!(
+                    "const int {n} = {};",
+                    self.d.num_programs[*axis as usize]
+                ));
+                self.set(res, Repr::Scalar(n));
+            }
+            Op::Constant { value } => {
+                let lit = self.literal(*value, self.edt(res))?;
+                if self.ty(res).is_block() {
+                    self.set(res, Repr::Splat(lit));
+                } else {
+                    self.set(res, Repr::Scalar(lit));
+                }
+            }
+            Op::Arange { start, .. } => {
+                let lay = self.layout(res);
+                let n = self.declare_block("arange", DType::I32, lay.n)?;
+                self.open_regs(lay, true);
+                let off = if *start == 0 {
+                    String::new()
+                } else {
+                    format!("{start} + ")
+                };
+                self.line(format!("{n}[tm_i] = {off}int(tm_l);"));
+                self.close();
+                self.set(res, Repr::Block(n));
+                self.recipes[res.index()] = Some(format!("({off}int({FLAT}))"));
+            }
+            Op::Splat { src } => {
+                let s = match self.repr(*src) {
+                    Repr::Scalar(s) | Repr::Splat(s) => s.clone(),
+                    Repr::Block(_) => unreachable!("splat of a block is rejected by the verifier"),
+                };
+                self.set(res, Repr::Splat(s));
+            }
+            Op::Unary { kind, src } => {
+                let dt = self.edt(res);
+                let f = self.unary_expr(*kind, dt)?;
+                self.elementwise(res, &[*src], kind.name(), &|a| f.replace("{x}", &a[0]))?;
+            }
+            Op::Binary { kind, lhs, rhs } => {
+                let dt = self.edt(*lhs);
+                let f = self.binary_expr(*kind, dt)?;
+                self.elementwise(res, &[*lhs, *rhs], kind.name(), &|a| {
+                    f.replace("{a}", &a[0]).replace("{b}", &a[1])
+                })?;
+            }
+            Op::Cmp { pred, lhs, rhs } => {
+                let sym = match pred {
+                    CmpPred::Lt => "<",
+                    CmpPred::Le => "<=",
+                    CmpPred::Gt => ">",
+                    CmpPred::Ge => ">=",
+                    CmpPred::Eq => "==",
+                    CmpPred::Ne => "!=",
+                };
+                let up = self.upcast_if_bf16(self.edt(*lhs));
+                self.elementwise(res, &[*lhs, *rhs], pred.name(), &|a| {
+                    format!("({} {sym} {})", up(&a[0]), up(&a[1]))
+                })?;
+            }
+            Op::Select {
+                cond,
+                on_true,
+                on_false,
+            } => {
+                self.elementwise(res, &[*cond, *on_true, *on_false], "select", &|a| {
+                    format!("({} ? {} : {})", a[0], a[1], a[2])
+                })?;
+            }
+            Op::Fma { a, b, c } => {
+                let dt = self.edt(res);
+                let ct = self.cty(dt)?;
+                self.elementwise(res, &[*a, *b, *c], "fma", &|x| {
+                    if dt == DType::BF16 {
+                        format!(
+                            "{ct}(fma(float({}), float({}), float({})))",
+                            x[0], x[1], x[2]
+                        )
+                    } else {
+                        format!("fma({}, {}, {})", x[0], x[1], x[2])
+                    }
+                })?;
+            }
+            Op::Clamp {
+                src,
+                lo,
+                hi,
+                propagate_nan,
+            } => {
+                let dt = self.edt(res);
+                let ct = self.cty(dt)?;
+                let nan = *propagate_nan;
+                self.elementwise(res, &[*src, *lo, *hi], "clamp", &|x| {
+                    let (s, l, h) = (&x[0], &x[1], &x[2]);
+                    let body = if dt == DType::BF16 {
+                        format!("{ct}(fmin(fmax(float({s}), float({l})), float({h})))")
+                    } else {
+                        format!("fmin(fmax({s}, {l}), {h})")
+                    };
+                    if nan {
+                        format!("(isnan({s}) ? {s} : {body})")
+                    } else {
+                        body
+                    }
+                })?;
+            }
+            Op::Cast { src } => {
+                let (from, to) = (self.edt(*src), self.edt(res));
+                let ct = self.cty(to)?;
+                self.elementwise(res, &[*src], "cast", &|a| {
+                    if (from == DType::BF16 && !to.is_float())
+                        || (to == DType::BF16 && !from.is_float())
+                        || (from == DType::BF16 && to == DType::F16)
+                        || (from == DType::F16 && to == DType::BF16)
+                    {
+                        format!("{ct}(float({}))", a[0])
+                    } else {
+                        format!("{ct}({})", a[0])
+                    }
+                })?;
+            }
+            Op::Bitcast { src } => {
+                let ct = self.cty(self.edt(res))?;
+                let t = self.d.bitcast.replace("{ty}", ct);
+                self.elementwise(res, &[*src], "bitcast", &|a| t.replace("{x}", &a[0]))?;
+            }
+            Op::AddPtr { ptr, offset } => {
+                let ot = self.cty(self.off_dtype)?;
+                let stem = self.stem(*ptr);
+                self.elementwise(res, &[*ptr, *offset], &format!("{stem}_off"), &|a| {
+                    if a[0] == "0" {
+                        format!("{ot}({})", a[1])
+                    } else {
+                        format!("{} + {ot}({})", a[0], a[1])
+                    }
+                })?;
+            }
+            Op::Load { ptr, mask, other } => self.load(res, *ptr, *mask, *other)?,
+            Op::Store { ptr, value, mask } => self.store(*ptr, *value, *mask)?,
+            Op::AtomicRmw {
+                kind,
+                ptr,
+                value,
+                mask,
+            } => self.atomic(res, Some(*kind), *ptr, None, *value, *mask)?,
+            Op::AtomicCas { ptr, cmp, value } => {
+                self.atomic(res, None, *ptr, Some(*cmp), *value, None)?
+            }
+            Op::Broadcast { src } => self.broadcast(res, *src)?,
+            Op::ExpandDims { src, .. } | Op::Reshape { src } => self.reshape(res, *src)?,
+            Op::Permute { src, order } => self.permute(res, *src, order)?,
+            Op::Join { lhs, rhs } => self.join(res, *lhs, *rhs)?,
+            Op::Split { src } => self.split(data.results.iter().collect(), *src)?,
+            Op::Dot { a, b, acc } => self.dot(res, *a, *b, *acc)?,
+            Op::Reduce {
+                kind,
+                axis,
+                srcs,
+                combine,
+            } => self.reduce(id, *kind, *axis as usize, srcs, *combine)?,
+            Op::Scan {
+                kind,
+                axis,
+                reverse,
+                srcs,
+                combine,
+            } => self.scan(id, *kind, *axis as usize, *reverse, srcs, *combine)?,
+            Op::Philox {
+                counters,
+                key,
+                rounds,
+            } => self.philox(id, counters, key, *rounds)?,
+            Op::DebugBarrier => {
+                self.line(self.d.device_barrier);
+                self.line(self.d.barrier);
+                self.hazard.reads_pending = false;
+            }
+            Op::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => self.for_loop(id, *lo, *hi, *step, init, *body)?,
+            Op::While { init, cond, body } => self.while_loop(id, init, *cond, *body)?,
+            Op::If {
+                cond,
+                then_region,
+                else_region,
+            } => self.if_op(id, *cond, *then_region, *else_region)?,
+            Op::Yield { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn upcast_if_bf16(&self, dt: DType) -> impl Fn(&str) -> String {
+        move |x: &str| {
+            if dt == DType::BF16 {
+                format!("float({x})")
+            } else {
+                x.to_string()
+            }
+        }
+    }
+
+    /// Prints an elementwise op: a scalar when every operand is uniform, else a loop over
+    /// registers. `f` builds the element expression from the operands' element expressions.
+    pub fn elementwise(
+        &mut self,
+        res: Value,
+        args: &[Value],
+        base: &str,
+        f: &dyn Fn(&[String]) -> String,
+    ) -> Result<()> {
+        let dt = self.edt(res);
+        let ct = self.cty(dt)?;
+        if args.iter().all(|a| self.is_uniform(*a)) {
+            let xs: Vec<String> = args.iter().map(|a| self.el(*a, "")).collect();
+            let name = self.fresh(base);
+            self.line(format!("const {ct} {name} = {};", f(&xs)));
+            let block = self.ty(res).is_block();
+            self.set(
+                res,
+                if block {
+                    Repr::Splat(name)
+                } else {
+                    Repr::Scalar(name)
+                },
+            );
+            return Ok(());
+        }
+        let lay = self.layout(res);
+        let name = self.declare_block(base, dt, lay.n)?;
+        let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_i")).collect();
+        self.open_regs(lay, false);
+        self.line(format!("{name}[tm_i] = {};", f(&xs)));
+        self.close();
+        self.set(res, Repr::Block(name));
+        let rs: Option<Vec<String>> = args.iter().map(|a| self.recipe(*a)).collect();
+        if let Some(rs) = rs {
+            let r = f(&rs);
+            if r.len() <= MAX_RECIPE {
+                self.recipes[res.index()] = Some(r);
+            }
+        }
+        Ok(())
+    }
+
+    fn unary_expr(&mut self, kind: UnaryOp, dt: DType) -> Result<String> {
+        let ct = self.cty(dt)?;
+        let func = match kind {
+            UnaryOp::Exp => "exp",
+            UnaryOp::Exp2 => "exp2",
+            UnaryOp::Log => "log",
+            UnaryOp::Log2 => "log2",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Abs => {
+                return Ok(if dt.is_float() {
+                    if dt == DType::BF16 {
+                        format!("{ct}(fabs(float({{x}})))")
+                    } else {
+                        "fabs({x})".into()
+                    }
+                } else if dt.is_signed_int() {
+                    format!("{ct}(abs({{x}}))")
+                } else {
+                    "{x}".into()
+                })
+            }
+        };
+        let call = match self.d.override_for(func) {
+            Some(t) => {
+                self.helpers.insert("erf");
+                t.to_string()
+            }
+            None => format!("{func}({{x}})"),
+        };
+        Ok(match dt {
+            DType::F32 => call,
+            // Transcendentals on 16-bit floats run in float and round once.
+            DType::F16 | DType::BF16 => format!("{ct}({})", call.replace("{x}", "float({x})")),
+            _ => return Err(unsupported(self.k, format!("`{}` on {dt}", kind.name()))),
+        })
+    }
+
+    pub(super) fn binary_expr(&mut self, kind: BinaryOp, dt: DType) -> Result<String> {
+        let ct = self.cty(dt)?;
+        let float = dt.is_float();
+        let bits = dt.size_bytes() * 8;
+        // Integer results Triton leaves undefined are defined as the CPU executor defines
+        // them (x / 0 = all ones, x % 0 = x, MIN / -1 wraps, over-wide shifts give 0 or the
+        // sign), which also keeps idle threads' padding registers from trapping.
+        let neg = match dt.size_bytes() {
+            8 => format!("{ct}(0ul - ulong({{a}}))"),
+            _ => format!("{ct}(0u - uint({{a}}))"),
+        };
+        let signed = dt.is_signed_int();
+        let e = match kind {
+            BinaryOp::Add => "({a} + {b})".to_string(),
+            BinaryOp::Sub => "({a} - {b})".into(),
+            BinaryOp::Mul => "({a} * {b})".into(),
+            BinaryOp::Div if float => "({a} / {b})".into(),
+            BinaryOp::Div if signed => format!(
+                "({{b}} == 0 ? {ct}(-1) : ({{b}} == -1 ? {neg} : {ct}({{a}} / {{b}})))"
+            ),
+            BinaryOp::Div => format!("({{b}} == 0 ? {ct}(-1) : {ct}({{a}} / {{b}}))"),
+            BinaryOp::Rem if float => "fmod({a}, {b})".into(),
+            BinaryOp::Rem if signed => {
+                format!("(({{b}} == 0 || {{b}} == -1) ? ({{b}} == 0 ? {{a}} : {ct}(0)) : {ct}({{a}} % {{b}}))")
+            }
+            BinaryOp::Rem => format!("({{b}} == 0 ? {{a}} : {ct}({{a}} % {{b}}))"),
+            BinaryOp::And => "({a} & {b})".into(),
+            BinaryOp::Or => "({a} | {b})".into(),
+            BinaryOp::Xor => "({a} ^ {b})".into(),
+            BinaryOp::Shl => format!("(ulong({{b}}) >= {bits}ul ? {ct}(0) : {ct}({{a}} << {{b}}))"),
+            BinaryOp::Shr if signed => format!(
+                "(ulong({{b}}) >= {bits}ul ? ({{a}} < 0 ? {ct}(-1) : {ct}(0)) : {ct}({{a}} >> {{b}}))"
+            ),
+            BinaryOp::Shr => format!("(ulong({{b}}) >= {bits}ul ? {ct}(0) : {ct}({{a}} >> {{b}}))"),
+            BinaryOp::Max if float => "fmax({a}, {b})".into(),
+            BinaryOp::Min if float => "fmin({a}, {b})".into(),
+            BinaryOp::Max => "max({a}, {b})".into(),
+            BinaryOp::Min => "min({a}, {b})".into(),
+            BinaryOp::MaxNan => {
+                "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmax({a}, {b}))".into()
+            }
+            BinaryOp::MinNan => {
+                "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmin({a}, {b}))".into()
+            }
+            // Triton's `umulhi`: the high half of the unsigned product, whatever the sign.
+            BinaryOp::MulHi if signed => {
+                let u = if bits == 64 { "ulong" } else { "uint" };
+                format!("{ct}(mulhi({u}({{a}}), {u}({{b}})))")
+            }
+            BinaryOp::MulHi => "mulhi({a}, {b})".into(),
+        };
+        Ok(match dt {
+            // bfloat arithmetic runs in float and rounds once per op.
+            DType::BF16 => format!(
+                "{ct}({})",
+                e.replace("{a}", "float({a})").replace("{b}", "float({b})")
+            ),
+            DType::Bool if matches!(kind, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor) => {
+                format!("bool({e})")
+            }
+            d if d.size_bytes() < 4 && !float => format!("{ct}({e})"),
+            _ => e,
+        })
+    }
+
+    // ---- memory -----------------------------------------------------------------------
+
+    fn access(&self, ptr: Value, off: &str) -> Result<String> {
+        let p = self.param_name(ptr)?;
+        Ok(if self.atomic_outputs && self.is_output_ptr(ptr) {
+            format!("atomic_load_explicit(&{p}[{off}], memory_order_relaxed)")
+        } else {
+            format!("{p}[{off}]")
+        })
+    }
+
+    fn load(
+        &mut self,
+        res: Value,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+    ) -> Result<()> {
+        let dt = self.edt(res);
+        let ct = self.cty(dt)?;
+        let stem = self.stem(ptr);
+        let zero = format!("{ct}(0)");
+        if self.ty(res).is_scalar() {
+            let name = self.fresh(&stem);
+            let a = self.access(ptr, &self.el(ptr, ""))?;
+            let e = match mask {
+                Some(m) => {
+                    let o = other.map_or(zero, |o| self.el(o, ""));
+                    format!("{} ? {a} : {o}", self.el(m, ""))
+                }
+                None => a,
+            };
+            self.line(format!("const {ct} {name} = {e};"));
+            self.set(res, Repr::Scalar(name));
+            return Ok(());
+        }
+        let lay = self.layout(res);
+        let name = self.declare_block(&stem, dt, lay.n)?;
+        self.layouts.push(LayoutChoice {
+            op: format!("load {name}: {}", self.ty(res)),
+            layout: format!(
+                "blocked: {} per chunk, {} threads, {} registers",
+                lay.vec,
+                lay.threads,
+                lay.regs()
+            ),
+        });
+        let guard = lay.has_idle_threads();
+        self.open_regs(lay, guard);
+        let a = self.access(ptr, &self.el(ptr, "tm_i"))?;
+        let mut conds = Vec::new();
+        if guard {
+            conds.push(format!("tm_l < {}u", lay.n));
+        }
+        if let Some(m) = mask {
+            conds.push(self.el(m, "tm_i"));
+        }
+        let o = other.map_or(zero, |o| self.el(o, "tm_i"));
+        if conds.is_empty() {
+            self.line(format!("{name}[tm_i] = {a};"));
+        } else {
+            self.line(format!(
+                "{name}[tm_i] = ({}) ? {a} : {o};",
+                conds.join(" && ")
+            ));
+        }
+        self.close();
+        self.set(res, Repr::Block(name));
+        Ok(())
+    }
+
+    fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
+        let p = self.param_name(ptr)?;
+        Ok(if self.atomic_outputs {
+            format!("atomic_store_explicit(&{p}[{off}], {val}, memory_order_relaxed);")
+        } else {
+            format!("{p}[{off}] = {val};")
+        })
+    }
+
+    fn store(&mut self, ptr: Value, value: Value, mask: Option<Value>) -> Result<()> {
+        if self.ty(ptr).is_scalar() {
+            // One writer: every thread holds the same value.
+            let mut cond = "tm_lid == 0".to_string();
+            if let Some(m) = mask {
+                cond = format!("{cond} && {}", self.el(m, ""));
+            }
+            let s = self.store_stmt(ptr, &self.el(ptr, ""), &self.el(value, ""))?;
+            self.line(format!("if ({cond}) {s}"));
+            return Ok(());
+        }
+        let lay = self.layout(ptr);
+        let guard = lay.has_idle_threads();
+        self.open_regs(lay, guard);
+        let s = self.store_stmt(ptr, &self.el(ptr, "tm_i"), &self.el(value, "tm_i"))?;
+        let mut conds = Vec::new();
+        if guard {
+            conds.push(format!("tm_l < {}u", lay.n));
+        }
+        if let Some(m) = mask {
+            conds.push(self.el(m, "tm_i"));
+        }
+        if conds.is_empty() {
+            self.line(s);
+        } else {
+            self.line(format!("if ({}) {s}", conds.join(" && ")));
+        }
+        self.close();
+        Ok(())
+    }
+
+    fn atomic_expr(
+        &mut self,
+        kind: Option<AtomicOp>,
+        dt: DType,
+        addr: &str,
+        cmp: &str,
+        val: &str,
+    ) -> Result<String> {
+        if !matches!(dt, DType::I32 | DType::U32 | DType::F32) {
+            return Err(unsupported(self.k, format!("atomics on {dt}")));
+        }
+        let mo = "memory_order_relaxed";
+        let f = |name: &str| format!("atomic_{name}_explicit({addr}, {val}, {mo})");
+        Ok(match kind {
+            None if dt == DType::F32 => {
+                return Err(unsupported(self.k, "atomic_cas on f32"));
+            }
+            None => {
+                self.helpers.insert("atomic_cas");
+                format!("tm_cas_strong({addr}, {cmp}, {val})")
+            }
+            Some(AtomicOp::Add) => f("fetch_add"),
+            Some(AtomicOp::Max) if dt == DType::F32 => {
+                self.helpers.insert("atomic_fminmax");
+                format!("tm_atomic_fmax({addr}, {val})")
+            }
+            Some(AtomicOp::Min) if dt == DType::F32 => {
+                self.helpers.insert("atomic_fminmax");
+                format!("tm_atomic_fmin({addr}, {val})")
+            }
+            Some(AtomicOp::Max) => f("fetch_max"),
+            Some(AtomicOp::Min) => f("fetch_min"),
+            Some(AtomicOp::And | AtomicOp::Or | AtomicOp::Xor) if dt == DType::F32 => {
+                return Err(unsupported(self.k, "bitwise atomics on f32"));
+            }
+            Some(AtomicOp::And) => f("fetch_and"),
+            Some(AtomicOp::Or) => f("fetch_or"),
+            Some(AtomicOp::Xor) => f("fetch_xor"),
+            Some(AtomicOp::Xchg) => f("exchange"),
+        })
+    }
+
+    fn atomic(
+        &mut self,
+        res: Value,
+        kind: Option<AtomicOp>,
+        ptr: Value,
+        cmp: Option<Value>,
+        value: Value,
+        mask: Option<Value>,
+    ) -> Result<()> {
+        let dt = self.edt(res);
+        let ct = self.cty(dt)?;
+        let p = self.param_name(ptr)?.to_string();
+        let name_base = format!("{}_old", self.stem(ptr));
+        if self.ty(ptr).is_scalar() {
+            // One thread updates; the old value reaches everyone through scratch.
+            let addr = format!("&{p}[{}]", self.el(ptr, ""));
+            let c = cmp.map(|c| self.el(c, "")).unwrap_or_default();
+            let e = self.atomic_expr(kind, dt, &addr, &c, &self.el(value, ""))?;
+            let mut cond = "tm_lid == 0".to_string();
+            if let Some(m) = mask {
+                cond = format!("{cond} && {}", self.el(m, ""));
+            }
+            let s = self.scratch_array(dt, 1)?;
+            self.smem_write_begin();
+            self.line(format!("if (tm_lid == 0) {s}[0] = {ct}(0);"));
+            self.line(format!("if ({cond}) {s}[0] = {e};"));
+            self.smem_write_end();
+            let name = self.fresh(&name_base);
+            self.line(format!("const {ct} {name} = {s}[0];"));
+            self.smem_read_done();
+            self.set(res, Repr::Scalar(name));
+            return Ok(());
+        }
+        let lay = self.layout(ptr);
+        let name = self.declare_block(&name_base, dt, lay.n)?;
+        let guard = lay.has_idle_threads();
+        self.open_regs(lay, guard);
+        let addr = format!("&{p}[{}]", self.el(ptr, "tm_i"));
+        let c = cmp.map(|c| self.el(c, "tm_i")).unwrap_or_default();
+        let e = self.atomic_expr(kind, dt, &addr, &c, &self.el(value, "tm_i"))?;
+        let mut conds = Vec::new();
+        if guard {
+            conds.push(format!("tm_l < {}u", lay.n));
+        }
+        if let Some(m) = mask {
+            conds.push(self.el(m, "tm_i"));
+        }
+        if conds.is_empty() {
+            self.line(format!("{name}[tm_i] = {e};"));
+        } else {
+            self.line(format!(
+                "{name}[tm_i] = ({}) ? {e} : {ct}(0);",
+                conds.join(" && ")
+            ));
+        }
+        self.close();
+        self.set(res, Repr::Block(name));
+        Ok(())
+    }
+
+    // ---- shape ops (through threadgroup memory) ---------------------------------------
+
+    /// Moves `src` into a new block of `res`'s layout where element `l` of the result is
+    /// element `src_index(l)` of the source.
+    fn convert(
+        &mut self,
+        res: Value,
+        src: Value,
+        base: &str,
+        src_index: &dyn Fn(&str) -> String,
+    ) -> Result<()> {
+        let dt = self.edt(res);
+        let n_src = self.ty(src).numel();
+        let s = self.scratch_array(dt, n_src)?;
+        self.smem_write_begin();
+        self.stage(src, &s, 0, &|l| l.to_string())?;
+        self.smem_write_end();
+        let n = self.ty(res).numel();
+        let name = if self.ty(res).is_scalar() {
+            let name = self.fresh(base);
+            let ct = self.cty(dt)?;
+            self.line(format!("const {ct} {name} = {s}[{}];", src_index("0u")));
+            self.set(res, Repr::Scalar(name.clone()));
+            name
+        } else {
+            let name = self.gather(base, dt, n, &|l| format!("{s}[{}]", src_index(l)))?;
+            self.set(res, Repr::Block(name.clone()));
+            name
+        };
+        self.smem_read_done();
+        self.layouts.push(LayoutChoice {
+            op: format!("{base} {name}: {} -> {}", self.ty(src), self.ty(res)),
+            layout: "convert through threadgroup memory".into(),
+        });
+        Ok(())
+    }
+
+    fn broadcast(&mut self, res: Value, src: Value) -> Result<()> {
+        if self.is_uniform(src) {
+            let s = self.el(src, "");
+            self.set(res, Repr::Splat(s));
+            return Ok(());
+        }
+        let (ss, ds) = (self.ty(src).shape.clone(), self.ty(res).shape.clone());
+        if ss == ds {
+            let r = self.repr(src).clone();
+            self.set(res, r);
+            self.recipes[res.index()] = self.recipes[src.index()].clone();
+            return Ok(());
+        }
+        // Bit fields: result dim d sits at bits [dpos, dpos + w); source at spos.
+        let fields = bit_fields(&ds)
+            .into_iter()
+            .zip(bit_fields(&ss))
+            .filter(|(_, (_, sw))| *sw > 0)
+            .map(|((dp, w), (sp, _))| (dp, w, sp))
+            .collect::<Vec<_>>();
+        self.relayout(res, src, "bcast", &|l| remap_expr(l, &fields))
+    }
+
+    fn reshape(&mut self, res: Value, src: Value) -> Result<()> {
+        let r = self.repr(src).clone();
+        let to_scalar = self.ty(res).is_scalar();
+        match r {
+            Repr::Scalar(s) | Repr::Splat(s) => self.set(
+                res,
+                if to_scalar {
+                    Repr::Scalar(s)
+                } else {
+                    Repr::Splat(s)
+                },
+            ),
+            Repr::Block(_) if to_scalar => self.relayout(res, src, "elem", &|_| "0u".into())?,
+            // The layout depends only on the element count, which a reshape keeps.
+            Repr::Block(a) => {
+                self.set(res, Repr::Block(a));
+                self.recipes[res.index()] = self.recipes[src.index()].clone();
+            }
+        }
+        Ok(())
+    }
+
+    fn permute(&mut self, res: Value, src: Value, order: &[u32]) -> Result<()> {
+        if self.is_uniform(src) {
+            let s = self.el(src, "");
+            self.set(res, Repr::Splat(s));
+            return Ok(());
+        }
+        let ss = self.ty(src).shape.clone();
+        let ds = self.ty(res).shape.clone();
+        let sf = bit_fields(&ss);
+        let fields: Vec<(u32, u32, u32)> = bit_fields(&ds)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (dp, w))| (dp, w, sf[order[i] as usize].0))
+            .filter(|f| f.1 > 0)
+            .collect();
+        self.relayout(res, src, "perm", &|l| remap_expr(l, &fields))
+    }
+
+    fn join(&mut self, res: Value, lhs: Value, rhs: Value) -> Result<()> {
+        let dt = self.edt(res);
+        let n = self.ty(lhs).numel();
+        let s = self.scratch_array(dt, 2 * n)?;
+        self.smem_write_begin();
+        for (k, v) in [lhs, rhs].into_iter().enumerate() {
+            self.materialize(v)?;
+            self.stage(v, &s, k * n, &|l| l.to_string())?;
+        }
+        self.smem_write_end();
+        let name = self.gather("joined", dt, 2 * n, &|l| {
+            format!("{s}[(({l} & 1u) * {n}u) + ({l} >> 1)]")
+        })?;
+        self.smem_read_done();
+        self.set(res, Repr::Block(name));
+        Ok(())
+    }
+
+    fn split(&mut self, results: Vec<Value>, src: Value) -> Result<()> {
+        if self.is_uniform(src) {
+            let s = self.el(src, "");
+            for r in results {
+                let repr = if self.ty(r).is_block() {
+                    Repr::Splat(s.clone())
+                } else {
+                    Repr::Scalar(s.clone())
+                };
+                self.set(r, repr);
+            }
+            return Ok(());
+        }
+        let dt = self.edt(src);
+        let n = self.ty(src).numel();
+        let s = self.scratch_array(dt, n)?;
+        self.smem_write_begin();
+        self.stage(src, &s, 0, &|l| l.to_string())?;
+        self.smem_write_end();
+        for (k, r) in results.into_iter().enumerate() {
+            if self.ty(r).is_scalar() {
+                let name = self.fresh("half");
+                let ct = self.cty(dt)?;
+                self.line(format!("const {ct} {name} = {s}[{k}u];"));
+                self.set(r, Repr::Scalar(name));
+            } else {
+                let name =
+                    self.gather("half", dt, n / 2, &|l| format!("{s}[({l} << 1) | {k}u]"))?;
+                self.set(r, Repr::Block(name));
+            }
+        }
+        self.smem_read_done();
+        Ok(())
+    }
+
+    fn philox(
+        &mut self,
+        id: OpId,
+        counters: &[Value; 4],
+        key: &[Value; 2],
+        rounds: u32,
+    ) -> Result<()> {
+        self.helpers.insert("philox");
+        let results: Vec<Value> = self.k.op(id).results.iter().collect();
+        let args: Vec<Value> = counters.iter().chain(key.iter()).copied().collect();
+        let uniform = args.iter().all(|a| self.is_uniform(*a));
+        let block = self.ty(results[0]).is_block();
+        let lay = self.layout(results[0]);
+        let tmp = self.fresh("philox");
+        let names: Vec<String> = (0..4).map(|k| self.fresh(&format!("rand{k}"))).collect();
+        if uniform {
+            let xs: Vec<String> = args.iter().map(|a| self.el(*a, "")).collect();
+            self.line(format!(
+                "const uint4 {tmp} = tm_philox({}, {rounds}u);",
+                xs.join(", ")
+            ));
+            for (k, n) in names.iter().enumerate() {
+                self.line(format!("const uint {n} = {tmp}[{k}];"));
+                let r = if block {
+                    Repr::Splat(n.clone())
+                } else {
+                    Repr::Scalar(n.clone())
+                };
+                self.set(results[k], r);
+            }
+            return Ok(());
+        }
+        for n in &names {
+            self.line(format!("uint {n}[{}];", lay.regs()));
+        }
+        let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_i")).collect();
+        self.open_regs(lay, false);
+        self.line(format!(
+            "const uint4 {tmp} = tm_philox({}, {rounds}u);",
+            xs.join(", ")
+        ));
+        for (k, n) in names.iter().enumerate() {
+            self.line(format!("{n}[tm_i] = {tmp}[{k}];"));
+        }
+        self.close();
+        for (k, n) in names.into_iter().enumerate() {
+            self.set(results[k], Repr::Block(n));
+        }
+        Ok(())
+    }
+
+    // ---- control flow -----------------------------------------------------------------
+
+    /// Declares a mutable variable for a carried value of type of `v` and returns its repr.
+    fn carried_var(&mut self, v: Value, base: &str) -> Result<Repr> {
+        let dt = self.edt(v);
+        let ct = self.cty(dt)?;
+        let name = self.fresh(base);
+        if self.ty(v).is_block() {
+            let r = self.layout(v).regs();
+            self.line(format!("{ct} {name}[{r}];"));
+            Ok(Repr::Block(name))
+        } else {
+            self.line(format!("{ct} {name};"));
+            Ok(Repr::Scalar(name))
+        }
+    }
+
+    /// Assigns `vals` to the carried variables `vars` as one parallel assignment.
+    fn assign_carried(&mut self, vars: &[Repr], vals: &[Value]) -> Result<()> {
+        let var_names: Vec<&str> = vars
+            .iter()
+            .map(|r| match r {
+                Repr::Scalar(s) | Repr::Block(s) | Repr::Splat(s) => s.as_str(),
+            })
+            .collect();
+        // A value that is itself one of the variables must be read before any is written.
+        let mut staged: Vec<Option<String>> = vec![None; vals.len()];
+        for (k, v) in vals.iter().enumerate() {
+            let src_name = match self.repr(*v) {
+                Repr::Scalar(s) | Repr::Block(s) | Repr::Splat(s) => s.clone(),
+            };
+            let clobbered = var_names
+                .iter()
+                .enumerate()
+                .any(|(j, n)| j != k && *n == src_name);
+            if clobbered {
+                let tmp = self.fresh("carry");
+                let dt = self.edt(*v);
+                let ct = self.cty(dt)?;
+                if self.ty(*v).is_block() {
+                    let lay = self.layout(*v);
+                    self.line(format!("{ct} {tmp}[{}];", lay.regs()));
+                    self.open_regs(lay, false);
+                    self.line(format!("{tmp}[tm_i] = {};", self.el(*v, "tm_i")));
+                    self.close();
+                } else {
+                    self.line(format!("const {ct} {tmp} = {};", self.el(*v, "")));
+                }
+                staged[k] = Some(tmp);
+            }
+        }
+        for (k, v) in vals.iter().enumerate() {
+            let src = |i: &str| match &staged[k] {
+                Some(t) if self.ty(*v).is_block() => format!("{t}[{i}]"),
+                Some(t) => t.clone(),
+                None => self.el(*v, i),
+            };
+            match &vars[k] {
+                Repr::Block(a) => {
+                    if src("tm_i") == format!("{a}[tm_i]") {
+                        continue;
+                    }
+                    let lay = self.layout(*v);
+                    let s = src("tm_i");
+                    self.open_regs(lay, false);
+                    self.line(format!("{a}[tm_i] = {s};"));
+                    self.close();
+                }
+                Repr::Scalar(a) | Repr::Splat(a) => {
+                    let s = src("");
+                    if &s != a {
+                        self.line(format!("{a} = {s};"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn for_loop(
+        &mut self,
+        id: OpId,
+        lo: Value,
+        hi: Value,
+        step: Value,
+        init: &[Value],
+        body: RegionId,
+    ) -> Result<()> {
+        let args = self.k.region(body).args.clone();
+        let results: Vec<Value> = self.k.op(id).results.iter().collect();
+        let mut vars = Vec::new();
+        for (k, v) in init.iter().enumerate() {
+            let r = self.carried_var(*v, &format!("acc{k}"))?;
+            vars.push(r);
+        }
+        self.assign_carried(&vars, init)?;
+        let iv_t = self.cty(self.edt(lo))?;
+        let iv = self.fresh("iv");
+        let (l, h, s) = (self.el(lo, ""), self.el(hi, ""), self.el(step, ""));
+        self.set(args[0], Repr::Scalar(iv.clone()));
+        for (k, r) in vars.iter().enumerate() {
+            self.set(args[k + 1], r.clone());
+        }
+        self.open(format!("for ({iv_t} {iv} = {l}; {iv} < {h}; {iv} += {s})"));
+        // The previous iteration's reads of scratch are pending at the top of the body.
+        self.hazard.reads_pending = true;
+        let ys = self.region(body)?;
+        self.assign_carried(&vars, &ys)?;
+        self.close();
+        self.hazard.reads_pending = true;
+        for (k, r) in results.into_iter().enumerate() {
+            self.set(r, vars[k].clone());
+        }
+        Ok(())
+    }
+
+    fn while_loop(
+        &mut self,
+        id: OpId,
+        init: &[Value],
+        cond: RegionId,
+        body: RegionId,
+    ) -> Result<()> {
+        let results: Vec<Value> = self.k.op(id).results.iter().collect();
+        let mut vars = Vec::new();
+        for (k, v) in init.iter().enumerate() {
+            vars.push(self.carried_var(*v, &format!("carry{k}"))?);
+        }
+        self.assign_carried(&vars, init)?;
+        for r in [cond, body] {
+            let args = self.k.region(r).args.clone();
+            for (k, a) in args.into_iter().enumerate() {
+                self.set(a, vars[k].clone());
+            }
+        }
+        self.open("while (true)");
+        self.hazard.reads_pending = true;
+        let c = self.region(cond)?;
+        let cv = c
+            .first()
+            .copied()
+            .ok_or_else(|| unsupported(self.k, "a while condition that yields nothing"))?;
+        self.line(format!("if (!{}) break;", self.el(cv, "")));
+        let ys = self.region(body)?;
+        self.assign_carried(&vars, &ys)?;
+        self.close();
+        self.hazard.reads_pending = true;
+        for (k, r) in results.into_iter().enumerate() {
+            self.set(r, vars[k].clone());
+        }
+        Ok(())
+    }
+
+    fn if_op(&mut self, id: OpId, cond: Value, then_r: RegionId, else_r: RegionId) -> Result<()> {
+        let results: Vec<Value> = self.k.op(id).results.iter().collect();
+        let mut vars = Vec::new();
+        for (k, v) in results.iter().enumerate() {
+            vars.push(self.carried_var(*v, &format!("if{k}"))?);
+        }
+        let before = self.hazard;
+        self.open(format!("if ({})", self.el(cond, "")));
+        let ys = self.region(then_r)?;
+        self.assign_carried(&vars, &ys)?;
+        let after_then = self.hazard;
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        self.hazard = before;
+        let ys = self.region(else_r)?;
+        self.assign_carried(&vars, &ys)?;
+        self.close();
+        self.hazard.reads_pending |= after_then.reads_pending;
+        for (k, r) in results.into_iter().enumerate() {
+            self.set(r, vars[k].clone());
+        }
+        Ok(())
+    }
+}
+
+/// Identifiers a generated name must not take: C++ keywords and alternative tokens, and
+/// the Metal functions and types the printer calls (a local named `exp` would hide `exp()`).
+#[rustfmt::skip]
+const RESERVED_WORDS: &[&str] = &[
+    "and",
+    "or",
+    "xor",
+    "not",
+    "bitand",
+    "bitor",
+    "compl",
+    "and_eq",
+    "or_eq",
+    "xor_eq",
+    "not_eq",
+    "auto",
+    "bool",
+    "break",
+    "case",
+    "char",
+    "class",
+    "const",
+    "constant",
+    "continue",
+    "default",
+    "delete",
+    "device",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "explicit",
+    "extern",
+    "false",
+    "float",
+    "for",
+    "goto",
+    "half",
+    "bfloat",
+    "if",
+    "inline",
+    "int",
+    "kernel",
+    "long",
+    "namespace",
+    "new",
+    "operator",
+    "private",
+    "protected",
+    "public",
+    "register",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "struct",
+    "switch",
+    "template",
+    "this",
+    "thread",
+    "threadgroup",
+    "true",
+    "typedef",
+    "typename",
+    "uchar",
+    "uint",
+    "ulong",
+    "union",
+    "unsigned",
+    "ushort",
+    "using",
+    "void",
+    "volatile",
+    "while",
+    "abs",
+    "fabs",
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "erf",
+    "floor",
+    "ceil",
+    "max",
+    "min",
+    "fmax",
+    "fmin",
+    "fma",
+    "fmod",
+    "clamp",
+    "isnan",
+    "mulhi",
+    "select",
+    "as_type",
+    "metal",
+    "simd_sum",
+    "simd_max",
+    "simd_min",
+    "uint4",
+    "simd_shuffle_xor",
+    "simdgroup_load",
+    "simdgroup_store",
+    "INFINITY",
+    "NAN",
+    "in",
+    "out",
+];
+
+/// `(bit position, width)` of each dim of a row-major power-of-two shape.
+pub(super) fn bit_fields(shape: &[usize]) -> Vec<(u32, u32)> {
+    let mut pos = 0u32;
+    let mut out = vec![(0, 0); shape.len()];
+    for (d, &s) in shape.iter().enumerate().rev() {
+        let w = s.trailing_zeros();
+        out[d] = (pos, w);
+        pos += w;
+    }
+    out
+}
+
+/// C expression moving bit fields `(from, width, to)` of `l` into a new index.
+pub(super) fn remap_expr(l: &str, fields: &[(u32, u32, u32)]) -> String {
+    if fields.is_empty() {
+        return "0u".into();
+    }
+    fields
+        .iter()
+        .map(|&(from, w, to)| {
+            let mask = (1u64 << w) - 1;
+            let f = if from == 0 {
+                format!("({l} & {mask}u)")
+            } else {
+                format!("(({l} >> {from}) & {mask}u)")
+            };
+            if to == 0 {
+                f
+            } else {
+                format!("({f} << {to})")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+trait StartValue {
+    fn start_value(self) -> Value;
+}
+
+impl StartValue for crate::ir::ValueRange {
+    /// The first result, or a dangling value for ops without results (never read).
+    fn start_value(self) -> Value {
+        Value(self.start)
+    }
+}

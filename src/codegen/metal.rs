@@ -1,0 +1,280 @@
+//! The Metal back end: a kernel's IR to an MLX `metal_kernel` body, header and launch shape.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use super::dialect::METAL;
+use super::lower::{unsupported, Lowering};
+use super::{abi, LaunchOptions, LayoutChoice};
+use crate::error::{Error, Result};
+use crate::ir::{Kernel, ParamKind};
+
+/// A kernel ready for `fast::metal_kernel`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetalProgram {
+    /// Name for `metal_kernel`: the kernel's name and a hash of header and source, so MLX's
+    /// library cache can never confuse two variants.
+    pub name: String,
+    /// Kernel body (MLX writes the signature).
+    pub source: String,
+    /// Helpers placed before the kernel.
+    pub header: String,
+    /// Input names in MLX order: read-only pointers, then scalars, in parameter order
+    /// interleaved as declared (see [`MetalProgram::inputs`]).
+    pub input_names: Vec<String>,
+    /// Output names: the pointer parameters the kernel stores to or updates atomically.
+    pub output_names: Vec<String>,
+    /// For each input, its index in [`Kernel::params`].
+    pub inputs: Vec<usize>,
+    /// For each output, its index in [`Kernel::params`].
+    pub outputs: Vec<usize>,
+    /// Outputs the kernel also reads: the launcher must fill them with the argument's
+    /// contents (MLX outputs start fresh).
+    pub read_write_outputs: Vec<String>,
+    /// Threads per threadgroup (`num_warps x 32`).
+    pub threads_per_threadgroup: usize,
+    /// Static threadgroup memory the body declares, in bytes.
+    pub threadgroup_mem_bytes: usize,
+    /// Pass `atomic_outputs = true` to `metal_kernel` (the kernel uses atomics; every
+    /// output is then `device atomic<T>*`).
+    pub atomic_outputs: bool,
+    /// Layout and strategy decisions, in program order (for `TRITON_METAL_DEBUG` and tools).
+    pub layouts: Vec<LayoutChoice>,
+}
+
+impl MetalProgram {
+    /// `(grid, threadgroup)` in threads for MLX, from the number of programs per axis.
+    pub fn launch_dims(&self, programs: [usize; 3]) -> ([usize; 3], [usize; 3]) {
+        abi::grid(programs, self.threads_per_threadgroup)
+    }
+
+    /// A readable dump: layouts, launch shape, header and source.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "metal program `{}`: {} threads/threadgroup, {} bytes threadgroup memory, atomic_outputs={}\n  inputs: {:?}\n  outputs: {:?}\n",
+            self.name,
+            self.threads_per_threadgroup,
+            self.threadgroup_mem_bytes,
+            self.atomic_outputs,
+            self.input_names,
+            self.output_names
+        );
+        for l in &self.layouts {
+            s.push_str(&format!("  layout: {} -> {}\n", l.op, l.layout));
+        }
+        s.push_str("---- header ----\n");
+        s.push_str(&self.header);
+        s.push_str("---- source ----\n");
+        s.push_str(&self.source);
+        s
+    }
+}
+
+/// Compiles `kernel` for Metal under `opts`. Errors before anything is launched: more
+/// threads than the target allows, threadgroup memory over its limit, unsupported ops
+/// (named), parameter names that would change MLX's signature.
+pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
+    let launch_err = |msg: String| Error::Launch {
+        kernel: kernel.name.clone(),
+        msg,
+    };
+    let threads = opts.threads();
+    if opts.num_warps == 0 || !opts.num_warps.is_power_of_two() {
+        return Err(launch_err(format!(
+            "num_warps must be a power of two, got {}",
+            opts.num_warps
+        )));
+    }
+    let max_threads = (opts.target.max_threads_per_threadgroup as usize).min(1024);
+    if threads > max_threads {
+        return Err(launch_err(format!(
+            "{threads} threads per threadgroup (num_warps = {}) exceed the limit of {max_threads} on {}",
+            opts.num_warps, opts.target.chip
+        )));
+    }
+    for v in &kernel.values {
+        if v.ty.shape.iter().any(|d| !d.is_power_of_two()) {
+            return Err(unsupported(
+                kernel,
+                format!("block shape {} (dims must be powers of two)", v.ty),
+            ));
+        }
+    }
+    let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
+    abi::check_param_names(&kernel.name, &names)?;
+
+    let mut lw = Lowering::new(kernel, &METAL, opts);
+    lw.compute_provenance()?;
+    lw.region(kernel.body)?;
+
+    let mut body = Vec::new();
+    body.push(format!("  const uint tm_lid = {};", METAL.thread_index));
+    let mut tg_bytes = 0usize;
+    for (dt, elems) in &lw.scratch {
+        let ct = lw.cty(*dt)?;
+        body.push(format!(
+            "  {} {ct} tm_smem_{}[{elems}];",
+            METAL.shared_array,
+            dt.short_name()
+        ));
+        tg_bytes += (elems * dt.size_bytes()).next_multiple_of(16);
+    }
+    if tg_bytes > opts.target.threadgroup_memory_bytes as usize {
+        return Err(launch_err(format!(
+            "needs {tg_bytes} bytes of threadgroup memory; {} allows {} (smaller blocks or fewer \
+             layout conversions)",
+            opts.target.chip, opts.target.threadgroup_memory_bytes
+        )));
+    }
+    body.append(&mut lw.lines);
+    let source = body.join("\n") + "\n";
+    let header = header(&lw.helpers);
+
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    let mut read_write = Vec::new();
+    for (i, p) in kernel.params.iter().enumerate() {
+        match p.kind {
+            ParamKind::Ptr(dt) if p.stored => {
+                if lw.atomic_outputs
+                    && !matches!(
+                        dt,
+                        crate::DType::I32 | crate::DType::U32 | crate::DType::F32
+                    )
+                {
+                    return Err(unsupported(kernel, format!("output `{}` of {dt} in a kernel with atomics (MLX makes every output atomic)", p.name)));
+                }
+                outputs.push(i);
+                if p.loaded {
+                    read_write.push(p.name.clone());
+                }
+            }
+            ParamKind::Ptr(dt) | ParamKind::Scalar(dt) => {
+                METAL.type_name(dt).ok_or_else(|| {
+                    unsupported(kernel, format!("parameter `{}` of {dt}", p.name))
+                })?;
+                inputs.push(i);
+            }
+        }
+    }
+    let input_names: Vec<String> = inputs
+        .iter()
+        .map(|&i| kernel.params[i].name.clone())
+        .collect();
+    let output_names: Vec<String> = outputs
+        .iter()
+        .map(|&i| kernel.params[i].name.clone())
+        .collect();
+    let io: Vec<String> = input_names.iter().chain(&output_names).cloned().collect();
+    abi::check_source(&kernel.name, &source, &io)?;
+    abi::check_source(&kernel.name, &header, &io)?;
+
+    let mut h = DefaultHasher::new();
+    header.hash(&mut h);
+    source.hash(&mut h);
+    let name = format!("{}_{:016x}", kernel.name, h.finish());
+    Ok(MetalProgram {
+        name,
+        source,
+        header,
+        input_names,
+        output_names,
+        inputs,
+        outputs,
+        read_write_outputs: read_write,
+        threads_per_threadgroup: threads,
+        threadgroup_mem_bytes: tg_bytes,
+        atomic_outputs: lw.atomic_outputs,
+        layouts: lw.layouts,
+    })
+}
+
+/// Helper functions, each printed only when the body uses it.
+fn header(helpers: &std::collections::BTreeSet<&'static str>) -> String {
+    let mut s = String::from("#include <metal_stdlib>\nusing namespace metal;\n");
+    for h in helpers {
+        s.push_str(match *h {
+            "erf" => ERF,
+            "atomic_cas" => ATOMIC_CAS,
+            "atomic_fminmax" => ATOMIC_FMINMAX,
+            "philox" => PHILOX,
+            _ => "",
+        });
+    }
+    s
+}
+
+/// `erf` for float (Metal has none): XLA's rational approximation on [-4, 4], about 1 ulp.
+const ERF: &str = r#"
+inline float tm_erf(float x) {
+  x = clamp(x, -4.0f, 4.0f);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = fma(p, x2, 2.77068142495902e-08f);
+  p = fma(p, x2, -2.10102402082508e-06f);
+  p = fma(p, x2, -5.69250639462346e-05f);
+  p = fma(p, x2, -7.34990630326855e-04f);
+  p = fma(p, x2, -2.95459980854025e-03f);
+  p = fma(p, x2, -1.60960333262415e-02f);
+  float q = -1.45660718464996e-05f;
+  q = fma(q, x2, -2.13374055278905e-04f);
+  q = fma(q, x2, -1.68282697438203e-03f);
+  q = fma(q, x2, -7.37332916720468e-03f);
+  q = fma(q, x2, -1.42647390514189e-02f);
+  return x * p / q;
+}
+"#;
+
+/// Strong compare-and-swap from Metal's weak one: retries spurious failures only.
+const ATOMIC_CAS: &str = r#"
+template <typename T>
+inline T tm_cas_strong(device atomic<T>* p, T cmp, T val) {
+  T expected = cmp;
+  while (!atomic_compare_exchange_weak_explicit(p, &expected, val, memory_order_relaxed, memory_order_relaxed)) {
+    if (expected != cmp) break;
+    expected = cmp;
+  }
+  return expected;
+}
+"#;
+
+/// Float max/min: Metal float atomics only add, so loop a CAS on the bits.
+const ATOMIC_FMINMAX: &str = r#"
+inline float tm_atomic_fmax(device atomic<float>* p, float v) {
+  device atomic<uint>* u = (device atomic<uint>*)p;
+  uint old = atomic_load_explicit(u, memory_order_relaxed);
+  while (true) {
+    const float o = as_type<float>(old);
+    const uint next = as_type<uint>(fmax(o, v));
+    if (next == old) return o;
+    if (atomic_compare_exchange_weak_explicit(u, &old, next, memory_order_relaxed, memory_order_relaxed)) return o;
+  }
+}
+inline float tm_atomic_fmin(device atomic<float>* p, float v) {
+  device atomic<uint>* u = (device atomic<uint>*)p;
+  uint old = atomic_load_explicit(u, memory_order_relaxed);
+  while (true) {
+    const float o = as_type<float>(old);
+    const uint next = as_type<uint>(fmin(o, v));
+    if (next == old) return o;
+    if (atomic_compare_exchange_weak_explicit(u, &old, next, memory_order_relaxed, memory_order_relaxed)) return o;
+  }
+}
+"#;
+
+/// Philox-4x32 as Triton computes it (`philox_impl`).
+const PHILOX: &str = r#"
+inline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {
+  for (uint r = 0; r < rounds; ++r) {
+    const uint a0 = c0;
+    const uint a2 = c2;
+    c0 = mulhi(0xCD9E8D57u, a2) ^ c1 ^ k0;
+    c2 = mulhi(0xD2511F53u, a0) ^ c3 ^ k1;
+    c1 = 0xCD9E8D57u * a2;
+    c3 = 0xD2511F53u * a0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return uint4(c0, c1, c2, c3);
+}
+"#;

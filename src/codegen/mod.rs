@@ -1,0 +1,239 @@
+//! Code generation: kernel IR to C-family GPU source (Metal Shading Language today).
+//!
+//! One printer (`lower.rs`, `reduce.rs`, `dot.rs`) writes per-thread code for any
+//! [`dialect::Dialect`]; [`metal::compile`] wraps it for MLX's `fast::metal_kernel` (the
+//! ABI rules are in [`abi`]). Each program is one threadgroup of `num_warps x 32` threads;
+//! block tensors are spread over them by [`layout::BlockedLayout`].
+//!
+//! ```
+//! use triton_metal::{codegen, tl, DType::{F32, I32}};
+//! let add = tl::jit("add_kernel", |k| {
+//!     let (x, y, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "y_ptr"), k.ptr(F32, "out_ptr"));
+//!     let n = k.scalar(I32, "n_elements");
+//!     let block = k.constexpr("BLOCK_SIZE");
+//!     let offs = tl::program_id(0) * block + tl::arange(0, block);
+//!     let mask = offs.lt(n);
+//!     tl::store(out + offs, tl::load(x + offs).mask(mask) + tl::load(y + offs).mask(mask)).mask(mask);
+//! })?;
+//! let kernel = add.specialize_with(&[("BLOCK_SIZE", 1024)])?;
+//! let prog = codegen::msl(&kernel, &codegen::LaunchOptions::default())?;
+//! assert_eq!(prog.input_names, ["x_ptr", "y_ptr", "n_elements"]);
+//! assert_eq!(prog.output_names, ["out_ptr"]);
+//! assert_eq!(prog.launch_dims([4, 1, 1]), ([512, 1, 1], [128, 1, 1]));
+//! # Ok::<(), triton_metal::Error>(())
+//! ```
+//!
+//! Conventions: scalar parameters are inputs passed as 0-d MLX arrays; pointers that are
+//! stored to are outputs (see [`abi`]). `TRITON_METAL_DEBUG=1` prints the IR, the layouts
+//! chosen, the MSL and the launch shape to stderr at compile time. Compiled programs are
+//! cached in process ([`msl`]); with `TRITON_METAL_CACHE_DIR=<dir>` the generated sources
+//! are also written there as `<name>.metal` (header + body) for inspection.
+
+pub mod abi;
+pub mod dialect;
+mod dot;
+pub mod layout;
+mod lower;
+pub mod metal;
+mod reduce;
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub use metal::MetalProgram;
+
+use crate::error::Result;
+use crate::ir::Kernel;
+use crate::opt::{Chip, HardwareProfile, MemoryLayout};
+
+/// Environment variable that turns on compile-time dumps to stderr.
+pub const DEBUG_ENV: &str = "TRITON_METAL_DEBUG";
+/// Environment variable naming a folder where generated sources are written.
+pub const CACHE_DIR_ENV: &str = "TRITON_METAL_CACHE_DIR";
+
+/// How a reduction is laid out (see `reduce.rs` for what each prints).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReductionLayout {
+    /// Thread-local partials, then one pass over them in threadgroup memory.
+    Default,
+    /// Staged row-major; each output's owner walks its row.
+    RowMajor,
+    /// Staged with the reduced axis outermost; each owner walks its column.
+    ColumnMajor,
+    /// Staged row-major, then a pairwise tree in threadgroup memory.
+    Tiled,
+    /// Thread, then SIMD-group collectives, then threadgroup memory.
+    Coalesced,
+}
+
+impl ReductionLayout {
+    /// Every variant.
+    pub const ALL: [ReductionLayout; 5] = [
+        ReductionLayout::Default,
+        ReductionLayout::RowMajor,
+        ReductionLayout::ColumnMajor,
+        ReductionLayout::Tiled,
+        ReductionLayout::Coalesced,
+    ];
+
+    /// The optimizer's flag name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReductionLayout::Default => "DEFAULT",
+            ReductionLayout::RowMajor => "ROW_MAJOR",
+            ReductionLayout::ColumnMajor => "COLUMN_MAJOR",
+            ReductionLayout::Tiled => "TILED",
+            ReductionLayout::Coalesced => "COALESCED",
+        }
+    }
+}
+
+impl From<MemoryLayout> for ReductionLayout {
+    /// The strongest flag wins: COALESCED, then TILED, COLUMN_MAJOR, ROW_MAJOR.
+    fn from(l: MemoryLayout) -> ReductionLayout {
+        if l.contains(MemoryLayout::COALESCED) {
+            ReductionLayout::Coalesced
+        } else if l.contains(MemoryLayout::TILED) {
+            ReductionLayout::Tiled
+        } else if l.contains(MemoryLayout::COLUMN_MAJOR) {
+            ReductionLayout::ColumnMajor
+        } else if l.contains(MemoryLayout::ROW_MAJOR) {
+            ReductionLayout::RowMajor
+        } else {
+            ReductionLayout::Default
+        }
+    }
+}
+
+/// Options of one compiled variant.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchOptions {
+    /// SIMD-groups per program (power of two); threads = `num_warps x 32`.
+    pub num_warps: u32,
+    /// Forces every reduction of the kernel into one layout; `None` lets the code
+    /// generator choose (COALESCED).
+    pub reduction_layout: Option<ReductionLayout>,
+    /// The device generated code is for (limits, `simdgroup_matrix`, vector width).
+    pub target: HardwareProfile,
+}
+
+impl Default for LaunchOptions {
+    /// 4 warps, layouts chosen by the code generator, an M1-class Apple GPU (the most
+    /// constrained Metal target: any program valid there is valid on later chips).
+    fn default() -> Self {
+        LaunchOptions {
+            num_warps: 4,
+            reduction_layout: None,
+            target: HardwareProfile::of(Chip::M1),
+        }
+    }
+}
+
+impl LaunchOptions {
+    /// Threads per program.
+    pub fn threads(&self) -> usize {
+        self.num_warps as usize * layout::SIMD_WIDTH
+    }
+
+    /// Elements per chunk of the blocked layout: one 16-byte vector of 32-bit words.
+    pub fn vector_elems(&self) -> usize {
+        (self.target.vector_bytes as usize / 4)
+            .clamp(1, 8)
+            .next_power_of_two()
+    }
+
+    /// Sets `num_warps`.
+    pub fn num_warps(mut self, n: u32) -> Self {
+        self.num_warps = n;
+        self
+    }
+
+    /// Forces a reduction layout.
+    pub fn reduction_layout(mut self, l: impl Into<ReductionLayout>) -> Self {
+        self.reduction_layout = Some(l.into());
+        self
+    }
+}
+
+/// One decision of the code generator, for debugging and tools.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayoutChoice {
+    /// The op and its value.
+    pub op: String,
+    /// What was chosen.
+    pub layout: String,
+}
+
+fn cache() -> &'static Mutex<HashMap<u64, Arc<MetalProgram>>> {
+    static CACHE: OnceLock<Mutex<HashMap<u64, Arc<MetalProgram>>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The cache key: hash of the IR text (which includes the constexprs), the target's
+/// profile and the options.
+pub fn cache_key(kernel: &Kernel, opts: &LaunchOptions) -> u64 {
+    let mut h = DefaultHasher::new();
+    kernel.ir().hash(&mut h);
+    kernel.constexprs.hash(&mut h);
+    opts.num_warps.hash(&mut h);
+    opts.reduction_layout.hash(&mut h);
+    format!("{:?}", opts.target).hash(&mut h);
+    h.finish()
+}
+
+fn debug_enabled() -> bool {
+    std::env::var(DEBUG_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The Metal program of a kernel specialisation under `opts`, compiled once per process
+/// (keyed by [`cache_key`]).
+pub fn msl(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<MetalProgram>> {
+    let key = cache_key(kernel, opts);
+    if let Some(p) = cache().lock().map_err(|_| poisoned())?.get(&key) {
+        return Ok(p.clone());
+    }
+    let debug = debug_enabled();
+    if debug {
+        eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
+    }
+    let prog = Arc::new(metal::compile(kernel, opts)?);
+    if debug {
+        eprintln!(
+            "[triton-metal] lowered for {} ({} warps):\n{}",
+            opts.target.chip,
+            opts.num_warps,
+            prog.describe()
+        );
+        eprintln!(
+            "[triton-metal] launch: threadgroup [{}, 1, 1], grid = programs x {} threads, {} bytes threadgroup memory",
+            prog.threads_per_threadgroup, prog.threads_per_threadgroup, prog.threadgroup_mem_bytes
+        );
+    }
+    if let Some(dir) = std::env::var_os(CACHE_DIR_ENV) {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join(format!("{}.metal", prog.name)),
+            format!("{}\n// ---- body ----\n{}", prog.header, prog.source),
+        )?;
+    }
+    cache()
+        .lock()
+        .map_err(|_| poisoned())?
+        .insert(key, prog.clone());
+    Ok(prog)
+}
+
+fn poisoned() -> crate::Error {
+    crate::Error::Runtime {
+        kernel: String::new(),
+        msg: "codegen cache lock poisoned by a panic".into(),
+    }
+}
+
+#[cfg(test)]
+mod diff_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+#include <metal_stdlib>
+using namespace metal;
+// ---- body ----
+  const uint tm_lid = thread_index_in_threadgroup;
+  threadgroup float tm_smem_f32[1024];
+  const int pid0_ = int(threadgroup_position_in_grid.x);
+  const int mul = (pid0_ * 32);
+  int arange[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+    arange[tm_i] = int(tm_l);
+  }
+  int add[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    add[tm_i] = (mul + arange[tm_i]);
+  }
+  const int pid1_ = int(threadgroup_position_in_grid.y);
+  const int mul_1 = (pid1_ * 32);
+  int arange_1[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+    arange_1[tm_i] = int(tm_l);
+  }
+  int add_1[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    add_1[tm_i] = (mul_1 + arange_1[tm_i]);
+  }
+  int arange_2[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+    arange_2[tm_i] = int(tm_l);
+  }
+  float acc0_[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    acc0_[tm_i] = 0.0f;
+  }
+  for (int iv = 0; iv < K; iv += 16) {
+    int add_2[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      add_2[tm_i] = (arange_2[tm_i] + iv);
+    }
+    bool lt[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      lt[tm_i] = (add[tm_i] < M);
+    }
+    bool lt_1[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      lt_1[tm_i] = (add_2[tm_i] < K);
+    }
+    bool bcast[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      bcast[tm_i] = ((mul + (int((((tm_l >> 4) & 31u))))) < M);
+    }
+    bool bcast_1[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      bcast_1[tm_i] = (((int(((tm_l & 15u)))) + iv) < K);
+    }
+    bool and_1[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      and_1[tm_i] = bool((bcast[tm_i] & bcast_1[tm_i]));
+    }
+    int mul_2[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      mul_2[tm_i] = (add[tm_i] * K);
+    }
+    int a_off[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      a_off[tm_i] = int(mul_2[tm_i]);
+    }
+    int bcast_2[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      bcast_2[tm_i] = int(((mul + (int((((tm_l >> 4) & 31u))))) * K));
+    }
+    int bcast_3[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      bcast_3[tm_i] = ((int(((tm_l & 15u)))) + iv);
+    }
+    int a_off_1[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      a_off_1[tm_i] = bcast_2[tm_i] + int(bcast_3[tm_i]);
+    }
+    float a[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      a[tm_i] = (and_1[tm_i]) ? a_ptr[a_off_1[tm_i]] : 0.0f;
+    }
+    bool lt_2[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      lt_2[tm_i] = (add_2[tm_i] < K);
+    }
+    bool lt_3[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      lt_3[tm_i] = (add_1[tm_i] < N);
+    }
+    bool bcast_4[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      bcast_4[tm_i] = (((int((((tm_l >> 5) & 15u)))) + iv) < K);
+    }
+    bool bcast_5[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      bcast_5[tm_i] = ((mul_1 + (int(((tm_l & 31u))))) < N);
+    }
+    bool and_2[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      and_2[tm_i] = bool((bcast_4[tm_i] & bcast_5[tm_i]));
+    }
+    int mul_3[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      mul_3[tm_i] = (add_2[tm_i] * N);
+    }
+    int b_off[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      b_off[tm_i] = int(mul_3[tm_i]);
+    }
+    int bcast_6[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      bcast_6[tm_i] = int((((int((((tm_l >> 5) & 15u)))) + iv) * N));
+    }
+    int bcast_7[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      bcast_7[tm_i] = (mul_1 + (int(((tm_l & 31u)))));
+    }
+    int b_off_1[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      b_off_1[tm_i] = bcast_6[tm_i] + int(bcast_7[tm_i]);
+    }
+    float b[4];
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      b[tm_i] = (and_2[tm_i]) ? b_ptr[b_off_1[tm_i]] : 0.0f;
+    }
+    const uint tm_sg = tm_lid / 32u;
+    simdgroup_matrix<float, 8, 8> frag_c[4];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+      tm_smem_f32[tm_l] = acc0_[tm_i];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
+      const uint tm_t = tm_sg + 4u * tm_q;
+      const uint tm_tm = (tm_t / 4u) * 8u;
+      const uint tm_tn = (tm_t % 4u) * 8u;
+      simdgroup_load(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      tm_smem_f32[tm_l] = a[tm_i];
+    }
+    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
+      tm_smem_f32[512u + tm_l] = b[tm_i];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    simdgroup_matrix<float, 8, 8> frag_a;
+    simdgroup_matrix<float, 8, 8> frag_b;
+    for (uint tm_kk = 0; tm_kk < 16u; tm_kk += 8u) {
+      for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
+        const uint tm_t = tm_sg + 4u * tm_q;
+        const uint tm_tm = (tm_t / 4u) * 8u;
+        const uint tm_tn = (tm_t % 4u) * 8u;
+        simdgroup_load(frag_a, tm_smem_f32 + tm_tm * 16u + tm_kk, 16);
+        simdgroup_load(frag_b, tm_smem_f32 + 512u + tm_kk * 32u + tm_tn, 32);
+        simdgroup_multiply_accumulate(frag_c[tm_q], frag_a, frag_b, frag_c[tm_q]);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
+      const uint tm_t = tm_sg + 4u * tm_q;
+      const uint tm_tm = (tm_t / 4u) * 8u;
+      const uint tm_tn = (tm_t % 4u) * 8u;
+      simdgroup_store(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float dot[8];
+    for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+      const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+      dot[tm_i] = float(tm_smem_f32[tm_l]);
+    }
+    for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+      acc0_[tm_i] = dot[tm_i];
+    }
+  }
+  bool lt_4[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    lt_4[tm_i] = (add[tm_i] < M);
+  }
+  bool lt_5[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    lt_5[tm_i] = (add_1[tm_i] < N);
+  }
+  bool bcast_8[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+    bcast_8[tm_i] = ((mul + (int((((tm_l >> 5) & 31u))))) < M);
+  }
+  bool bcast_9[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+    bcast_9[tm_i] = ((mul_1 + (int(((tm_l & 31u))))) < N);
+  }
+  bool and_3[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    and_3[tm_i] = bool((bcast_8[tm_i] & bcast_9[tm_i]));
+  }
+  int mul_4[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    mul_4[tm_i] = (add[tm_i] * N);
+  }
+  int c_off[4];
+  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+    c_off[tm_i] = int(mul_4[tm_i]);
+  }
+  int bcast_10[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+    bcast_10[tm_i] = int(((mul + (int((((tm_l >> 5) & 31u))))) * N));
+  }
+  int bcast_11[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+    bcast_11[tm_i] = (mul_1 + (int(((tm_l & 31u)))));
+  }
+  int c_off_1[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    c_off_1[tm_i] = bcast_10[tm_i] + int(bcast_11[tm_i]);
+  }
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    if (and_3[tm_i]) c_ptr[c_off_1[tm_i]] = acc0_[tm_i];
+  }

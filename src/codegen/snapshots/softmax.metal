@@ -1,0 +1,97 @@
+#include <metal_stdlib>
+using namespace metal;
+// ---- body ----
+  const uint tm_lid = thread_index_in_threadgroup;
+  threadgroup float tm_smem_f32[128];
+  const int pid0_ = int(threadgroup_position_in_grid.x);
+  int arange[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+    arange[tm_i] = int(tm_l);
+  }
+  bool lt[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    lt[tm_i] = (arange[tm_i] < n_cols);
+  }
+  const int mul = (pid0_ * row_stride);
+  const int in_off = int(mul);
+  int in_off_1[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    in_off_1[tm_i] = in_off + int(arange[tm_i]);
+  }
+  float in_1[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    in_1[tm_i] = (lt[tm_i]) ? in_ptr[in_off_1[tm_i]] : -INFINITY;
+  }
+  float part[1];
+  for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
+    const uint tm_i0 = 0u;
+    part[tm_j] = in_1[tm_i0];
+    for (uint tm_r = 1; tm_r < 8u; ++tm_r) {
+      const uint tm_i = tm_i0 | (tm_r & 7u);
+      part[tm_j] = fmax(part[tm_j], in_1[tm_i]);
+    }
+  }
+  for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
+    part[tm_j] = simd_max(part[tm_j]);
+  }
+  for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
+    tm_smem_f32[tm_j * 128u + tm_lid] = part[tm_j];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
+    const uint tm_base = tm_j * 128u + (tm_lid & ~96u);
+    part[tm_j] = tm_smem_f32[tm_base];
+    for (uint tm_w = 1; tm_w < 4u; ++tm_w) {
+      const uint tm_at = tm_base | ((tm_w & 3u) << 5);
+      part[tm_j] = fmax(part[tm_j], tm_smem_f32[tm_at]);
+    }
+  }
+  const float max_1 = part[0];
+  float sub[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    sub[tm_i] = (in_1[tm_i] - max_1);
+  }
+  float exp_1[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    exp_1[tm_i] = exp(sub[tm_i]);
+  }
+  float part_1[1];
+  for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
+    const uint tm_i0 = 0u;
+    part_1[tm_j] = exp_1[tm_i0];
+    for (uint tm_r = 1; tm_r < 8u; ++tm_r) {
+      const uint tm_i = tm_i0 | (tm_r & 7u);
+      part_1[tm_j] = (part_1[tm_j] + exp_1[tm_i]);
+    }
+  }
+  for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
+    part_1[tm_j] = simd_sum(part_1[tm_j]);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
+    tm_smem_f32[tm_j * 128u + tm_lid] = part_1[tm_j];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
+    const uint tm_base = tm_j * 128u + (tm_lid & ~96u);
+    part_1[tm_j] = tm_smem_f32[tm_base];
+    for (uint tm_w = 1; tm_w < 4u; ++tm_w) {
+      const uint tm_at = tm_base | ((tm_w & 3u) << 5);
+      part_1[tm_j] = (part_1[tm_j] + tm_smem_f32[tm_at]);
+    }
+  }
+  const float sum = part_1[0];
+  const int mul_1 = (pid0_ * row_stride);
+  const int out_off = int(mul_1);
+  int out_off_1[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    out_off_1[tm_i] = out_off + int(arange[tm_i]);
+  }
+  float div[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    div[tm_i] = (exp_1[tm_i] / sum);
+  }
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    if (lt[tm_i]) out_ptr[out_off_1[tm_i]] = div[tm_i];
+  }

@@ -1,0 +1,82 @@
+//! Every example runs and verifies itself against MLX (each exits non-zero on a mismatch):
+//! on the CPU executor, and on emulated Metal (the generated MSL, compiled with clang
+//! against the Metal shim) in forward and reverse lane order.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    // target/<profile>/deps/examples-<hash> -> target/<profile>/examples/<name>
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target profile dir");
+    dir.join("examples").join(name)
+}
+
+fn run(name: &str) {
+    run_on(name, "cpu");
+    if triton_metal::emu::Emulator::should_run(name).expect("emulator check") {
+        run_on(name, "emulated");
+        run_on(name, "emulated-reverse");
+    }
+}
+
+fn run_on(name: &str, target: &str) {
+    let path = example(name);
+    assert!(
+        path.exists(),
+        "{} was not built (cargo test builds examples)",
+        path.display()
+    );
+    let out = Command::new(&path)
+        .env("TRITON_METAL_TARGET", target)
+        .output()
+        .expect("example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} on {target} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("verified"),
+        "{name} on {target} did not verify:\n{stdout}"
+    );
+}
+
+#[test]
+fn vector_add() {
+    run("vector_add");
+}
+
+#[test]
+fn fused_softmax() {
+    run("fused_softmax");
+}
+
+#[test]
+fn matmul() {
+    run("matmul");
+}
+
+#[test]
+fn layer_norm() {
+    run("layer_norm");
+}
+
+#[test]
+fn dropout() {
+    run("dropout");
+}
+
+#[test]
+fn row_sum() {
+    run("row_sum");
+}
+
+#[test]
+fn strided() {
+    run("strided");
+}
