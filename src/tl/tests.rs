@@ -693,6 +693,10 @@ fn parse_errors_are_errors() {
         "kernel k() {\n  %0 = constant 1 : i32\n  %0 = constant 2 : i32\n}",
         "kernel k() {\n  %1 = add %0, %0 : i32\n}",
         "kernel k(%0: i32 n) {\n  %1 = add %0, %0 : f32\n}",
+        "kernel k(%4294967295: i32 n) {\n}",
+        "kernel k() {\n  %0 = arange -9223372036854775808, 9223372036854775807 : i32[4]\n}",
+        "kernel k() {\n  %0 = arange 0, 4 : i32[4294967296,4294967296,4294967296]\n}",
+        "kernel k(%0: i32 n) {\n  %4294967295, %1 = split %0 : i32, i32\n}",
     ] {
         assert!(Kernel::parse_ir(bad).is_err(), "should fail: {bad}");
     }
