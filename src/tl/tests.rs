@@ -576,6 +576,16 @@ fn invalid_kernels_give_clear_errors() {
     expect(|_| ignore(fdiv(arange(0, 4), 2.0)), "fdiv", "floating");
     // 34. div_rn on fp16 (Triton: fp32 only)
     expect(|_| ignore(div_rn(zeros([4], F16), 2.0)), "div_rn", "fp32");
+    // 35. a combine function using a value from outside
+    expect(
+        |k| {
+            let p = k.ptr(F32, "p");
+            let outer = program_id(0).to(F32);
+            store(p, reduce(zeros([4], F32), 0, |a, b| a + b * outer));
+        },
+        "mul",
+        "outside the combine function",
+    );
     // 30. a combine function that changes the type
     expect(
         |_| ignore(reduce(zeros([4], F32), 0, |a, _b| a.to(I32))),
