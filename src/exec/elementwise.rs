@@ -78,8 +78,14 @@ pub(crate) fn fast_exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
-    let xc = x.clamp(-104.0, 88.8);
-    let n = (xc * LOG2E).round();
+    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer with plain float
+    // arithmetic (`round()` would be a libm call that stops the loop vectorising).
+    const SHIFT: f32 = 12_582_912.0;
+    // Not `clamp`: a NaN must become a finite number here (it is restored at the end).
+    #[allow(clippy::manual_clamp)]
+    let xc = x.max(-104.0).min(88.8);
+    let t = xc * LOG2E + SHIFT;
+    let n = t - SHIFT;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let p = 1.0
         + r * (1.0
@@ -87,17 +93,17 @@ pub(crate) fn fast_exp(x: f32) -> f32 {
                 + r * (0.166_666_67
                     + r * (0.041_666_668 + r * (0.008_333_452 + r * 0.001_388_949_3)))));
     // 2^n split in two factors so that n down to -150 (denormal results) stays exact.
-    let n = n as i32;
-    let h = n / 2;
+    // The integer n sits in the low mantissa bits of t (|n| < 2^22); reading it from the
+    // bits avoids Rust's saturating float-to-int cast, which does not vectorise.
+    let n = (t.to_bits() as i32).wrapping_sub(SHIFT.to_bits() as i32);
+    let h = n >> 1;
     let s1 = f32::from_bits(((h + 127) as u32) << 23);
     let s2 = f32::from_bits(((n - h + 127) as u32) << 23);
     let y = p * s1 * s2;
+    let y = if x > 88.8 { f32::INFINITY } else { y };
+    let y = if x < -104.0 { 0.0 } else { y };
     if x.is_nan() {
         x
-    } else if x > 88.8 {
-        f32::INFINITY
-    } else if x < -104.0 {
-        0.0
     } else {
         y
     }

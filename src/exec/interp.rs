@@ -6,7 +6,7 @@
 //! too; loops copy yielded values into them between iterations.
 
 use super::data::{fill_const, ptr_pack, same_kind, Data};
-use super::memops::{self, MemErr};
+use super::memops::{self, MemErr, PtrArg};
 use super::memory::Mem;
 use super::{dot, elementwise as ew, reduce, shape};
 use crate::error::{Error, Result};
@@ -19,6 +19,114 @@ pub(crate) struct Launch<'k, 'a> {
     /// Per parameter: its value in every program (scalars, and pointers at offset 0).
     pub(crate) params: Vec<Data>,
     pub(crate) grid: [usize; 3],
+    /// Per op: computed once per worker (see [`Launch::invariant_ops`]).
+    pub(crate) invariant: Vec<bool>,
+    /// Pointer folding (see [`Folded`]).
+    pub(crate) folded: Folded,
+}
+
+/// `addptr(splat(p), offsets)` whose only uses are as the address of loads, stores and
+/// atomics: the op is skipped and the memory ops read `p` and `offsets` directly, which
+/// saves building a block of 64-bit pointers and lets contiguity be checked on the offsets.
+#[derive(Default)]
+pub(crate) struct Folded {
+    /// Per value: `(scalar pointer, offsets)` for folded `addptr` results.
+    by_value: Vec<Option<(Value, Value)>>,
+    /// Per op: a folded `addptr` (not executed).
+    skip: Vec<bool>,
+}
+
+impl Folded {
+    /// Finds the foldable `addptr` ops of `k`.
+    pub(crate) fn new(k: &Kernel) -> Folded {
+        let mut by_value: Vec<Option<(Value, Value)>> = vec![None; k.values.len()];
+        let mut skip = vec![false; k.ops.len()];
+        for d in &k.ops {
+            if let (Op::AddPtr { ptr, offset }, Some(r)) = (&d.op, d.result()) {
+                let splat_src = k.def_op(*ptr).and_then(|id| match k.op(id).op {
+                    Op::Splat { src } => Some(src),
+                    _ => None,
+                });
+                if let Some(s) = splat_src {
+                    by_value[r.index()] = Some((s, *offset));
+                }
+            }
+        }
+        // Any use other than as a memory op's address keeps the pointers materialised.
+        for d in &k.ops {
+            let addr = match &d.op {
+                Op::Load { ptr, .. }
+                | Op::Store { ptr, .. }
+                | Op::AtomicRmw { ptr, .. }
+                | Op::AtomicCas { ptr, .. } => Some(*ptr),
+                _ => None,
+            };
+            let mut first_addr = true;
+            d.op.for_each_operand(|v| {
+                if Some(v) == addr && first_addr {
+                    first_addr = false;
+                } else {
+                    by_value[v.index()] = None;
+                }
+            });
+        }
+        // A splat whose only uses are folded `addptr`s is not needed either.
+        let mut needed = vec![false; k.values.len()];
+        for (i, d) in k.ops.iter().enumerate() {
+            let folded = matches!((&d.op, d.result()), (Op::AddPtr { .. }, Some(r)) if by_value[r.index()].is_some());
+            skip[i] = folded;
+            match &d.op {
+                Op::AddPtr { offset, .. } if folded => needed[offset.index()] = true,
+                op => op.for_each_operand(|v| needed[v.index()] = true),
+            }
+        }
+        for (i, d) in k.ops.iter().enumerate() {
+            if let (Op::Splat { .. }, Some(r)) = (&d.op, d.result()) {
+                skip[i] |= !needed[r.index()];
+            }
+        }
+        Folded { by_value, skip }
+    }
+}
+
+thread_local! {
+    /// Environments of finished launches, per thread (at most `POOL_MAX`).
+    static POOL: std::cell::RefCell<Vec<Env>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+const POOL_MAX: usize = 4;
+
+/// An [`Env`] on loan from the thread's pool.
+pub(crate) struct PooledEnv(Option<Env>);
+
+impl PooledEnv {
+    /// The environment.
+    pub(crate) fn get(&mut self) -> &mut Env {
+        self.0.get_or_insert_with(|| Env {
+            vals: Vec::new(),
+            done: Vec::new(),
+        })
+    }
+}
+
+impl Drop for PooledEnv {
+    fn drop(&mut self) {
+        if let Some(env) = self.0.take() {
+            // `try_with`: during thread teardown the pool may already be gone.
+            let _ = POOL.try_with(|p| {
+                let mut p = p.borrow_mut();
+                if p.len() < POOL_MAX {
+                    p.push(env);
+                }
+            });
+        }
+    }
+}
+
+/// A worker's values: one slot per SSA value, kept across the programs it runs.
+pub(crate) struct Env {
+    vals: Vec<Data>,
+    /// Per op: an invariant op already computed in `vals`.
+    done: Vec<bool>,
 }
 
 /// An error message plus what the interpreter knows about where it happened.
@@ -55,13 +163,49 @@ fn fit_lanes(d: &mut Data, lanes: usize) {
 }
 
 impl<'k, 'a> Launch<'k, 'a> {
-    /// A fresh environment with the parameters in place.
-    pub(crate) fn new_env(&self) -> Vec<Data> {
-        let mut env = vec![Data::default(); self.kernel.values.len()];
+    /// An environment for this launch, reusing a pooled one of this thread when there is
+    /// one (its buffers keep their capacity, so repeated launches do not allocate and
+    /// fault in fresh pages). It goes back to the pool when dropped.
+    pub(crate) fn env(&self) -> PooledEnv {
+        let mut env = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| Env {
+            vals: Vec::new(),
+            done: Vec::new(),
+        });
+        env.vals
+            .resize_with(self.kernel.values.len(), Data::default);
+        env.done.clear();
+        env.done.resize(self.kernel.ops.len(), false);
         for (p, d) in self.kernel.params.iter().zip(&self.params) {
-            env[p.value.index()] = d.clone();
+            env.vals[p.value.index()].assign(d);
         }
-        env
+        PooledEnv(Some(env))
+    }
+
+    /// Which ops compute the same value in every program (pure, and fed only by parameters
+    /// and other such ops): a worker computes them once and keeps them (`Env::done`).
+    pub(crate) fn invariant_ops(kernel: &Kernel) -> Vec<bool> {
+        let mut inv_val = vec![false; kernel.values.len()];
+        for p in &kernel.params {
+            inv_val[p.value.index()] = true;
+        }
+        let mut inv_op = vec![false; kernel.ops.len()];
+        for id in kernel.walk() {
+            let d = kernel.op(id);
+            let candidate = match &d.op {
+                Op::ProgramId { .. } | Op::Load { .. } | Op::Store { .. } => false,
+                Op::AtomicRmw { .. } | Op::AtomicCas { .. } | Op::DebugBarrier => false,
+                Op::For { .. } | Op::While { .. } | Op::If { .. } | Op::Yield { .. } => false,
+                Op::Reduce { combine, .. } | Op::Scan { combine, .. } => combine.is_none(),
+                _ => d.op.props().pure,
+            };
+            let mut all = candidate;
+            d.op.for_each_operand(|v| all &= inv_val[v.index()]);
+            inv_op[id.index()] = all;
+            for r in d.results.iter() {
+                inv_val[r.index()] = all;
+            }
+        }
+        inv_op
     }
 
     /// The parameters' values (pointers at offset 0 of their argument).
@@ -78,8 +222,9 @@ impl<'k, 'a> Launch<'k, 'a> {
     }
 
     /// Runs program `pid` in `env`.
-    pub(crate) fn run_program(&self, env: &mut [Data], pid: [usize; 3]) -> Result<()> {
-        self.region(env, self.kernel.body, pid)
+    pub(crate) fn run_program(&self, env: &mut Env, pid: [usize; 3]) -> Result<()> {
+        let Env { vals, done } = env;
+        self.region(vals, done, self.kernel.body, pid)
     }
 
     fn err(&self, id: OpId, pid: [usize; 3], msg: impl std::fmt::Display) -> Error {
@@ -123,6 +268,34 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
     }
 
+    /// The addresses of a memory op: folded base + offsets, or a pointer block.
+    fn ptr_arg<'e>(&self, env: &'e [Data], v: Value) -> std::result::Result<PtrArg<'e>, MemErr> {
+        let k = self.kernel;
+        if let Some((base, off)) = self.folded.by_value[v.index()] {
+            let b = match &env[base.index()] {
+                Data::Ptr(b) if b.len() == 1 => b[0],
+                _ => {
+                    return Err(MemErr::Internal(
+                        "folded base is not a scalar pointer".into(),
+                    ))
+                }
+            };
+            return match &env[off.index()] {
+                Data::I32(o) => Ok(PtrArg::Off32 {
+                    base: b,
+                    off: o,
+                    unsigned: k.ty(off).dtype == crate::dtype::DType::U32,
+                }),
+                Data::I64(o) => Ok(PtrArg::Off64 { base: b, off: o }),
+                _ => Err(MemErr::Internal("folded offsets are not integers".into())),
+            };
+        }
+        match &env[v.index()] {
+            Data::Ptr(p) => Ok(PtrArg::Block(p)),
+            _ => Err(MemErr::Internal("address is not a pointer".into())),
+        }
+    }
+
     /// The values yielded by the region's terminator.
     fn yields(&self, r: RegionId) -> &'k [Value] {
         let k = self.kernel;
@@ -132,14 +305,28 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
     }
 
-    fn region(&self, env: &mut [Data], r: RegionId, pid: [usize; 3]) -> Result<()> {
+    fn region(
+        &self,
+        env: &mut [Data],
+        done: &mut [bool],
+        r: RegionId,
+        pid: [usize; 3],
+    ) -> Result<()> {
         for &id in &self.kernel.region(r).ops {
-            self.op(env, id, pid)?;
+            // Program-invariant ops keep their value from the first program this worker ran.
+            let hoisted = self.invariant[id.index()];
+            if (hoisted && done[id.index()]) || self.folded.skip[id.index()] {
+                continue;
+            }
+            self.op(env, done, id, pid)?;
+            if hoisted {
+                done[id.index()] = true;
+            }
         }
         Ok(())
     }
 
-    fn op(&self, env: &mut [Data], id: OpId, pid: [usize; 3]) -> Result<()> {
+    fn op(&self, env: &mut [Data], done: &mut [bool], id: OpId, pid: [usize; 3]) -> Result<()> {
         let k = self.kernel;
         let data = k.op(id);
         let res0 = data.results.get(0);
@@ -267,30 +454,35 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let run = pt.shape.last().copied().unwrap_or(1);
                 let r = r0()?;
                 let mut out = take(env, r);
-                let res = memops::load(
-                    &self.mems,
-                    pt.dtype,
-                    run,
-                    &env[ptr.index()],
-                    mask.map(|m| &env[m.index()]),
-                    other.map(|o| &env[o.index()]),
-                    &mut out,
-                );
+                let res = self.ptr_arg(env, *ptr).and_then(|p| {
+                    memops::load(
+                        &self.mems,
+                        pt.dtype,
+                        run,
+                        p,
+                        mask.map(|m| &env[m.index()]),
+                        other.map(|o| &env[o.index()]),
+                        &mut out,
+                    )
+                });
                 env[r.index()] = out;
                 res.map_err(memw)?;
             }
             Op::Store { ptr, value, mask } => {
                 let pt = ty(*ptr);
                 let run = pt.shape.last().copied().unwrap_or(1);
-                memops::store(
-                    &self.mems,
-                    pt.dtype,
-                    run,
-                    &env[ptr.index()],
-                    &env[value.index()],
-                    mask.map(|m| &env[m.index()]),
-                )
-                .map_err(memw)?;
+                self.ptr_arg(env, *ptr)
+                    .and_then(|p| {
+                        memops::store(
+                            &self.mems,
+                            pt.dtype,
+                            run,
+                            p,
+                            &env[value.index()],
+                            mask.map(|m| &env[m.index()]),
+                        )
+                    })
+                    .map_err(memw)?;
             }
             Op::AtomicRmw {
                 kind,
@@ -301,15 +493,17 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let d = ty(*ptr).dtype;
                 let r = r0()?;
                 let mut out = take(env, r);
-                let res = memops::atomic_rmw(
-                    &self.mems,
-                    *kind,
-                    d,
-                    &env[ptr.index()],
-                    &env[value.index()],
-                    mask.map(|m| &env[m.index()]),
-                    &mut out,
-                );
+                let res = self.ptr_arg(env, *ptr).and_then(|p| {
+                    memops::atomic_rmw(
+                        &self.mems,
+                        *kind,
+                        d,
+                        p,
+                        &env[value.index()],
+                        mask.map(|m| &env[m.index()]),
+                        &mut out,
+                    )
+                });
                 env[r.index()] = out;
                 res.map_err(memw)?;
             }
@@ -317,14 +511,16 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let d = ty(*ptr).dtype;
                 let r = r0()?;
                 let mut out = take(env, r);
-                let res = memops::atomic_cas(
-                    &self.mems,
-                    d,
-                    &env[ptr.index()],
-                    &env[cmp.index()],
-                    &env[value.index()],
-                    &mut out,
-                );
+                let res = self.ptr_arg(env, *ptr).and_then(|p| {
+                    memops::atomic_cas(
+                        &self.mems,
+                        d,
+                        p,
+                        &env[cmp.index()],
+                        &env[value.index()],
+                        &mut out,
+                    )
+                });
                 env[r.index()] = out;
                 res.map_err(memw)?;
             }
@@ -389,7 +585,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let t = ty(src0);
                 let dims = reduce::split_axis(&t.shape, *axis as usize);
                 match combine {
-                    Some(region) => self.custom_reduce(env, id, pid, srcs, dims, *region)?,
+                    Some(region) => self.custom_reduce(env, done, id, pid, srcs, dims, *region)?,
                     None => {
                         let d = t.dtype;
                         with_out(env, r0()?, |env, o| {
@@ -413,7 +609,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let dims = reduce::split_axis(&t.shape, *axis as usize);
                 match combine {
                     Some(region) => {
-                        self.custom_scan(env, id, pid, srcs, dims, *reverse, *region)?
+                        self.custom_scan(env, done, id, pid, srcs, dims, *reverse, *region)?
                     }
                     None => {
                         let d = t.dtype;
@@ -456,8 +652,10 @@ impl<'k, 'a> Launch<'k, 'a> {
                 step,
                 init,
                 body,
-            } => self.for_loop(env, id, pid, [*lo, *hi, *step], init, *body)?,
-            Op::While { init, cond, body } => self.while_loop(env, id, pid, init, *cond, *body)?,
+            } => self.for_loop(env, done, id, pid, [*lo, *hi, *step], init, *body)?,
+            Op::While { init, cond, body } => {
+                self.while_loop(env, done, id, pid, init, *cond, *body)?
+            }
             Op::If {
                 cond,
                 then_region,
@@ -472,7 +670,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                 } else {
                     *else_region
                 };
-                self.region(env, taken, pid)?;
+                self.region(env, done, taken, pid)?;
                 for (r, y) in data.results.iter().zip(self.yields(taken)) {
                     copy(env, r, *y);
                 }
@@ -481,9 +679,11 @@ impl<'k, 'a> Launch<'k, 'a> {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn for_loop(
         &self,
         env: &mut [Data],
+        done: &mut [bool],
         id: OpId,
         pid: [usize; 3],
         bounds: [Value; 3],
@@ -514,7 +714,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         let mut i = lo;
         while i < hi {
             fill_const(&mut env[iv.index()], &iv_ty, crate::ir::Const::Int(i), 1);
-            self.region(env, body, pid)?;
+            self.region(env, done, body, pid)?;
             self.feed_back(env, ys, carried, &mut tmp);
             i = match i.checked_add(step) {
                 Some(n) => n,
@@ -538,9 +738,11 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn while_loop(
         &self,
         env: &mut [Data],
+        done: &mut [bool],
         id: OpId,
         pid: [usize; 3],
         init: &[Value],
@@ -556,7 +758,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         let by = self.yields(body);
         let mut tmp: Vec<Data> = vec![Data::default(); by.len()];
         loop {
-            self.region(env, cond, pid)?;
+            self.region(env, done, cond, pid)?;
             let go = cy
                 .first()
                 .and_then(|c| env[c.index()].get_bool(0))
@@ -567,7 +769,7 @@ impl<'k, 'a> Launch<'k, 'a> {
             for (b, c) in bargs.iter().zip(cargs) {
                 copy(env, *b, *c);
             }
-            self.region(env, body, pid)?;
+            self.region(env, done, body, pid)?;
             self.feed_back(env, by, cargs, &mut tmp);
         }
         for (r, a) in k.op(id).results.iter().zip(cargs) {
@@ -582,6 +784,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn combine(
         &self,
         env: &mut [Data],
+        done: &mut [bool],
         id: OpId,
         pid: [usize; 3],
         region: RegionId,
@@ -600,7 +803,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         for (a, d) in args.iter().zip(left.iter().chain(right)) {
             env[a.index()].assign(d);
         }
-        self.region(env, region, pid)?;
+        self.region(env, done, region, pid)?;
         Ok(self
             .yields(region)
             .iter()
@@ -614,9 +817,11 @@ impl<'k, 'a> Launch<'k, 'a> {
 
     /// Tree reduction with a custom combine: pairs `(2i, 2i+1)` are combined level by
     /// level, which keeps operand order for associative, non-commutative combines.
+    #[allow(clippy::too_many_arguments)]
     fn custom_reduce(
         &self,
         env: &mut [Data],
+        done: &mut [bool],
         id: OpId,
         pid: [usize; 3],
         srcs: &[Value],
@@ -639,7 +844,8 @@ impl<'k, 'a> Launch<'k, 'a> {
                     .collect()
             };
             let (left, right) = (pick(&evens), pick(&odds));
-            let combined = self.combine(env, id, pid, region, &left, &right, outer * h * inner)?;
+            let combined =
+                self.combine(env, done, id, pid, region, &left, &right, outer * h * inner)?;
             let tail = (m % 2 == 1).then(|| pick(&[m - 1]));
             cur = match tail {
                 None => combined,
@@ -667,6 +873,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn custom_scan(
         &self,
         env: &mut [Data],
+        done: &mut [bool],
         id: OpId,
         pid: [usize; 3],
         srcs: &[Value],
@@ -696,7 +903,8 @@ impl<'k, 'a> Launch<'k, 'a> {
             let (a, b) = (pick(&cur, &earlier), pick(&cur, &later));
             // In flipped order the earlier element comes later in the original sequence.
             let (l, r) = if reverse { (&b, &a) } else { (&a, &b) };
-            let combined = self.combine(env, id, pid, region, l, r, outer * (n - d) * inner)?;
+            let combined =
+                self.combine(env, done, id, pid, region, l, r, outer * (n - d) * inner)?;
             let head = pick(&cur, &(0..d).collect::<Vec<_>>());
             cur = head
                 .iter()

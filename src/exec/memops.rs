@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::data::{canon_i32, ptr_off, ptr_param, round1, Data};
+use super::data::{canon_i32, ptr_add, ptr_off, ptr_param, round1, Data};
 use super::memory::{Mem, Raw};
 use crate::dtype::DType;
 use crate::ir::AtomicOp;
@@ -98,6 +98,79 @@ fn all_on(mask: Option<&[bool]>, lo: usize, hi: usize) -> bool {
     mask.is_none_or(|m| m[lo..hi].iter().fold(true, |a, &b| a & b))
 }
 
+/// A block of pointers: materialised, or a base pointer plus integer offsets (the executor
+/// folds `splat(p) + offsets` into the memory op that uses it, see `interp.rs`).
+#[derive(Clone, Copy)]
+pub(crate) enum PtrArg<'a> {
+    /// Packed pointers.
+    Block(&'a [u64]),
+    /// `base + off[i]` with `i32` (or, when `unsigned`, `u32`) offsets.
+    Off32 {
+        base: u64,
+        off: &'a [i32],
+        unsigned: bool,
+    },
+    /// `base + off[i]` with 64-bit offsets.
+    Off64 { base: u64, off: &'a [i64] },
+}
+
+impl PtrArg<'_> {
+    /// Number of lanes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            PtrArg::Block(p) => p.len(),
+            PtrArg::Off32 { off, .. } => off.len(),
+            PtrArg::Off64 { off, .. } => off.len(),
+        }
+    }
+
+    /// The pointer of lane `i`.
+    #[inline(always)]
+    fn at(&self, i: usize) -> u64 {
+        match *self {
+            PtrArg::Block(p) => p[i],
+            PtrArg::Off32 {
+                base,
+                off,
+                unsigned: false,
+            } => ptr_add(base, off[i] as i64),
+            PtrArg::Off32 { base, off, .. } => ptr_add(base, off[i] as u32 as i64),
+            PtrArg::Off64 { base, off } => ptr_add(base, off[i]),
+        }
+    }
+
+    /// Whether lanes `lo..hi` (non-empty) point at consecutive elements of one buffer.
+    #[inline(always)]
+    fn contiguous(&self, lo: usize, hi: usize) -> bool {
+        match *self {
+            PtrArg::Block(p) => contiguous(&p[lo..hi]),
+            PtrArg::Off32 { off, unsigned, .. } => {
+                let run = &off[lo..hi];
+                let o0 = run[0];
+                // Consecutive step by step, and no wrap-around across the whole run.
+                let steps = run
+                    .iter()
+                    .enumerate()
+                    .fold(true, |ok, (j, &o)| ok & (o == o0.wrapping_add(j as i32)));
+                let span = if unsigned {
+                    o0 as u32 as i64 + (run.len() - 1) as i64 == run[run.len() - 1] as u32 as i64
+                } else {
+                    o0 as i64 + (run.len() - 1) as i64 == run[run.len() - 1] as i64
+                };
+                steps && span
+            }
+            PtrArg::Off64 { off, .. } => {
+                let run = &off[lo..hi];
+                let o0 = run[0];
+                run.iter()
+                    .enumerate()
+                    .fold(true, |ok, (j, &o)| ok & (o == o0.wrapping_add(j as i64)))
+                    && o0.checked_add((run.len() - 1) as i64) == Some(run[run.len() - 1])
+            }
+        }
+    }
+}
+
 fn out_of_bounds(m: &Mem<'_>, p: u64) -> MemErr {
     MemErr::OutOfBounds {
         param: ptr_param(p),
@@ -111,11 +184,12 @@ fn out_of_bounds(m: &Mem<'_>, p: u64) -> MemErr {
 fn load_impl<R: Raw, S: Copy + Default>(
     mems: &[Option<Mem<'_>>],
     run: usize,
-    ptr: &[u64],
+    ptr: PtrArg<'_>,
     mask: Option<&[bool]>,
     other: Option<&[S]>,
     out: &mut Vec<S>,
     from: impl Fn(R) -> S + Copy,
+    copy: impl Fn(&Mem<'_>, usize, usize, &mut Vec<S>) -> bool,
 ) -> Res {
     out.clear();
     out.reserve(ptr.len());
@@ -124,19 +198,20 @@ fn load_impl<R: Raw, S: Copy + Default>(
         Some(o) => o[i],
         None => S::default(),
     };
-    let run = run.max(1);
-    for (c, chunk) in ptr.chunks(run).enumerate() {
-        let lo = c * run;
-        if all_on(mask, lo, lo + chunk.len()) && contiguous(chunk) {
-            let m = mem(mems, chunk[0])?;
-            let start = index(m, chunk[0])?;
-            if !m.extend_run::<R, S>(start, chunk.len(), out, from) {
-                return Err(out_of_bounds(m, chunk[chunk.len() - 1]));
+    let (run, n) = (run.max(1), ptr.len());
+    for lo in (0..n).step_by(run) {
+        let hi = (lo + run).min(n);
+        if all_on(mask, lo, hi) && ptr.contiguous(lo, hi) {
+            let p0 = ptr.at(lo);
+            let m = mem(mems, p0)?;
+            let start = index(m, p0)?;
+            if !copy(m, start, hi - lo, out) {
+                return Err(out_of_bounds(m, ptr.at(hi - 1)));
             }
             continue;
         }
-        for (j, &p) in chunk.iter().enumerate() {
-            let i = lo + j;
+        for i in lo..hi {
+            let p = ptr.at(i);
             if mask.is_some_and(|m| !m[i]) {
                 out.push(fill(i));
                 continue;
@@ -149,28 +224,47 @@ fn load_impl<R: Raw, S: Copy + Default>(
     Ok(())
 }
 
+/// A run copy: bit for bit when the storage type has the memory's layout, else converted.
+macro_rules! copy_run {
+    (u32, $m:expr, $s:expr, $n:expr, $o:expr, $from:expr) => {
+        $m.copy_run($s, $n, $o)
+    };
+    (u64, $m:expr, $s:expr, $n:expr, $o:expr, $from:expr) => {
+        $m.copy_run($s, $n, $o)
+    };
+    ($r:ty, $m:expr, $s:expr, $n:expr, $o:expr, $from:expr) => {
+        $m.extend_run::<$r, _>($s, $n, $o, $from)
+    };
+}
+
 /// Loads a block of `d` elements; `run` is the length of the last dim.
 pub(crate) fn load(
     mems: &[Option<Mem<'_>>],
     d: DType,
     run: usize,
-    ptr: &Data,
+    ptr: PtrArg<'_>,
     mask: Option<&Data>,
     other: Option<&Data>,
     out: &mut Data,
 ) -> Res {
-    let Data::Ptr(ptr) = ptr else {
-        return Err(MemErr::Internal("load through a non-pointer".into()));
-    };
     let mask = bools(mask, ptr.len())?;
     macro_rules! go {
-        ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
+        ($r:tt, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
             let other = match other {
                 Some(Data::$v(o)) => Some(o.as_slice()),
                 Some(_) => return Err(MemErr::Internal("`other` has the wrong type".into())),
                 None => None,
             };
-            load_impl::<$r, _>(mems, run, ptr, mask, other, out.$acc(), $from)
+            load_impl::<$r, _>(
+                mems,
+                run,
+                ptr,
+                mask,
+                other,
+                out.$acc(),
+                $from,
+                |m, s, n, o| copy_run!($r, m, s, n, o, $from),
+            )
         }};
     }
     for_dtype!(d, go,)
@@ -190,7 +284,7 @@ fn bools(mask: Option<&Data>, n: usize) -> Result<Option<&[bool]>, MemErr> {
 fn store_impl<R: Raw, S: Copy>(
     mems: &[Option<Mem<'_>>],
     run: usize,
-    ptr: &[u64],
+    ptr: PtrArg<'_>,
     mask: Option<&[bool]>,
     vals: &[S],
     to: impl Fn(S) -> R + Copy,
@@ -201,24 +295,25 @@ fn store_impl<R: Raw, S: Copy>(
             "stored values do not match the pointers".into(),
         ));
     }
-    let run = run.max(1);
-    for (c, chunk) in ptr.chunks(run).enumerate() {
-        let lo = c * run;
-        if vals.len() == ptr.len() && all_on(mask, lo, lo + chunk.len()) && contiguous(chunk) {
-            let m = mem(mems, chunk[0])?;
-            let start = index(m, chunk[0])?;
+    let (run, n) = (run.max(1), ptr.len());
+    for lo in (0..n).step_by(run) {
+        let hi = (lo + run).min(n);
+        if vals.len() == n && all_on(mask, lo, hi) && ptr.contiguous(lo, hi) {
+            let p0 = ptr.at(lo);
+            let m = mem(mems, p0)?;
+            let start = index(m, p0)?;
             if !m.is_writable() {
                 return Err(MemErr::ReadOnly {
-                    param: ptr_param(chunk[0]),
+                    param: ptr_param(p0),
                 });
             }
-            if !m.set_run::<R, S>(start, &vals[lo..lo + chunk.len()], to) {
-                return Err(out_of_bounds(m, chunk[chunk.len() - 1]));
+            if !m.set_run::<R, S>(start, &vals[lo..hi], to) {
+                return Err(out_of_bounds(m, ptr.at(hi - 1)));
             }
             continue;
         }
-        for (j, &p) in chunk.iter().enumerate() {
-            let i = lo + j;
+        for i in lo..hi {
+            let p = ptr.at(i);
             if mask.is_some_and(|m| !m[i]) {
                 continue;
             }
@@ -239,13 +334,10 @@ pub(crate) fn store(
     mems: &[Option<Mem<'_>>],
     d: DType,
     run: usize,
-    ptr: &Data,
+    ptr: PtrArg<'_>,
     value: &Data,
     mask: Option<&Data>,
 ) -> Res {
-    let Data::Ptr(ptr) = ptr else {
-        return Err(MemErr::Internal("store through a non-pointer".into()));
-    };
     let mask = bools(mask, ptr.len())?;
     macro_rules! go {
         ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
@@ -323,7 +415,7 @@ fn combine_bool(kind: AtomicOp) -> impl Fn(bool, bool) -> bool + Copy {
 #[allow(clippy::too_many_arguments)]
 fn rmw_impl<R: Raw, S: Copy + Default>(
     mems: &[Option<Mem<'_>>],
-    ptr: &[u64],
+    ptr: PtrArg<'_>,
     mask: Option<&[bool]>,
     vals: &[S],
     out: &mut Vec<S>,
@@ -337,7 +429,8 @@ fn rmw_impl<R: Raw, S: Copy + Default>(
             "atomic operands do not match the pointers".into(),
         ));
     }
-    for (i, &p) in ptr.iter().enumerate() {
+    for i in 0..ptr.len() {
+        let p = ptr.at(i);
         if mask.is_some_and(|m| !m[i]) {
             out.push(S::default());
             continue;
@@ -360,14 +453,11 @@ pub(crate) fn atomic_rmw(
     mems: &[Option<Mem<'_>>],
     kind: AtomicOp,
     d: DType,
-    ptr: &Data,
+    ptr: PtrArg<'_>,
     value: &Data,
     mask: Option<&Data>,
     out: &mut Data,
 ) -> Res {
-    let Data::Ptr(ptr) = ptr else {
-        return Err(MemErr::Internal("atomic through a non-pointer".into()));
-    };
     let mask = bools(mask, ptr.len())?;
     macro_rules! go {
         ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr, $f:expr) => {{
@@ -472,7 +562,7 @@ pub(crate) fn atomic_rmw(
 #[allow(clippy::too_many_arguments)]
 fn cas_impl<R: Raw, S: Copy>(
     mems: &[Option<Mem<'_>>],
-    ptr: &[u64],
+    ptr: PtrArg<'_>,
     cmp: &[S],
     vals: &[S],
     out: &mut Vec<S>,
@@ -485,7 +575,8 @@ fn cas_impl<R: Raw, S: Copy>(
             "atomic_cas operands do not match the pointers".into(),
         ));
     }
-    for (i, &p) in ptr.iter().enumerate() {
+    for i in 0..ptr.len() {
+        let p = ptr.at(i);
         let m = mem(mems, p)?;
         let k = index(m, p)?;
         let old = m
@@ -502,14 +593,11 @@ fn cas_impl<R: Raw, S: Copy>(
 pub(crate) fn atomic_cas(
     mems: &[Option<Mem<'_>>],
     d: DType,
-    ptr: &Data,
+    ptr: PtrArg<'_>,
     cmp: &Data,
     value: &Data,
     out: &mut Data,
 ) -> Res {
-    let Data::Ptr(ptr) = ptr else {
-        return Err(MemErr::Internal("atomic_cas through a non-pointer".into()));
-    };
     macro_rules! go {
         ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
             let (Data::$v(c), Data::$v(v)) = (cmp, value) else {

@@ -50,6 +50,30 @@ raw!(u16, AtomicU16);
 raw!(u32, AtomicU32);
 raw!(u64, AtomicU64);
 
+/// Value types with the size of a [`Raw`] type for which every bit pattern is valid.
+pub(crate) trait Bits: Copy {
+    /// The raw type of the same width.
+    type Raw: Raw;
+    /// Reinterprets raw bits.
+    fn from_raw(r: Self::Raw) -> Self;
+}
+
+macro_rules! bits {
+    ($t:ty, $r:ty, $f:expr) => {
+        impl Bits for $t {
+            type Raw = $r;
+            #[inline(always)]
+            fn from_raw(r: $r) -> $t {
+                $f(r)
+            }
+        }
+    };
+}
+bits!(f32, u32, f32::from_bits);
+bits!(f64, u64, f64::from_bits);
+bits!(i32, u32, |r: u32| r as i32);
+bits!(i64, u64, |r: u64| r as i64);
+
 /// One pointer argument's buffer for the duration of a launch.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Mem<'a> {
@@ -160,6 +184,36 @@ impl<'a> Mem<'a> {
             // written during the launch. A loop of unaligned loads vectorises like memcpy.
             let base = unsafe { self.ptr.add(start * R::SIZE) } as *const R;
             out.extend((0..n).map(|k| f(unsafe { std::ptr::read_unaligned(base.add(k)) })));
+        }
+        true
+    }
+
+    /// Appends elements `[start, start + n)` to `out` bit for bit (a `memcpy` for read-only
+    /// buffers); false when out of bounds.
+    #[inline(always)]
+    pub(crate) fn copy_run<S: Bits>(&self, start: usize, n: usize, out: &mut Vec<S>) -> bool {
+        if !self.fits::<S::Raw>(start, n) {
+            return false;
+        }
+        if self.writable {
+            out.extend(
+                (start..start + n).map(|i| S::from_raw(S::Raw::load(self.atomic::<S::Raw>(i)))),
+            );
+        } else {
+            out.reserve(n);
+            let len = out.len();
+            // SAFETY: the source range is in bounds (checked above) and never written during
+            // the launch; the destination is `n` reserved elements of `out`, and every bit
+            // pattern is a valid `S` (`Bits` is only implemented for such types), so setting
+            // the length after the copy exposes initialised values only.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.add(start * S::Raw::SIZE),
+                    out.as_mut_ptr().add(len) as *mut u8,
+                    n * S::Raw::SIZE,
+                );
+                out.set_len(len + n);
+            }
         }
         true
     }

@@ -222,6 +222,8 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
         params: Launch::param_data(k, &scalars),
         mems,
         grid,
+        invariant: Launch::invariant_ops(k),
+        folded: interp::Folded::new(k),
     };
     let total = grid
         .iter()
@@ -236,10 +238,10 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
     };
     match total {
         0 => Ok(()),
-        1 => launch.run_program(&mut launch.new_env(), [0, 0, 0]),
+        1 => launch.run_program(launch.env().get(), [0, 0, 0]),
         _ => (0..total).into_par_iter().try_for_each_init(
-            || launch.new_env(),
-            |env, p| launch.run_program(env, pid(p)),
+            || launch.env(),
+            |env, p| launch.run_program(env.get(), pid(p)),
         ),
     }
 }

@@ -161,6 +161,9 @@ impl MetalKernelCall<'_> {
     /// `verbose = true`. Works on builds without Metal.
     pub fn traced_source(&self) -> Result<String> {
         let (ptrs, flat, ndims, dtypes, g, t) = self.parts()?;
+        // The capture redirects the whole process's stdout: one trace at a time.
+        static TRACE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = TRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let scratch =

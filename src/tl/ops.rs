@@ -262,6 +262,17 @@ macro_rules! math1 {
 math1!(exp => Exp, exp2 => Exp2, log => Log, log2 => Log2, sqrt => Sqrt, rsqrt => Rsqrt,
     sin => Sin, cos => Cos, erf => Erf, floor => Floor, ceil => Ceil);
 
+/// `sqrt_rn(x)`: correctly rounded square root (the IR's `sqrt` is IEEE already).
+#[track_caller]
+pub fn sqrt_rn(x: impl Into<Operand>) -> Tensor {
+    let (loc, x) = (SourceLoc::caller(), x.into());
+    op("sqrt_rn", loc, |b| {
+        let x = resolve(b, x)?;
+        b.require_f32(x, "sqrt_rn")?;
+        b.unary(UnaryOp::Sqrt, x)
+    })
+}
+
 /// `abs(x)` (any number type).
 #[track_caller]
 pub fn abs(x: impl Into<Operand>) -> Tensor {
@@ -312,6 +323,14 @@ binary_fns! {
     floordiv => |b, x, y| b.floordiv(x, y);
     /// `x / y` (true division: int / int gives fp32); same as the `/` operator.
     div => |b, x, y| b.truediv(x, y);
+    /// `fdiv(x, y)`: division of floats (IEEE here; Triton's may be approximate).
+    fdiv => |b, x, y| b.fdiv(x, y);
+    /// `div_rn(x, y)`: IEEE round-to-nearest division of fp32 values.
+    div_rn => |b, x, y| {
+        b.require_f32(x, "div_rn")?;
+        b.require_f32(y, "div_rn")?;
+        b.fdiv(x, y)
+    };
     /// `x % y` (C remainder for ints, fmod for floats); same as the `%` operator.
     rem => |b, x, y| b.rem(x, y);
 }

@@ -540,6 +540,33 @@ impl Builder {
         Ok(self.bin(BinaryOp::Div, a, b))
     }
 
+    /// `fdiv(x, y)` / `div_rn(x, y)`: float division (both operands must be floats).
+    pub(crate) fn fdiv(&mut self, a: Opnd, b: Opnd) -> Res<Value> {
+        for o in [a, b] {
+            let (d, p, _) = self.opnd_dtype(o)?;
+            if p || !d.is_float() {
+                return Err(format!(
+                    "both operands of fdiv must have floating scalar type, got {}",
+                    dts(d)
+                ));
+            }
+        }
+        let (a, b) = self.binary_prep(a, b, false, false, false, true)?;
+        let (da, db) = (self.ty(a).dtype, self.ty(b).dtype);
+        let d = computation_type(da, false, db, false, false)?;
+        let (a, b) = (self.cast(a, d)?, self.cast(b, d)?);
+        Ok(self.bin(BinaryOp::Div, a, b))
+    }
+
+    /// Triton's `_check_dtype(dtypes=["fp32"])` for `div_rn`/`sqrt_rn`.
+    pub(crate) fn require_f32(&self, o: Opnd, what: &str) -> Res<()> {
+        let (d, p, weak) = self.opnd_dtype(o)?;
+        if p || (d != DType::F32 && !(weak && d.is_float())) {
+            return Err(format!("{what} expects dtype fp32 but got {}", dts(d)));
+        }
+        Ok(())
+    }
+
     /// Triton's `//` on ints: C division truncating toward zero.
     pub(crate) fn floordiv(&mut self, a: Opnd, b: Opnd) -> Res<Value> {
         let (a, b) = self.binary_prep(a, b, false, false, true, true)?;

@@ -228,6 +228,9 @@ fn op_result_types() {
         check(argmax(xh.to(F32), 0), I32);
         check(cumsum(xu, 0), U32);
         check(sigmoid(xi.to(F32)), F32);
+        check(fdiv(xh, xh.to(F32)), F32);
+        check(div_rn(xh.to(F32), 2.0), F32);
+        check(sqrt_rn(xh.to(F32)), F32);
         check(where_(xi.lt(2), xh, 0.0), F16);
         check(-xu, U8);
         check(!xi, I32);
@@ -569,6 +572,20 @@ fn invalid_kernels_give_clear_errors() {
         "load",
         "right after",
     );
+    // 33. fdiv of integers
+    expect(|_| ignore(fdiv(arange(0, 4), 2.0)), "fdiv", "floating");
+    // 34. div_rn on fp16 (Triton: fp32 only)
+    expect(|_| ignore(div_rn(zeros([4], F16), 2.0)), "div_rn", "fp32");
+    // 35. a combine function using a value from outside
+    expect(
+        |k| {
+            let p = k.ptr(F32, "p");
+            let outer = program_id(0).to(F32);
+            store(p, reduce(zeros([4], F32), 0, |a, b| a + b * outer));
+        },
+        "mul",
+        "outside the combine function",
+    );
     // 30. a combine function that changes the type
     expect(
         |_| ignore(reduce(zeros([4], F32), 0, |a, _b| a.to(I32))),
@@ -676,6 +693,10 @@ fn parse_errors_are_errors() {
         "kernel k() {\n  %0 = constant 1 : i32\n  %0 = constant 2 : i32\n}",
         "kernel k() {\n  %1 = add %0, %0 : i32\n}",
         "kernel k(%0: i32 n) {\n  %1 = add %0, %0 : f32\n}",
+        "kernel k(%4294967295: i32 n) {\n}",
+        "kernel k() {\n  %0 = arange -9223372036854775808, 9223372036854775807 : i32[4]\n}",
+        "kernel k() {\n  %0 = arange 0, 4 : i32[4294967296,4294967296,4294967296]\n}",
+        "kernel k(%0: i32 n) {\n  %4294967295, %1 = split %0 : i32, i32\n}",
     ] {
         assert!(Kernel::parse_ir(bad).is_err(), "should fail: {bad}");
     }
@@ -941,4 +962,155 @@ fn compact_renumbers_parsed_ir() {
     assert_ne!(before, after);
     assert!(after.contains("%13 = addptr %12, %11"), "{after}");
     assert_eq!(Kernel::parse_ir(&after).unwrap().ir(), after);
+}
+
+/// Random DSL programs (valid and invalid) never panic: each build is Ok (and then verifies
+/// and round-trips) or a Build error.
+#[test]
+fn random_programs_never_panic() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let dtypes = [Bool, I8, I32, I64, U8, U32, F16, BF16, F32, F64];
+    let (mut ok, mut err) = (0, 0);
+    for _ in 0..2000 {
+        let len = 1 + next() % 5;
+        let script: Vec<u64> = (0..len).map(|_| next()).collect();
+        let r = std::panic::catch_unwind(|| {
+            build("fuzz", &BTreeMap::new(), |k| {
+                let p = k.ptr(F32, "p");
+                let q = k.ptr(I32, "q");
+                let mut pool = vec![
+                    arange(0, 8),
+                    program_id(0),
+                    k.scalar(I32, "n"),
+                    load(p + arange(0, 8)),
+                ];
+                for &w in &script {
+                    let pick = |i: u64| pool[(i % pool.len() as u64) as usize];
+                    let (a, b) = (pick(w >> 8), pick(w >> 16));
+                    let d = dtypes[((w >> 24) % dtypes.len() as u64) as usize];
+                    let t = match w % 32 {
+                        0 => a + b,
+                        1 => a * 3,
+                        2 => a / b,
+                        3 => floordiv(a, b),
+                        4 => a % 2.5,
+                        5 => a.lt(b),
+                        6 => a.to(d),
+                        7 => exp(a),
+                        8 => where_(a.gt(0), a, b),
+                        9 => sum(a, 0),
+                        10 => a.col() + b.row(),
+                        11 => a & b,
+                        12 => -a,
+                        13 => !a,
+                        14 => maximum(a, b),
+                        15 => reshape(a, [2, 4]),
+                        16 => dot(a, b, None),
+                        17 => cumsum(a, 0),
+                        18 => argmax(a, 0),
+                        19 => zeros([8], d),
+                        20 => load(q + a).mask(a.lt(4)).other(1),
+                        21 => {
+                            store(q + a, b).mask(a.lt(b));
+                            a
+                        }
+                        22 => range(0, b, 1).fold(a, |i, acc| acc + i),
+                        23 => if_(a.eq(0), || b, || b * 2),
+                        24 => join(a, b),
+                        25 => split(a).1,
+                        26 => trans(a),
+                        27 => atomic_add(q + a, b).mask(a.gt(1)),
+                        28 => rand(a, b),
+                        29 => reduce(a, 0, |x, y| x * y),
+                        30 => while_loop(a, |x| x.lt(b), |x| x + 1),
+                        _ => {
+                            associative_scan((a, b), 0, true, |(x, y), (u, v)| {
+                                (x + u, maximum(y, v))
+                            })
+                            .0
+                        }
+                    };
+                    pool.push(t);
+                }
+                store(p + arange(0, 8), pool[pool.len() - 1]);
+            })
+        });
+        match r {
+            Ok(Ok(k)) => {
+                ok += 1;
+                assert_eq!(Kernel::parse_ir(&k.ir()).unwrap().ir(), k.ir());
+            }
+            Ok(Err(Error::Build { op, msg, .. })) => {
+                if err < 8 {
+                    eprintln!("rejected at {op}: {msg}");
+                }
+                err += 1
+            }
+            Ok(Err(e)) => panic!("unexpected error kind: {e}"),
+            Err(_) => panic!("the DSL panicked on script {script:?}"),
+        }
+    }
+    eprintln!("random programs: {ok} built, {err} rejected");
+    assert!(err > 0 && ok > 0);
+}
+
+/// Mutated IR text (values, types, shapes, op names swapped) never makes the parser or the
+/// verifier panic.
+#[test]
+fn mutated_ir_never_panics() {
+    let texts = [
+        build_ok("add_kernel", &[("BLOCK_SIZE", 4)], vector_add).ir(),
+        include_str!("../../tests/filetests/loops.ir").to_string(),
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let subs: &[(&str, &str)] = &[
+        ("%1", "%7"),
+        ("%9", "%2"),
+        ("%13", "%99"),
+        ("f32", "i32"),
+        ("[4]", "[8]"),
+        ("[8]", "[4,2]"),
+        ("i32", "bool"),
+        ("add", "select"),
+        ("load", "store"),
+        ("yield %13", "yield"),
+        ("max", "dot"),
+        ("mask", "other"),
+        (", ", " "),
+        ("^r1", "^r7"),
+        ("ptr<f32>", "f32"),
+        ("{", ""),
+        ("}", ""),
+        ("axis 0", "axis 3"),
+    ];
+    let (mut ok, mut err) = (0, 0);
+    for i in 0..1500 {
+        let mut t = texts[i % texts.len()].clone();
+        for _ in 0..1 + next() % 3 {
+            let (from, to) = subs[(next() % subs.len() as u64) as usize];
+            let hits: Vec<usize> = t.match_indices(from).map(|(j, _)| j).collect();
+            if let Some(&at) = hits.get((next() % (hits.len().max(1) as u64)) as usize) {
+                t.replace_range(at..at + from.len(), to);
+            }
+        }
+        match std::panic::catch_unwind(|| Kernel::parse_ir(&t).map(|k| k.ir())) {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err(_)) => err += 1,
+            Err(_) => panic!("parse/verify panicked on:\n{t}"),
+        }
+    }
+    eprintln!("mutated IR: {ok} accepted, {err} rejected");
+    assert!(err > 0);
 }
