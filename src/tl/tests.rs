@@ -246,6 +246,7 @@ fn op_result_types() {
         assert_eq!(sum(x2, keep_dims(None)).shape(), vec![1, 1]);
         assert_eq!(max(x2, -1).shape(), vec![4]);
         assert_eq!(offs.col().shape(), vec![16, 1]);
+        assert!(format!("{offs:?}").ends_with(": i32[16])"), "{offs:?}");
         assert_eq!(x2.col().shape(), vec![4, 1, 4]); // x[:, None] on 2-D
         assert_eq!(offs.row().shape(), vec![1, 16]);
         assert_eq!((offs.col() + offs.row()).shape(), vec![16, 16]);
@@ -402,6 +403,9 @@ fn scalar_params_and_literals() {
         let v = s64 * 3_000_000_000i64; // int64 literal with an int64 tensor
         let w = where_(flag, v, 0);
         store(p, w + (f * 2.0).to(I64));
+        // Pointer arithmetic both ways and pointer selects.
+        let q = where_(flag, p + 1, (p + 2) - 1);
+        store(q, 7);
     });
 }
 
