@@ -5,7 +5,7 @@
 //! and the per-op typing rules documented on [`Op`]. Errors are [`Error::Build`] naming the
 //! kernel, the op, its user source location and the types involved.
 
-use super::kernel::{Kernel, OpData, OpId, ParamKind, RegionId, Value, ValueDef};
+use super::kernel::{Hint, Kernel, OpData, OpId, ParamKind, RegionId, Value, ValueDef};
 use super::op::{AtomicOp, BinaryOp, Op, ReduceKind, ScanKind};
 use super::types::{Const, Type};
 use crate::dtype::DType;
@@ -91,6 +91,15 @@ impl<'k> Verifier<'k> {
                 )));
             }
             self.defined[p.value.index()] = true;
+        }
+        for (v, h) in &k.hints {
+            let (Hint::MultipleOf(vals) | Hint::MaxContiguous(vals)) = h;
+            let ok = k
+                .value(*v)
+                .is_some_and(|vd| vals.len() == vd.ty.rank().max(1) && vals.iter().all(|x| *x > 0));
+            if !ok {
+                return Err(self.kernel_err(format!("hint {h:?} does not fit value {v}")));
+            }
         }
         if !k.region(k.body).args.is_empty() {
             return Err(self.kernel_err("the body region takes no arguments".into()));
