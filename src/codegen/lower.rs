@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use super::axis::AxisInfo;
 use super::dialect::Dialect;
 use super::layout::BlockedLayout;
 use super::{LaunchOptions, LayoutChoice};
@@ -65,6 +66,8 @@ pub(super) struct Lowering<'k> {
     /// [`FLAT`]. Broadcasts and permutes of such values are recomputed in place instead of
     /// moving data through threadgroup memory.
     pub recipes: Vec<Option<String>>,
+    /// Contiguity facts per value (vector loads and stores).
+    pub axis: Vec<AxisInfo>,
 }
 
 /// Placeholder for the flat element index in a recipe.
@@ -107,6 +110,7 @@ impl<'k> Lowering<'k> {
             off_dtype: if wide { DType::I64 } else { DType::I32 },
             uses_simd: false,
             recipes: vec![None; k.values.len()],
+            axis: super::axis::analyse(k),
         }
     }
 
@@ -970,6 +974,11 @@ impl<'k> Lowering<'k> {
                 lay.regs()
             ),
         });
+        if let Some(vt) = self.vector_type(ptr, dt, lay)? {
+            self.load_vector(&name, &vt, ptr, mask, other, lay, &zero)?;
+            self.set(res, Repr::Block(name));
+            return Ok(());
+        }
         let guard = lay.has_idle_threads();
         self.open_regs(lay, guard);
         let a = self.access(ptr, &self.el(ptr, "tm_i"))?;
@@ -994,6 +1003,160 @@ impl<'k> Lowering<'k> {
         Ok(())
     }
 
+    /// The packed vector type for a chunk-wide access through `ptr`, when the offsets are
+    /// contiguous over each chunk and the element type has one.
+    fn vector_type(&mut self, ptr: Value, dt: DType, lay: BlockedLayout) -> Result<Option<String>> {
+        let Some(p) = self.prov[ptr.index()] else {
+            return Ok(None);
+        };
+        let param = &self.k.params[p];
+        let ok = lay.vec >= 2
+            && self.axis[ptr.index()].contig >= lay.vec as u64
+            && matches!(
+                dt,
+                DType::F32
+                    | DType::F16
+                    | DType::I32
+                    | DType::U32
+                    | DType::I16
+                    | DType::U16
+                    | DType::I8
+                    | DType::U8
+            )
+            && !(self.atomic_outputs && param.stored)
+            && matches!(self.repr(ptr), Repr::Block(_));
+        if !ok {
+            return Ok(None);
+        }
+        self.helpers.insert("packed");
+        Ok(Some(format!("packed_{}{}", self.cty(dt)?, lay.vec)))
+    }
+
+    /// Conditions under which a whole chunk (registers `tm_i ..`) may be accessed at once;
+    /// and the per-element conditions (index `tm_i + tm_e`) otherwise.
+    fn chunk_conds(&self, mask: Option<Value>, lay: BlockedLayout) -> (Vec<String>, Vec<String>) {
+        let (mut whole, mut each) = (Vec::new(), Vec::new());
+        if lay.has_idle_threads() {
+            whole.push(format!("tm_l < {}u", lay.n));
+            each.push(format!("tm_l < {}u", lay.n));
+        }
+        if let Some(m) = mask {
+            if self.axis[m.index()].cst >= lay.vec as u64 || self.is_uniform(m) {
+                whole.push(self.el(m, "tm_i"));
+            } else {
+                for e in 0..lay.vec {
+                    whole.push(self.el(m, &format!("tm_i + {e}u")));
+                }
+            }
+            each.push(self.el(m, "tm_i + tm_e"));
+        }
+        (whole, each)
+    }
+
+    fn open_chunks(&mut self, lay: BlockedLayout) {
+        self.open(format!(
+            "for (uint tm_c = 0; tm_c < {}u; ++tm_c)",
+            lay.regs() / lay.vec
+        ));
+        self.line(format!("const uint tm_i = tm_c * {}u;", lay.vec));
+        if lay.has_idle_threads() {
+            self.line(format!(
+                "const uint tm_l = {};",
+                lay.flat_expr("tm_i", "tm_lid")
+            ));
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn load_vector(
+        &mut self,
+        name: &str,
+        vt: &str,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+        lay: BlockedLayout,
+        zero: &str,
+    ) -> Result<()> {
+        let p = self.param_name(ptr)?;
+        let (whole, each) = self.chunk_conds(mask, lay);
+        let v = lay.vec;
+        self.open_chunks(lay);
+        let off = self.el(ptr, "tm_i");
+        let body = |me: &mut Self| {
+            me.line(format!("const {vt} tm_v = tm_vload({p} + {off});"));
+            me.line(format!(
+                "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) {name}[tm_i + tm_e] = tm_v[tm_e];"
+            ));
+        };
+        if whole.is_empty() {
+            body(self);
+        } else {
+            self.open(format!("if ({})", whole.join(" && ")));
+            body(self);
+            self.indent -= 1;
+            self.line("} else {");
+            self.indent += 1;
+            let o = other.map_or(zero.to_string(), |o| self.el(o, "tm_i + tm_e"));
+            let a = self.access(ptr, &self.el(ptr, "tm_i + tm_e"))?;
+            self.line(format!(
+                "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) {name}[tm_i + tm_e] = ({}) ? {a} : {o};",
+                each.join(" && ")
+            ));
+            self.close();
+        }
+        self.close();
+        self.layouts.push(LayoutChoice {
+            op: format!("load {name}"),
+            layout: format!("vectorised: {vt} per chunk"),
+        });
+        Ok(())
+    }
+
+    fn store_vector(
+        &mut self,
+        vt: &str,
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+        lay: BlockedLayout,
+    ) -> Result<()> {
+        let p = self.param_name(ptr)?;
+        let (whole, each) = self.chunk_conds(mask, lay);
+        let v = lay.vec;
+        self.open_chunks(lay);
+        let off = self.el(ptr, "tm_i");
+        let val = self.el(value, "tm_i + tm_e");
+        let body = |me: &mut Self| {
+            me.line(format!("{vt} tm_v;"));
+            me.line(format!(
+                "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) tm_v[tm_e] = {val};"
+            ));
+            me.line(format!("*((device {vt}*)({p} + {off})) = tm_v;"));
+        };
+        if whole.is_empty() {
+            body(self);
+        } else {
+            self.open(format!("if ({})", whole.join(" && ")));
+            body(self);
+            self.indent -= 1;
+            self.line("} else {");
+            self.indent += 1;
+            let s = self.store_stmt(ptr, &self.el(ptr, "tm_i + tm_e"), &val)?;
+            self.line(format!(
+                "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) if ({}) {s}",
+                each.join(" && ")
+            ));
+            self.close();
+        }
+        self.close();
+        self.layouts.push(LayoutChoice {
+            op: format!("store {p}"),
+            layout: format!("vectorised: {vt} per chunk"),
+        });
+        Ok(())
+    }
+
     fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
         Ok(if self.atomic_outputs {
@@ -1015,6 +1178,9 @@ impl<'k> Lowering<'k> {
             return Ok(());
         }
         let lay = self.layout(ptr);
+        if let Some(vt) = self.vector_type(ptr, self.edt(value), lay)? {
+            return self.store_vector(&vt, ptr, value, mask, lay);
+        }
         let guard = lay.has_idle_threads();
         self.open_regs(lay, guard);
         let s = self.store_stmt(ptr, &self.el(ptr, "tm_i"), &self.el(value, "tm_i"))?;

@@ -198,6 +198,7 @@ fn header(helpers: &std::collections::BTreeSet<&'static str>) -> String {
             "atomic_cas" => ATOMIC_CAS,
             "atomic_fminmax" => ATOMIC_FMINMAX,
             "philox" => PHILOX,
+            "packed" => PACKED,
             _ => "",
         });
     }
@@ -277,4 +278,31 @@ inline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uin
   }
   return uint4(c0, c1, c2, c3);
 }
+"#;
+
+/// Metal's packed vectors (element alignment, so any element offset may start a chunk)
+/// and a chunk load for either address space MLX may bind an input in (`constant` below 8
+/// elements). A CPU build of the body (the emulator: CPU target macros are defined there,
+/// never in the Metal compiler) has no address spaces and no packed types, so it gets
+/// element-aligned vector typedefs and one load per type (not a template: a template
+/// argument would drop the typedef's alignment).
+const PACKED: &str = r#"
+#if defined(__x86_64__) || defined(__aarch64__)
+#define TM_PACKED(T, N, A) \
+  typedef T packed_##N##4 __attribute__((ext_vector_type(4), aligned(A))); \
+  inline packed_##N##4 tm_vload(const T* p) { return *(const packed_##N##4*)p; }
+#else
+#define TM_PACKED(T, N, A) \
+  inline packed_##N##4 tm_vload(const device T* p) { return *(const device packed_##N##4*)p; } \
+  inline packed_##N##4 tm_vload(const constant T* p) { return *(const constant packed_##N##4*)p; }
+#endif
+TM_PACKED(float, float, 4)
+TM_PACKED(half, half, 2)
+TM_PACKED(int32_t, int, 4)
+TM_PACKED(uint32_t, uint, 4)
+TM_PACKED(int16_t, short, 2)
+TM_PACKED(uint16_t, ushort, 2)
+TM_PACKED(int8_t, char, 1)
+TM_PACKED(uint8_t, uchar, 1)
+#undef TM_PACKED
 "#;

@@ -30,6 +30,7 @@
 //! are also written there as `<name>.metal` (header + body) for inspection.
 
 pub mod abi;
+mod axis;
 pub mod dialect;
 mod dot;
 pub mod layout;

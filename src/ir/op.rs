@@ -522,7 +522,9 @@ pub enum Op {
     /// Reduces `srcs` (one shape) along `axis`; results drop that dim (a 1-D input gives
     /// scalars). Builtin kinds take one source; `ArgMax`/`ArgMin` give `i32`. `Custom`
     /// takes `n` sources and runs `combine` (args: `n` accumulator scalars then `n` new
-    /// scalars; yields `n` scalars); results have the sources' dtypes.
+    /// scalars; yields `n` scalars); results have the sources' dtypes. Combine regions are
+    /// isolated: they use only their arguments and their own ops (like Triton's combine
+    /// functions, which are separate jit functions).
     Reduce {
         /// What to compute.
         kind: ReduceKind,

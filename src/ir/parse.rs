@@ -74,9 +74,13 @@ pub(crate) fn parse_type(s: &str) -> PResult<Type> {
     Ok(Type { dtype, ptr, shape })
 }
 
+/// Value and region numbers above this are rejected (they would size the arenas).
+const MAX_ID: u32 = 1 << 24;
+
 fn parse_value(tok: &str) -> PResult<Value> {
     tok.strip_prefix('%')
         .and_then(|n| n.parse::<u32>().ok())
+        .filter(|n| *n < MAX_ID)
         .map(Value)
         .ok_or_else(|| format!("expected a value like %3, got `{tok}`"))
 }
@@ -361,7 +365,7 @@ impl<'a> Parser<'a> {
             ));
         }
         for (i, r) in results.iter().enumerate() {
-            if r.0 != results[0].0 + i as u32 {
+            if r.0 != results[0].0.saturating_add(i as u32) {
                 return Err("an op's results must be consecutive values".into());
             }
         }
@@ -381,6 +385,9 @@ impl<'a> Parser<'a> {
                         format!("expected a region header like `^r1(...):`, got `{head}`")
                     })?;
                 let r = RegionId(parse_int(Some(rid), "region id")?);
+                if r.0 >= MAX_ID {
+                    return Err(format!("region id {r} is too large"));
+                }
                 self.region_slot(r);
                 let mut arg_vals = Vec::new();
                 for (i, arg) in args.split(", ").filter(|x| !x.is_empty()).enumerate() {

@@ -62,9 +62,9 @@ impl Type {
         self.shape.len()
     }
 
-    /// Number of elements (1 for scalars).
+    /// Number of elements (1 for scalars; saturates instead of overflowing).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
     }
 
     /// The same element type (pointer-ness kept) with another shape.

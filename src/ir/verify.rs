@@ -5,7 +5,7 @@
 //! and the per-op typing rules documented on [`Op`]. Errors are [`Error::Build`] naming the
 //! kernel, the op, its user source location and the types involved.
 
-use super::kernel::{Kernel, OpData, OpId, ParamKind, RegionId, Value, ValueDef};
+use super::kernel::{Hint, Kernel, OpData, OpId, ParamKind, RegionId, Value, ValueDef};
 use super::op::{AtomicOp, BinaryOp, Op, ReduceKind, ScanKind};
 use super::types::{Const, Type};
 use crate::dtype::DType;
@@ -20,6 +20,8 @@ struct Verifier<'k> {
     k: &'k Kernel,
     defined: Vec<bool>,
     seen_op: Vec<bool>,
+    /// Definitions visible outside the isolated (combine) regions being checked.
+    isolated: Vec<Vec<bool>>,
     /// An error from a nested region, passed up unchanged through the owning op.
     nested: Option<Error>,
 }
@@ -41,6 +43,7 @@ impl<'k> Verifier<'k> {
             defined: vec![false; k.values.len()],
             seen_op: vec![false; k.ops.len()],
             nested: None,
+            isolated: Vec::new(),
         }
     }
 
@@ -88,6 +91,15 @@ impl<'k> Verifier<'k> {
                 )));
             }
             self.defined[p.value.index()] = true;
+        }
+        for (v, h) in &k.hints {
+            let (Hint::MultipleOf(vals) | Hint::MaxContiguous(vals)) = h;
+            let ok = k
+                .value(*v)
+                .is_some_and(|vd| vals.len() == vd.ty.rank().max(1) && vals.iter().all(|x| *x > 0));
+            if !ok {
+                return Err(self.kernel_err(format!("hint {h:?} does not fit value {v}")));
+            }
         }
         if !k.region(k.body).args.is_empty() {
             return Err(self.kernel_err("the body region takes no arguments".into()));
@@ -143,10 +155,16 @@ impl<'k> Verifier<'k> {
                 }
             });
             if let Some(v) = missing {
-                return Err(wrap(
-                    self,
-                    format!("operand {v} is not defined before its use"),
-                ));
+                let outside = self
+                    .isolated
+                    .last()
+                    .is_some_and(|d| d.get(v.index()).copied().unwrap_or(false));
+                let msg = if outside {
+                    format!("operand {v} comes from outside the combine function (combine functions see only their arguments)")
+                } else {
+                    format!("operand {v} is not defined before its use")
+                };
+                return Err(wrap(self, msg));
             }
             let is_last = pos + 1 == region.ops.len();
             if let Op::Yield { values } = &data.op {
@@ -281,12 +299,9 @@ impl<'k> Verifier<'k> {
             }
             Op::Arange { start, end } => {
                 let t = one(&res)?;
-                ensure(end > start, || format!("arange end {end} <= start {start}"))?;
-                same(
-                    &t,
-                    &Type::block(DType::I32, &[(end - start) as usize]),
-                    "arange result",
-                )
+                let n = end.checked_sub(*start).filter(|n| *n > 0);
+                let n = n.ok_or_else(|| format!("arange end {end} <= start {start}"))?;
+                same(&t, &Type::block(DType::I32, &[n as usize]), "arange result")
             }
             Op::Splat { src } => {
                 let t = one(&res)?;
@@ -680,11 +695,19 @@ impl<'k> Verifier<'k> {
         Ok(tys)
     }
 
+    /// Combine regions are isolated (as Triton's combine functions, separate jit functions):
+    /// they see only their own arguments and ops.
     fn combine(&mut self, id: OpId, combine: Option<RegionId>, tys: &[Type]) -> Check {
         let Some(r) = combine else { return Ok(()) };
         let scalars: Vec<Type> = tys.iter().map(|t| t.element()).collect();
         let mut args = scalars.clone();
         args.extend(scalars.iter().cloned());
-        self.sub(id, r, &args, &scalars, "combine")
+        let outer = std::mem::replace(&mut self.defined, vec![false; self.k.values.len()]);
+        self.isolated.push(outer);
+        let res = self.sub(id, r, &args, &scalars, "combine");
+        if let Some(outer) = self.isolated.pop() {
+            self.defined = outer;
+        }
+        res
     }
 }

@@ -887,3 +887,33 @@ pub fn min_with_indices(x: Tensor, axis: impl Into<Axis>) -> (Tensor, Tensor) {
     let axis = axis.into();
     (min(x, axis), argmin(x, axis))
 }
+
+/// A few of `triton.language.extra.libdevice`'s functions, written with the core ops (fp32 /
+/// fp64; not bit-identical to CUDA's libdevice).
+pub mod libdevice {
+    use super::{abs, exp, exp2, log2, where_, Operand, Tensor};
+
+    /// `tanh(x)`: `sign(x) * (1 - e) / (1 + e)` with `e = exp(-2|x|)`, and `x` itself for
+    /// `|x| < 4e-4` (where `tanh x = x` to within 6e-8 relative).
+    #[track_caller]
+    pub fn tanh(x: impl Into<Operand>) -> Tensor {
+        let x = match x.into() {
+            Operand::Tensor(t) => t,
+            Operand::Scalar(s) => {
+                super::full([0i64; 0], Operand::Scalar(s), crate::dtype::DType::F32)
+            }
+        };
+        let ax = abs(x);
+        let e = exp(ax * -2.0);
+        let t = (1.0f64 - e) / (1.0f64 + e);
+        let signed = where_(x.lt(0), -t, t);
+        where_(ax.lt(4e-4), x, signed)
+    }
+
+    /// `pow(x, y) = exp2(y * log2(x))` for `x > 0`.
+    #[track_caller]
+    pub fn pow(x: impl Into<Operand>, y: impl Into<Operand>) -> Tensor {
+        let l = log2(x);
+        exp2(l * y.into())
+    }
+}

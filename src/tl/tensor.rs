@@ -14,7 +14,7 @@ use crate::ir::{BinaryOp, CmpPred, Type, Value};
 /// operators work between tensors and with Rust numbers (`x + 1`, `2.0 * x`), following
 /// Triton's promotion rules: a Rust number acts like a Python scalar in Triton and does not
 /// widen a tensor of the same or a higher kind.
-#[derive(Clone, Copy, Debug, Hash)]
+#[derive(Clone, Copy, Hash)]
 pub struct Tensor {
     v: Value,
     build: u32,
@@ -77,6 +77,20 @@ impl Tensor {
     /// True for pointers and blocks of pointers.
     pub fn is_ptr(self) -> bool {
         self.ty().map(|t| t.ptr).unwrap_or(false)
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    /// `Tensor(%5: f32[16])` inside the build; `Tensor(%5)` outside, `Tensor(<failed>)` for the
+    /// result of a failed operation.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_poisoned() {
+            return f.write_str("Tensor(<failed>)");
+        }
+        match self.ty() {
+            Some(t) => write!(f, "Tensor({}: {t})", self.v),
+            None => write!(f, "Tensor({})", self.v),
+        }
     }
 }
 

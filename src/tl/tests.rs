@@ -231,6 +231,8 @@ fn op_result_types() {
         check(fdiv(xh, xh.to(F32)), F32);
         check(div_rn(xh.to(F32), 2.0), F32);
         check(sqrt_rn(xh.to(F32)), F32);
+        check(libdevice::tanh(xh.to(F32)), F32);
+        check(libdevice::pow(xh.to(F32), 2.0), F32);
         check(where_(xi.lt(2), xh, 0.0), F16);
         check(-xu, U8);
         check(!xi, I32);
@@ -246,6 +248,7 @@ fn op_result_types() {
         assert_eq!(sum(x2, keep_dims(None)).shape(), vec![1, 1]);
         assert_eq!(max(x2, -1).shape(), vec![4]);
         assert_eq!(offs.col().shape(), vec![16, 1]);
+        assert!(format!("{offs:?}").ends_with(": i32[16])"), "{offs:?}");
         assert_eq!(x2.col().shape(), vec![4, 1, 4]); // x[:, None] on 2-D
         assert_eq!(offs.row().shape(), vec![1, 16]);
         assert_eq!((offs.col() + offs.row()).shape(), vec![16, 16]);
@@ -402,6 +405,9 @@ fn scalar_params_and_literals() {
         let v = s64 * 3_000_000_000i64; // int64 literal with an int64 tensor
         let w = where_(flag, v, 0);
         store(p, w + (f * 2.0).to(I64));
+        // Pointer arithmetic both ways and pointer selects.
+        let q = where_(flag, p + 1, (p + 2) - 1);
+        store(q, 7);
     });
 }
 
@@ -576,6 +582,16 @@ fn invalid_kernels_give_clear_errors() {
     expect(|_| ignore(fdiv(arange(0, 4), 2.0)), "fdiv", "floating");
     // 34. div_rn on fp16 (Triton: fp32 only)
     expect(|_| ignore(div_rn(zeros([4], F16), 2.0)), "div_rn", "fp32");
+    // 35. a combine function using a value from outside
+    expect(
+        |k| {
+            let p = k.ptr(F32, "p");
+            let outer = program_id(0).to(F32);
+            store(p, reduce(zeros([4], F32), 0, |a, b| a + b * outer));
+        },
+        "mul",
+        "outside the combine function",
+    );
     // 30. a combine function that changes the type
     expect(
         |_| ignore(reduce(zeros([4], F32), 0, |a, _b| a.to(I32))),
@@ -683,6 +699,10 @@ fn parse_errors_are_errors() {
         "kernel k() {\n  %0 = constant 1 : i32\n  %0 = constant 2 : i32\n}",
         "kernel k() {\n  %1 = add %0, %0 : i32\n}",
         "kernel k(%0: i32 n) {\n  %1 = add %0, %0 : f32\n}",
+        "kernel k(%4294967295: i32 n) {\n}",
+        "kernel k() {\n  %0 = arange -9223372036854775808, 9223372036854775807 : i32[4]\n}",
+        "kernel k() {\n  %0 = arange 0, 4 : i32[4294967296,4294967296,4294967296]\n}",
+        "kernel k(%0: i32 n) {\n  %4294967295, %1 = split %0 : i32, i32\n}",
     ] {
         assert!(Kernel::parse_ir(bad).is_err(), "should fail: {bad}");
     }
@@ -1099,4 +1119,45 @@ fn mutated_ir_never_panics() {
     }
     eprintln!("mutated IR: {ok} accepted, {err} rejected");
     assert!(err > 0);
+}
+
+#[test]
+fn libdevice_tanh_and_pow_on_the_executor() {
+    use crate::exec::{execute, ExecArg};
+    let k = build_ok("ld", &[], |k| {
+        let (x, t, p) = (k.ptr(F32, "x"), k.ptr(F32, "t"), k.ptr(F32, "p"));
+        let offs = arange(0, 8);
+        let v = load(x + offs);
+        store(t + offs, libdevice::tanh(v));
+        store(p + offs, libdevice::pow(abs(v), 2.5));
+    });
+    let xs: [f32; 8] = [-20.0, -1.5, -0.3, -1e-5, 0.0, 2e-4, 0.7, 9.0];
+    let xb: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let (mut tb, mut pb) = (vec![0u8; 32], vec![0u8; 32]);
+    execute(
+        &k,
+        [1, 1, 1],
+        &mut [
+            ExecArg::from(&xb[..]),
+            ExecArg::from(&mut tb[..]),
+            ExecArg::from(&mut pb[..]),
+        ],
+    )
+    .unwrap();
+    let f = |b: &[u8]| -> Vec<f32> {
+        b.chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    for ((x, t), p) in xs.iter().zip(f(&tb)).zip(f(&pb)) {
+        let (wt, wp) = ((*x as f64).tanh(), (x.abs() as f64).powf(2.5));
+        assert!(
+            ((t as f64) - wt).abs() <= 2e-7 * wt.abs().max(1e-30) + 1e-12,
+            "tanh({x}) = {t}, want {wt}"
+        );
+        assert!(
+            ((p as f64) - wp).abs() <= 1e-5 * wp.abs() + 1e-30,
+            "pow({x}, 2.5) = {p}, want {wp}"
+        );
+    }
 }

@@ -1,5 +1,24 @@
 #include <metal_stdlib>
 using namespace metal;
+
+#if defined(__x86_64__) || defined(__aarch64__)
+#define TM_PACKED(T, N, A) \
+  typedef T packed_##N##4 __attribute__((ext_vector_type(4), aligned(A))); \
+  inline packed_##N##4 tm_vload(const T* p) { return *(const packed_##N##4*)p; }
+#else
+#define TM_PACKED(T, N, A) \
+  inline packed_##N##4 tm_vload(const device T* p) { return *(const device packed_##N##4*)p; } \
+  inline packed_##N##4 tm_vload(const constant T* p) { return *(const constant packed_##N##4*)p; }
+#endif
+TM_PACKED(float, float, 4)
+TM_PACKED(half, half, 2)
+TM_PACKED(int32_t, int, 4)
+TM_PACKED(uint32_t, uint, 4)
+TM_PACKED(int16_t, short, 2)
+TM_PACKED(uint16_t, ushort, 2)
+TM_PACKED(int8_t, char, 1)
+TM_PACKED(uint8_t, uchar, 1)
+#undef TM_PACKED
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
   threadgroup float tm_smem_f32[1024];
@@ -84,8 +103,14 @@ using namespace metal;
       a_off_1[tm_i] = bcast_2[tm_i] + int(bcast_3[tm_i]);
     }
     float a[4];
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      a[tm_i] = (and_1[tm_i]) ? a_ptr[a_off_1[tm_i]] : 0.0f;
+    for (uint tm_c = 0; tm_c < 1u; ++tm_c) {
+      const uint tm_i = tm_c * 4u;
+      if (and_1[tm_i + 0u] && and_1[tm_i + 1u] && and_1[tm_i + 2u] && and_1[tm_i + 3u]) {
+        const packed_float4 tm_v = tm_vload(a_ptr + a_off_1[tm_i]);
+        for (uint tm_e = 0; tm_e < 4u; ++tm_e) a[tm_i + tm_e] = tm_v[tm_e];
+      } else {
+        for (uint tm_e = 0; tm_e < 4u; ++tm_e) a[tm_i + tm_e] = (and_1[tm_i + tm_e]) ? a_ptr[a_off_1[tm_i + tm_e]] : 0.0f;
+      }
     }
     bool lt_2[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -132,10 +157,15 @@ using namespace metal;
       b_off_1[tm_i] = bcast_6[tm_i] + int(bcast_7[tm_i]);
     }
     float b[4];
-    for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      b[tm_i] = (and_2[tm_i]) ? b_ptr[b_off_1[tm_i]] : 0.0f;
+    for (uint tm_c = 0; tm_c < 1u; ++tm_c) {
+      const uint tm_i = tm_c * 4u;
+      if (and_2[tm_i + 0u] && and_2[tm_i + 1u] && and_2[tm_i + 2u] && and_2[tm_i + 3u]) {
+        const packed_float4 tm_v = tm_vload(b_ptr + b_off_1[tm_i]);
+        for (uint tm_e = 0; tm_e < 4u; ++tm_e) b[tm_i + tm_e] = tm_v[tm_e];
+      } else {
+        for (uint tm_e = 0; tm_e < 4u; ++tm_e) b[tm_i + tm_e] = (and_2[tm_i + tm_e]) ? b_ptr[b_off_1[tm_i + tm_e]] : 0.0f;
+      }
     }
-    const uint tm_sg = tm_lid / 32u;
     simdgroup_matrix<float, 8, 8> frag_c[4];
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -144,7 +174,7 @@ using namespace metal;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-      const uint tm_t = tm_sg + 4u * tm_q;
+      const uint tm_t = tm_lid / 32u + 4u * tm_q;
       const uint tm_tm = (tm_t / 4u) * 8u;
       const uint tm_tn = (tm_t % 4u) * 8u;
       simdgroup_load(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
@@ -163,7 +193,7 @@ using namespace metal;
     simdgroup_matrix<float, 8, 8> frag_b;
     for (uint tm_kk = 0; tm_kk < 16u; tm_kk += 8u) {
       for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-        const uint tm_t = tm_sg + 4u * tm_q;
+        const uint tm_t = tm_lid / 32u + 4u * tm_q;
         const uint tm_tm = (tm_t / 4u) * 8u;
         const uint tm_tn = (tm_t % 4u) * 8u;
         simdgroup_load(frag_a, tm_smem_f32 + tm_tm * 16u + tm_kk, 16);
@@ -173,7 +203,7 @@ using namespace metal;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-      const uint tm_t = tm_sg + 4u * tm_q;
+      const uint tm_t = tm_lid / 32u + 4u * tm_q;
       const uint tm_tm = (tm_t / 4u) * 8u;
       const uint tm_tn = (tm_t % 4u) * 8u;
       simdgroup_store(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
@@ -232,6 +262,13 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     c_off_1[tm_i] = bcast_10[tm_i] + int(bcast_11[tm_i]);
   }
-  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    if (and_3[tm_i]) c_ptr[c_off_1[tm_i]] = acc0_[tm_i];
+  for (uint tm_c = 0; tm_c < 2u; ++tm_c) {
+    const uint tm_i = tm_c * 4u;
+    if (and_3[tm_i + 0u] && and_3[tm_i + 1u] && and_3[tm_i + 2u] && and_3[tm_i + 3u]) {
+      packed_float4 tm_v;
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) tm_v[tm_e] = acc0_[tm_i + tm_e];
+      *((device packed_float4*)(c_ptr + c_off_1[tm_i])) = tm_v;
+    } else {
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) if (and_3[tm_i + tm_e]) c_ptr[c_off_1[tm_i + tm_e]] = acc0_[tm_i + tm_e];
+    }
   }

@@ -1,5 +1,24 @@
 #include <metal_stdlib>
 using namespace metal;
+
+#if defined(__x86_64__) || defined(__aarch64__)
+#define TM_PACKED(T, N, A) \
+  typedef T packed_##N##4 __attribute__((ext_vector_type(4), aligned(A))); \
+  inline packed_##N##4 tm_vload(const T* p) { return *(const packed_##N##4*)p; }
+#else
+#define TM_PACKED(T, N, A) \
+  inline packed_##N##4 tm_vload(const device T* p) { return *(const device packed_##N##4*)p; } \
+  inline packed_##N##4 tm_vload(const constant T* p) { return *(const constant packed_##N##4*)p; }
+#endif
+TM_PACKED(float, float, 4)
+TM_PACKED(half, half, 2)
+TM_PACKED(int32_t, int, 4)
+TM_PACKED(uint32_t, uint, 4)
+TM_PACKED(int16_t, short, 2)
+TM_PACKED(uint16_t, ushort, 2)
+TM_PACKED(int8_t, char, 1)
+TM_PACKED(uint8_t, uchar, 1)
+#undef TM_PACKED
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
   threadgroup float tm_smem_f32[128];
@@ -20,8 +39,14 @@ using namespace metal;
     in_off_1[tm_i] = in_off + int(arange[tm_i]);
   }
   float in_1[8];
-  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    in_1[tm_i] = (lt[tm_i]) ? in_ptr[in_off_1[tm_i]] : -INFINITY;
+  for (uint tm_c = 0; tm_c < 2u; ++tm_c) {
+    const uint tm_i = tm_c * 4u;
+    if (lt[tm_i + 0u] && lt[tm_i + 1u] && lt[tm_i + 2u] && lt[tm_i + 3u]) {
+      const packed_float4 tm_v = tm_vload(in_ptr + in_off_1[tm_i]);
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) in_1[tm_i + tm_e] = tm_v[tm_e];
+    } else {
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) in_1[tm_i + tm_e] = (lt[tm_i + tm_e]) ? in_ptr[in_off_1[tm_i + tm_e]] : -INFINITY;
+    }
   }
   float part[1];
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
@@ -92,6 +117,13 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     div[tm_i] = (exp_1[tm_i] / sum);
   }
-  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    if (lt[tm_i]) out_ptr[out_off_1[tm_i]] = div[tm_i];
+  for (uint tm_c = 0; tm_c < 2u; ++tm_c) {
+    const uint tm_i = tm_c * 4u;
+    if (lt[tm_i + 0u] && lt[tm_i + 1u] && lt[tm_i + 2u] && lt[tm_i + 3u]) {
+      packed_float4 tm_v;
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) tm_v[tm_e] = div[tm_i + tm_e];
+      *((device packed_float4*)(out_ptr + out_off_1[tm_i])) = tm_v;
+    } else {
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) if (lt[tm_i + tm_e]) out_ptr[out_off_1[tm_i + tm_e]] = div[tm_i + tm_e];
+    }
   }

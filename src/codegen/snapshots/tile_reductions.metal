@@ -1,5 +1,24 @@
 #include <metal_stdlib>
 using namespace metal;
+
+#if defined(__x86_64__) || defined(__aarch64__)
+#define TM_PACKED(T, N, A) \
+  typedef T packed_##N##4 __attribute__((ext_vector_type(4), aligned(A))); \
+  inline packed_##N##4 tm_vload(const T* p) { return *(const packed_##N##4*)p; }
+#else
+#define TM_PACKED(T, N, A) \
+  inline packed_##N##4 tm_vload(const device T* p) { return *(const device packed_##N##4*)p; } \
+  inline packed_##N##4 tm_vload(const constant T* p) { return *(const constant packed_##N##4*)p; }
+#endif
+TM_PACKED(float, float, 4)
+TM_PACKED(half, half, 2)
+TM_PACKED(int32_t, int, 4)
+TM_PACKED(uint32_t, uint, 4)
+TM_PACKED(int16_t, short, 2)
+TM_PACKED(uint16_t, ushort, 2)
+TM_PACKED(int8_t, char, 1)
+TM_PACKED(uint8_t, uchar, 1)
+#undef TM_PACKED
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
   threadgroup int tm_smem_i32[16];
@@ -65,8 +84,14 @@ using namespace metal;
     x_off_1[tm_i] = bcast_2[tm_i] + int(bcast_3[tm_i]);
   }
   float x[8];
-  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    x[tm_i] = (and_1[tm_i]) ? x_ptr[x_off_1[tm_i]] : 0.0f;
+  for (uint tm_c = 0; tm_c < 2u; ++tm_c) {
+    const uint tm_i = tm_c * 4u;
+    if (and_1[tm_i + 0u] && and_1[tm_i + 1u] && and_1[tm_i + 2u] && and_1[tm_i + 3u]) {
+      const packed_float4 tm_v = tm_vload(x_ptr + x_off_1[tm_i]);
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) x[tm_i + tm_e] = tm_v[tm_e];
+    } else {
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) x[tm_i + tm_e] = (and_1[tm_i + tm_e]) ? x_ptr[x_off_1[tm_i + tm_e]] : 0.0f;
+    }
   }
   int row_sum_off[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -106,9 +131,16 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     lt_2[tm_i] = (add[tm_i] < M);
   }
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+  for (uint tm_c = 0; tm_c < 1u; ++tm_c) {
+    const uint tm_i = tm_c * 4u;
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 16u && lt_2[tm_i]) row_sum[row_sum_off[tm_i]] = sum[tm_i];
+    if (tm_l < 16u && lt_2[tm_i + 0u] && lt_2[tm_i + 1u] && lt_2[tm_i + 2u] && lt_2[tm_i + 3u]) {
+      packed_float4 tm_v;
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) tm_v[tm_e] = sum[tm_i + tm_e];
+      *((device packed_float4*)(row_sum + row_sum_off[tm_i])) = tm_v;
+    } else {
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) if (tm_l < 16u && lt_2[tm_i + tm_e]) row_sum[row_sum_off[tm_i + tm_e]] = sum[tm_i + tm_e];
+    }
   }
   float select_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -162,9 +194,16 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     lt_3[tm_i] = (arange_1[tm_i] < N);
   }
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+  for (uint tm_c = 0; tm_c < 1u; ++tm_c) {
+    const uint tm_i = tm_c * 4u;
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 64u && lt_3[tm_i]) col_max[col_max_off_1[tm_i]] = max_1[tm_i];
+    if (tm_l < 64u && lt_3[tm_i + 0u] && lt_3[tm_i + 1u] && lt_3[tm_i + 2u] && lt_3[tm_i + 3u]) {
+      packed_float4 tm_v;
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) tm_v[tm_e] = max_1[tm_i + tm_e];
+      *((device packed_float4*)(col_max + col_max_off_1[tm_i])) = tm_v;
+    } else {
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) if (tm_l < 64u && lt_3[tm_i + tm_e]) col_max[col_max_off_1[tm_i + tm_e]] = max_1[tm_i + tm_e];
+    }
   }
   int row_argmax_off[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -211,7 +250,14 @@ using namespace metal;
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     lt_4[tm_i] = (add[tm_i] < M);
   }
-  for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
+  for (uint tm_c = 0; tm_c < 1u; ++tm_c) {
+    const uint tm_i = tm_c * 4u;
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    if (tm_l < 16u && lt_4[tm_i]) row_argmax[row_argmax_off[tm_i]] = argmax[tm_i];
+    if (tm_l < 16u && lt_4[tm_i + 0u] && lt_4[tm_i + 1u] && lt_4[tm_i + 2u] && lt_4[tm_i + 3u]) {
+      packed_int4 tm_v;
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) tm_v[tm_e] = argmax[tm_i + tm_e];
+      *((device packed_int4*)(row_argmax + row_argmax_off[tm_i])) = tm_v;
+    } else {
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) if (tm_l < 16u && lt_4[tm_i + tm_e]) row_argmax[row_argmax_off[tm_i + tm_e]] = argmax[tm_i + tm_e];
+    }
   }

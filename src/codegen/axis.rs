@@ -1,0 +1,198 @@
+//! Contiguity, divisibility and constancy of integer values along the flat element index
+//! (Triton's `AxisInfo`), to decide where loads and stores can use vector instructions.
+//!
+//! For a block value, `contig = c` means the flat index splits into aligned runs of `c`
+//! elements whose values step by +1; `cst = c` means aligned runs of `c` equal elements;
+//! `div` divides the first value of every run. The flat-index view makes `reshape` and
+//! `expand_dims` free; anything not understood is `(1, 1, 1)`.
+
+use crate::ir::{BinaryOp, CmpPred, Const, Hint, Kernel, Op, Value};
+
+/// What is known about one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AxisInfo {
+    /// Length of aligned +1 runs.
+    pub contig: u64,
+    /// Power of two dividing the first value of each run.
+    pub div: u64,
+    /// Length of aligned constant runs.
+    pub cst: u64,
+}
+
+const MAX_DIV: u64 = 1 << 30;
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn pow2_div(v: i64) -> u64 {
+    if v == 0 {
+        MAX_DIV
+    } else {
+        (1u64 << v.unsigned_abs().trailing_zeros()).min(MAX_DIV)
+    }
+}
+
+impl AxisInfo {
+    const UNKNOWN: AxisInfo = AxisInfo {
+        contig: 1,
+        div: 1,
+        cst: 1,
+    };
+}
+
+/// Analyses every value of `k` (loop-carried values and op results it does not model are
+/// unknown).
+pub fn analyse(k: &Kernel) -> Vec<AxisInfo> {
+    let n = |v: Value| k.ty(v).numel() as u64;
+    let mut info = vec![AxisInfo::UNKNOWN; k.values.len()];
+    for p in &k.params {
+        let mut a = AxisInfo {
+            contig: 1,
+            div: if k.ty(p.value).ptr { MAX_DIV } else { 1 },
+            cst: 1,
+        };
+        for h in k.hints_of(p.value) {
+            if let Hint::MultipleOf(m) = h {
+                if let Some(&m) = m.first() {
+                    a.div = pow2_div(m);
+                }
+            }
+        }
+        info[p.value.index()] = a;
+    }
+    for id in k.walk() {
+        let data = k.op(id);
+        let Some(res) = data.result() else { continue };
+        let whole = n(res);
+        let get = |v: Value, info: &Vec<AxisInfo>| info[v.index()];
+        let r = match &data.op {
+            Op::Constant { value } => AxisInfo {
+                contig: 1,
+                div: match value {
+                    Const::Int(v) => pow2_div(*v),
+                    Const::Float(_) => 1,
+                },
+                cst: whole,
+            },
+            Op::ProgramId { .. } | Op::NumPrograms { .. } => AxisInfo {
+                cst: whole,
+                ..AxisInfo::UNKNOWN
+            },
+            Op::Arange { start, .. } => AxisInfo {
+                contig: whole,
+                div: pow2_div(*start),
+                cst: 1,
+            },
+            Op::Splat { src } => AxisInfo {
+                contig: 1,
+                div: get(*src, &info).div,
+                cst: whole,
+            },
+            Op::ExpandDims { src, .. } | Op::Reshape { src } => get(*src, &info),
+            Op::Broadcast { src } => {
+                let (ss, ds) = (&k.ty(*src).shape, &k.ty(res).shape);
+                let s = get(*src, &info);
+                // Trailing dims the broadcast stretches, and the trailing run it keeps.
+                let mut stretched = 1u64;
+                let mut kept = 1u64;
+                for (a, b) in ss.iter().zip(ds).rev() {
+                    if a == b && stretched == 1 {
+                        kept *= *a as u64;
+                    } else if a != b && kept == 1 {
+                        stretched *= *b as u64;
+                    } else {
+                        break;
+                    }
+                }
+                if s.cst >= n(*src) {
+                    AxisInfo { cst: whole, ..s }
+                } else if stretched > 1 {
+                    AxisInfo {
+                        contig: 1,
+                        div: s.div,
+                        cst: stretched,
+                    }
+                } else {
+                    AxisInfo {
+                        contig: s.contig.min(kept),
+                        div: s.div,
+                        cst: s.cst.min(kept),
+                    }
+                }
+            }
+            Op::Binary { kind, lhs, rhs } => {
+                let (a, b) = (get(*lhs, &info), get(*rhs, &info));
+                match kind {
+                    BinaryOp::Add => AxisInfo {
+                        contig: gcd(a.contig, b.cst).max(gcd(a.cst, b.contig)),
+                        div: gcd(a.div, b.div),
+                        cst: gcd(a.cst, b.cst),
+                    },
+                    BinaryOp::Sub => AxisInfo {
+                        contig: gcd(a.contig, b.cst),
+                        div: gcd(a.div, b.div),
+                        cst: gcd(a.cst, b.cst),
+                    },
+                    BinaryOp::Mul => AxisInfo {
+                        contig: 1,
+                        div: (a.div * b.div).min(MAX_DIV),
+                        cst: gcd(a.cst, b.cst),
+                    },
+                    _ => AxisInfo {
+                        cst: gcd(a.cst, b.cst),
+                        ..AxisInfo::UNKNOWN
+                    },
+                }
+            }
+            Op::AddPtr { ptr, offset } => {
+                let (a, b) = (get(*ptr, &info), get(*offset, &info));
+                AxisInfo {
+                    contig: gcd(a.contig, b.cst).max(gcd(a.cst, b.contig)),
+                    div: gcd(a.div, b.div),
+                    cst: gcd(a.cst, b.cst),
+                }
+            }
+            Op::Cmp { pred, lhs, rhs } => {
+                let (a, b) = (get(*lhs, &info), get(*rhs, &info));
+                // `x < c` over a +1 run that starts at a multiple of d stays constant over
+                // runs of gcd(contig, d, div(c)) (Triton's rule for lt/ge against splats).
+                let mut cst = gcd(a.cst, b.cst);
+                if matches!(pred, CmpPred::Lt | CmpPred::Ge) && b.cst >= whole {
+                    cst = cst.max(gcd(gcd(a.contig, a.div), b.div));
+                }
+                AxisInfo {
+                    cst,
+                    ..AxisInfo::UNKNOWN
+                }
+            }
+            Op::Select {
+                cond,
+                on_true,
+                on_false,
+            } => {
+                let c = get(*cond, &info).cst;
+                let (a, b) = (get(*on_true, &info), get(*on_false, &info));
+                AxisInfo {
+                    cst: gcd(c, gcd(a.cst, b.cst)),
+                    ..AxisInfo::UNKNOWN
+                }
+            }
+            Op::Cast { src } => AxisInfo {
+                contig: 1,
+                div: 1,
+                cst: get(*src, &info).cst,
+            },
+            _ => AxisInfo::UNKNOWN,
+        };
+        info[res.index()] = r;
+        for extra in data.results.iter().skip(1) {
+            info[extra.index()] = AxisInfo::UNKNOWN;
+        }
+    }
+    info
+}
