@@ -426,3 +426,38 @@ fn diff_philox_and_int8_dot() {
     let args = [input("a", &a), input("b", &b), Arg::Out(I32, 256)];
     diff(&idot, &LaunchOptions::default(), [1, 1, 1], &args, 0.0);
 }
+
+#[test]
+fn diff_scans_over_every_bit_placement() {
+    if !emu_ok("diff_scans_over_every_bit_placement") {
+        return;
+    }
+    let k = kernel("scans", |k| {
+        let (a, o) = (k.ptr(F32, "a"), k.ptr(F32, "o"));
+        let i = arange(0, 1024);
+        let x = load(a + i);
+        store(o + i, cumsum(x, 0));
+        let t = x.reshape([16, 64]);
+        store(o + 1024 + i, cumsum(t, 1).reshape([1024]));
+        store(o + 2048 + i, cumsum(t, 0).reshape([1024]));
+        let u = x.reshape([128, 8]);
+        store(o + 3072 + i, cumprod(u, 1).reshape([1024]));
+        store(o + 4096 + i, cumsum(x.reshape([2, 512]), 1).reshape([1024]));
+        let s = load(a + arange(0, 64));
+        store(o + 5120 + arange(0, 64), cumsum(s, 0));
+        store(o + 5184 + arange(0, 64), cumsum_reverse(s, 0));
+    });
+    let x: Vec<f32> = (0..1024)
+        .map(|i| 0.9 + ((i * 37) % 23) as f32 / 100.0)
+        .collect();
+    for warps in [1, 2, 4, 8] {
+        let args = [input("a", &x), Arg::Out(F32, 5248)];
+        diff(
+            &k,
+            &LaunchOptions::default().num_warps(warps),
+            [1, 1, 1],
+            &args,
+            1e-5,
+        );
+    }
+}

@@ -60,7 +60,6 @@ impl Lowering<'_> {
         let tn = n / t8;
         let s = self.scratch_array(DType::F32, (m * n).max(m * k + k * n))?;
         let c = self.fresh("frag_c");
-        self.line("const uint tm_sg = tm_lid / 32u;");
         self.line(format!("simdgroup_matrix<float, 8, 8> {c}[{per}];"));
         // C tiles into registers.
         self.smem_write_begin();
@@ -69,7 +68,7 @@ impl Lowering<'_> {
         let guard = tiles % warps != 0;
         let open_tiles = |me: &mut Self| {
             me.open(format!("for (uint tm_q = 0; tm_q < {per}u; ++tm_q)"));
-            me.line(format!("const uint tm_t = tm_sg + {warps}u * tm_q;"));
+            me.line(format!("const uint tm_t = tm_lid / 32u + {warps}u * tm_q;"));
             if guard {
                 me.line(format!("if (tm_t >= {tiles}u) break;"));
             }

@@ -729,6 +729,23 @@ impl Lowering<'_> {
         let shape = self.ty(x).shape.clone();
         let geo = Geo::new(&shape, axis);
         self.materialize(x)?;
+        let simd_ok = !reverse
+            && self
+                .opts
+                .reduction_layout
+                .unwrap_or(ReductionLayout::Coalesced)
+                == ReductionLayout::Coalesced
+            && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
+            && geo.ib + geo.kb <= self.layout(x).vec_bits() + self.layout(x).thread_bits();
+        if simd_ok {
+            let name = self.scan_simd(op, x, geo)?;
+            self.layouts.push(LayoutChoice {
+                op: format!("scan {} axis {axis} of {}", kind.name(), self.ty(x)),
+                layout: "registers, then simd_prefix / shuffles over lanes, then SIMD-groups through threadgroup memory".into(),
+            });
+            self.set(res, Repr::Block(name));
+            return Ok(());
+        }
         let s = self.scratch_array(dt, geo.n)?;
         self.smem_write_begin();
         self.stage(x, &s, 0, &|l| l.to_string())?;
@@ -948,5 +965,133 @@ impl Lowering<'_> {
                 .into(),
         });
         Ok(())
+    }
+}
+
+impl Lowering<'_> {
+    /// Inclusive forward scan of a block whose scanned axis lies within one round of the
+    /// layout (register, lane and SIMD-group bits only): a running scan over each chunk's
+    /// registers, an exclusive prefix of chunk totals across lanes (`simd_prefix_exclusive_*`
+    /// when the axis covers all lanes, else a shuffle-up ladder), then the totals of earlier
+    /// SIMD-groups from threadgroup memory.
+    fn scan_simd(&mut self, op: BinaryOp, x: Value, geo: Geo) -> Result<String> {
+        let lay = self.layout(x);
+        let dt = self.edt(x);
+        let ct = self.cty(dt)?;
+        let e = self.binary_expr(op, dt)?;
+        let comb = |a: &str, b: &str| e.replace("{a}", a).replace("{b}", b);
+        let ident = if op == BinaryOp::Add {
+            format!("{ct}(0)")
+        } else {
+            format!("{ct}(1)")
+        };
+        let (vb, r) = (lay.vec_bits(), lay.regs());
+        let xs = match self.repr(x) {
+            Repr::Block(a) => a.clone(),
+            _ => unreachable!("materialized by the caller"),
+        };
+        let y = self.declare_block("scan", dt, lay.n)?;
+        self.uses_simd = true;
+        self.line("{");
+        self.indent += 1;
+        // 1. Registers: axis bits below the chunk width run serially.
+        let (reg_lo, reg_hi) = (geo.ib.min(vb), (geo.ib + geo.kb).min(vb));
+        self.open(format!("for (uint tm_i = 0; tm_i < {r}u; ++tm_i)"));
+        self.line(format!("{y}[tm_i] = {xs}[tm_i];"));
+        if reg_hi > reg_lo {
+            let m = ((1u32 << reg_hi) - 1) & !((1u32 << reg_lo) - 1);
+            self.line(format!(
+                "if ((tm_i & {m}u) != 0) {y}[tm_i] = {};",
+                comb(
+                    &format!("{y}[tm_i - {}u]", 1u32 << reg_lo),
+                    &format!("{y}[tm_i]")
+                )
+            ));
+        }
+        self.close();
+        // The last register of this register's line within its chunk holds the chunk total.
+        let last_mask = if reg_hi > reg_lo {
+            ((1u32 << reg_hi) - 1) & !((1u32 << reg_lo) - 1)
+        } else {
+            0
+        };
+        let (la, wa) = self.axis_thread_bits(x, geo);
+        let lane_mask: u32 = la.iter().map(|b| 1u32 << b).sum();
+        if !la.is_empty() {
+            let full = la.len() == SIMD_WIDTH.trailing_zeros() as usize;
+            self.line("const uint tm_lane = tm_lid & 31u;");
+            self.open(format!("for (uint tm_i = 0; tm_i < {r}u; ++tm_i)"));
+            self.line(format!("const {ct} tm_tot = {y}[tm_i | {last_mask}u];"));
+            if full {
+                let f = if op == BinaryOp::Add {
+                    "simd_prefix_exclusive_sum"
+                } else {
+                    "simd_prefix_exclusive_product"
+                };
+                self.line(format!("const {ct} tm_ex = {f}(tm_tot);"));
+            } else {
+                self.line(format!("{ct} tm_in = tm_tot;"));
+                for b in &la {
+                    let d = 1u32 << b;
+                    self.line(format!(
+                        "const {ct} tm_up{b} = simd_shuffle_up(tm_in, {d}u);"
+                    ));
+                    self.line(format!(
+                        "if ((tm_lane & {lane_mask}u) >= {d}u) tm_in = {};",
+                        comb(&format!("tm_up{b}"), "tm_in")
+                    ));
+                }
+                let d0 = 1u32 << la[0];
+                self.line(format!(
+                    "const {ct} tm_prev = simd_shuffle_up(tm_in, {d0}u);"
+                ));
+                self.line(format!(
+                    "const {ct} tm_ex = (tm_lane & {lane_mask}u) == 0 ? {ident} : tm_prev;"
+                ));
+            }
+            self.line(format!(
+                "{y}[tm_i] = {};",
+                comb("tm_ex", &format!("{y}[tm_i]"))
+            ));
+            self.close();
+        }
+        if !wa.is_empty() {
+            let t = self.threads;
+            let s = self.scratch_array(dt, r * t)?;
+            let lane_bits = SIMD_WIDTH.trailing_zeros();
+            let wmask: u32 = wa.iter().map(|w| 1u32 << (w + lane_bits)).sum();
+            let w0 = wa[0] + lane_bits;
+            self.smem_write_begin();
+            self.open(format!("for (uint tm_i = 0; tm_i < {r}u; ++tm_i)"));
+            self.line(format!(
+                "{s}[tm_i * {t}u + tm_lid] = {y}[tm_i | {last_mask}u];"
+            ));
+            self.close();
+            self.smem_write_end();
+            self.line(format!("const uint tm_wk = (tm_lid & {wmask}u) >> {w0};"));
+            self.line(format!(
+                "const uint tm_wbase = (tm_lid & ~{}u) | {lane_mask}u;",
+                wmask | lane_mask
+            ));
+            self.open(format!("for (uint tm_i = 0; tm_i < {r}u; ++tm_i)"));
+            self.line(format!("{ct} tm_carry = {ident};"));
+            self.open("for (uint tm_w = 0; tm_w < tm_wk; ++tm_w)");
+            self.line(format!(
+                "tm_carry = {};",
+                comb(
+                    "tm_carry",
+                    &format!("{s}[tm_i * {t}u + (tm_wbase | (tm_w << {w0}))]")
+                )
+            ));
+            self.close();
+            self.line(format!(
+                "{y}[tm_i] = {};",
+                comb("tm_carry", &format!("{y}[tm_i]"))
+            ));
+            self.close();
+            self.smem_read_done();
+        }
+        self.close();
+        Ok(y)
     }
 }

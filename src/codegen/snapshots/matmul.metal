@@ -166,7 +166,6 @@ TM_PACKED(uint8_t, uchar, 1)
         for (uint tm_e = 0; tm_e < 4u; ++tm_e) b[tm_i + tm_e] = (and_2[tm_i + tm_e]) ? b_ptr[b_off_1[tm_i + tm_e]] : 0.0f;
       }
     }
-    const uint tm_sg = tm_lid / 32u;
     simdgroup_matrix<float, 8, 8> frag_c[4];
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -175,7 +174,7 @@ TM_PACKED(uint8_t, uchar, 1)
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-      const uint tm_t = tm_sg + 4u * tm_q;
+      const uint tm_t = tm_lid / 32u + 4u * tm_q;
       const uint tm_tm = (tm_t / 4u) * 8u;
       const uint tm_tn = (tm_t % 4u) * 8u;
       simdgroup_load(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
@@ -194,7 +193,7 @@ TM_PACKED(uint8_t, uchar, 1)
     simdgroup_matrix<float, 8, 8> frag_b;
     for (uint tm_kk = 0; tm_kk < 16u; tm_kk += 8u) {
       for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-        const uint tm_t = tm_sg + 4u * tm_q;
+        const uint tm_t = tm_lid / 32u + 4u * tm_q;
         const uint tm_tm = (tm_t / 4u) * 8u;
         const uint tm_tn = (tm_t % 4u) * 8u;
         simdgroup_load(frag_a, tm_smem_f32 + tm_tm * 16u + tm_kk, 16);
@@ -204,7 +203,7 @@ TM_PACKED(uint8_t, uchar, 1)
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-      const uint tm_t = tm_sg + 4u * tm_q;
+      const uint tm_t = tm_lid / 32u + 4u * tm_q;
       const uint tm_tm = (tm_t / 4u) * 8u;
       const uint tm_tn = (tm_t % 4u) * 8u;
       simdgroup_store(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
