@@ -64,7 +64,10 @@ fn vector_add(k: &mut KernelBuilder) {
 
 #[test]
 fn vector_add_text_snapshot() {
-    let k = build_ok("add_kernel", &[("BLOCK_SIZE", 4)], vector_add);
+    let k = build_ok("add_kernel", &[("BLOCK_SIZE", 4)], |k| {
+        vector_add(k);
+        assert_eq!(k.constexpr("BLOCK_SIZE"), 4); // asking again is fine
+    });
     let want = "\
 kernel add_kernel(%0: ptr<f32> x_ptr, %1: ptr<f32> y_ptr, %2: ptr<f32> output_ptr, %3: i32 n_elements) [BLOCK_SIZE=4] {
   %4 = program_id 0 : i32
