@@ -164,6 +164,16 @@ pub fn scalar_dtype(s: Scalar) -> Result<DType, String> {
     }
 }
 
+/// `x` rounded to the float dtype `d` (to nearest even), as `f64`.
+fn round_to(x: f64, d: DType) -> f64 {
+    match d {
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        DType::F32 => x as f32 as f64,
+        _ => x,
+    }
+}
+
 fn dts(d: DType) -> &'static str {
     d.triton_name()
 }
@@ -260,7 +270,42 @@ impl Builder {
             let mid = self.cast(v, DType::F32)?;
             return self.cast(mid, d);
         }
+        if let Some(c) = self.fold_cast(v, s, d) {
+            return Ok(self.constant(c, src.with_dtype(d)));
+        }
         Ok(self.emit1(Op::Cast { src: v }, src.with_dtype(d)))
+    }
+
+    /// Folds the cast of a constant where the result is exact and obvious: float to float
+    /// (the value rounded to the source dtype first), int to float (up to 2^53), and int to
+    /// int when the value fits the destination.
+    fn fold_cast(&self, v: Value, s: DType, d: DType) -> Option<Const> {
+        let Op::Constant { value } = self.k.op(self.k.def_op(v)?).op else {
+            return None;
+        };
+        match value {
+            Const::Float(x) if s.is_float() && d.is_float() => Some(Const::Float(round_to(x, s))),
+            Const::Int(x) if is_int(s) && d.is_float() => {
+                // Unsigned 64-bit constants hold their bits.
+                let x = if s == DType::U64 {
+                    x as u64 as i128
+                } else {
+                    x as i128
+                };
+                // Exact in f64, so the executor's one rounding to `d` is the only one.
+                (x.abs() <= 1 << 53).then_some(Const::Float(x as f64))
+            }
+            Const::Int(x) if is_int(s) && d.is_int() => {
+                let (lo, hi) = int_range(d);
+                let x = if s == DType::U64 {
+                    x as u64 as i128
+                } else {
+                    x as i128
+                };
+                (lo..=hi).contains(&x).then_some(Const::Int(x as i64))
+            }
+            _ => None,
+        }
     }
 
     /// Triton's `bitcast`.
