@@ -1593,14 +1593,15 @@ impl Builder {
         ])
     }
 
-    /// `uint32_to_uniform_float`.
+    /// `uint32_to_uniform_float`: Triton's exact scale, the largest f32 with
+    /// `i32::MAX * scale < 1.0` (a rounded literal would break bit-compatibility and can give 1.0).
     fn uint_to_uniform(&mut self, x: Value) -> Res<Value> {
         let x = self.bitcast(x, DType::I32)?;
         let neg = self.compare(CmpPred::Lt, Opnd::Val(x), Opnd::Weak(Scalar::Int(0)))?;
         let nx = self.minus(x)?;
         let nx1 = self.sub(Opnd::Val(nx), Opnd::Weak(Scalar::Int(1)))?;
         let x = self.where_(Opnd::Val(neg), Opnd::Val(nx1), Opnd::Val(x))?;
-        self.mul(Opnd::Val(x), Opnd::Weak(Scalar::Float(4.656613e-10)))
+        self.mul(Opnd::Val(x), Opnd::Weak(Scalar::Float(4.656_612_734_2e-10)))
     }
 
     pub(crate) fn rand(&mut self, seed: Opnd, offset: Value, rounds: u32) -> Res<Value> {
