@@ -1054,6 +1054,14 @@ fn random_programs_never_panic() {
             Ok(Ok(k)) => {
                 ok += 1;
                 assert_eq!(Kernel::parse_ir(&k.ir()).unwrap().ir(), k.ir());
+                // The editing helpers keep kernels valid.
+                let mut c = k.clone();
+                c.cse();
+                c.remove_dead_ops();
+                c.compact();
+                if let Err(e) = crate::ir::verify(&c) {
+                    panic!("cse broke the kernel: {e}\n{}\n{}", k.ir(), c.ir());
+                }
             }
             Ok(Err(Error::Build { op, msg, .. })) => {
                 if err < 8 {
@@ -1189,4 +1197,27 @@ fn print_matmul_ir() {
         store(c_ptr + rm.col() * n + rn.row(), acc).mask(rm.col().lt(m) & rn.row().lt(n));
     });
     println!("{}", k.ir());
+}
+
+#[test]
+fn cse_merges_repeated_pure_ops() {
+    let mut k = build_ok("cse", &[], |k| {
+        let p = k.ptr(F32, "p");
+        let a = arange(0, 8);
+        let b = arange(0, 8);
+        let x = load(p + a) + load(p + b);
+        let y = range(0, 4, 1).fold(x, |_, acc| acc + arange(0, 8).to(F32));
+        let one = full([8], 2.0, F32);
+        let z = reduce(y * one, 0, |u, v| u + v * 2.0);
+        store(p + arange(0, 8), y + z);
+    });
+    let before = k.ops.len();
+    assert!(k.cse() >= 3, "{}", k.ir());
+    k.remove_dead_ops();
+    k.compact();
+    crate::ir::verify(&k).unwrap();
+    assert!(k.ops.len() < before);
+    assert_eq!(k.ir().matches("arange").count(), 1, "{}", k.ir());
+    // Loads are not pure: both stay.
+    assert_eq!(k.ir().matches("= load").count(), 2);
 }
