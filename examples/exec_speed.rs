@@ -24,6 +24,14 @@ fn as_bytes_mut(v: &mut [f32]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 4) }
 }
 
+/// Repetitions per timing (`REPS`, default 20).
+fn reps() -> usize {
+    std::env::var("REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20)
+}
+
 /// Process CPU time (user + system) in seconds, from /proc (Linux only; 0 elsewhere).
 fn cpu_time() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -62,13 +70,16 @@ fn time(reps: usize, mut f: impl FnMut()) -> f64 {
 fn main() {
     let only: Option<String> = std::env::args().nth(1);
     let want = |n: &str| only.as_deref().is_none_or(|o| n.contains(o));
-    let n = 1 << 24;
+    let n: usize = std::env::var("ADD_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1 << 24);
     let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.001).collect();
     let y = x.clone();
     let mut out = vec![0f32; n];
 
     if want("copy") {
-        let t = time(20, || out.copy_from_slice(&x));
+        let t = time(reps(), || out.copy_from_slice(&x));
         println!("memcpy 16M f32: {:.1} GB/s", 2.0 * 4.0 * n as f64 / t / 1e9);
     }
     if want("add") {
@@ -79,7 +90,7 @@ fn main() {
             let m = offs.lt(nn);
             store(op + offs, load(xp + offs).mask(m) + load(yp + offs).mask(m)).mask(m);
         });
-        let t = time(20, || {
+        let t = time(reps(), || {
             execute(
                 &k,
                 [n / 1024, 1, 1],
@@ -106,7 +117,7 @@ fn main() {
             let v = load(xp + row * 4096 + cols);
             store(op + row, sum(v, 0));
         });
-        let t = time(20, || {
+        let t = time(reps(), || {
             execute(
                 &k,
                 [r, 1, 1],
@@ -137,7 +148,7 @@ fn main() {
             let num = exp(z);
             store(op + row * ncols + cols, num / sum(num, 0)).mask(mask);
         });
-        let t = time(20, || {
+        let t = time(reps(), || {
             execute(
                 &k,
                 [r, 1, 1],
@@ -177,7 +188,7 @@ fn main() {
             let y = d * rstd * load(wp + cols).mask(mask) + load(bp + cols).mask(mask);
             store(op + row * ncols + cols, y).mask(mask);
         });
-        let t = time(20, || {
+        let t = time(reps(), || {
             execute(
                 &k,
                 [r, 1, 1],
@@ -198,7 +209,13 @@ fn main() {
     }
     if want("matmul") {
         let s = 1024usize;
-        let (bm, bn, bk) = (64i64, 64i64, 32i64);
+        let (bm, bn, bk): (i64, i64, i64) = std::env::var("MM_TILE")
+            .ok()
+            .and_then(|s| {
+                let v: Vec<i64> = s.split(',').filter_map(|x| x.parse().ok()).collect();
+                (v.len() == 3).then(|| (v[0], v[1], v[2]))
+            })
+            .unwrap_or((64, 64, 32));
         let k = kernel("matmul", &[("BM", bm), ("BN", bn), ("BK", bk)], |k| {
             let (a_ptr, b_ptr, c_ptr) = (k.ptr(F32, "a"), k.ptr(F32, "b"), k.ptr(F32, "c"));
             let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));

@@ -121,6 +121,19 @@ pub(crate) fn dot(
     b_shape: &[usize],
     out: &mut Data,
 ) -> Res {
+    out.assign(acc);
+    dot_into(d, a, b, out, a_shape, b_shape)
+}
+
+/// `c += a @ b` in place (`c` holds the accumulator), as [`dot`].
+pub(crate) fn dot_into(
+    d: DType,
+    a: &Data,
+    b: &Data,
+    acc: &mut Data,
+    a_shape: &[usize],
+    b_shape: &[usize],
+) -> Res {
     let r = a_shape.len();
     if r < 2 || b_shape.len() != r {
         return Err(format!("dot of shapes {a_shape:?} and {b_shape:?}"));
@@ -143,16 +156,12 @@ pub(crate) fn dot(
             }
         };
     }
-    match (a, b, acc) {
-        (Data::F32(a), Data::F32(b), Data::F32(c0)) => {
-            let c = out.f32s();
-            c.extend_from_slice(c0);
+    match (a, b, &mut *acc) {
+        (Data::F32(a), Data::F32(b), Data::F32(c)) => {
             batched!(a, b, c, |a, b, c| gemm_f32(m, n, k, a, b, c));
             round_f32(c, d);
         }
-        (Data::F64(a), Data::F64(b), Data::F64(c0)) => {
-            let c = out.f64s();
-            c.extend_from_slice(c0);
+        (Data::F64(a), Data::F64(b), Data::F64(c)) => {
             batched!(a, b, c, |a, b, c| gemm_generic(
                 m,
                 n,
@@ -163,9 +172,7 @@ pub(crate) fn dot(
                 |x: f64, y: f64, z: f64| { x.mul_add(y, z) }
             ));
         }
-        (Data::I32(a), Data::I32(b), Data::I32(c0)) => {
-            let c = out.i32s();
-            c.extend_from_slice(c0);
+        (Data::I32(a), Data::I32(b), Data::I32(c)) => {
             batched!(a, b, c, |a, b, c| gemm_generic(
                 m,
                 n,
@@ -177,17 +184,13 @@ pub(crate) fn dot(
             ));
             super::data::normalize_i32(c, d);
         }
-        (Data::I32(a), Data::I32(b), Data::F32(c0)) => {
+        (Data::I32(a), Data::I32(b), Data::F32(c)) => {
             let fa: Vec<f32> = a.iter().map(|&x| x as f32).collect();
             let fb: Vec<f32> = b.iter().map(|&x| x as f32).collect();
-            let c = out.f32s();
-            c.extend_from_slice(c0);
             batched!(fa, fb, c, |a, b, c| gemm_f32(m, n, k, a, b, c));
             round_f32(c, d);
         }
-        (Data::I64(a), Data::I64(b), Data::I64(c0)) => {
-            let c = out.i64s();
-            c.extend_from_slice(c0);
+        (Data::I64(a), Data::I64(b), Data::I64(c)) => {
             batched!(a, b, c, |a, b, c| gemm_generic(
                 m,
                 n,

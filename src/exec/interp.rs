@@ -10,7 +10,7 @@ use super::memops::{self, MemErr, PtrArg};
 use super::memory::Mem;
 use super::{dot, elementwise as ew, reduce, shape};
 use crate::error::{Error, Result};
-use crate::ir::{Kernel, Op, OpId, ParamKind, RegionId, Value};
+use crate::ir::{Kernel, Op, OpId, ParamKind, RegionId, Value, ValueDef};
 
 /// One launch: the kernel, its argument buffers and scalar values, and the grid.
 pub(crate) struct Launch<'k, 'a> {
@@ -23,6 +23,8 @@ pub(crate) struct Launch<'k, 'a> {
     pub(crate) invariant: Vec<bool>,
     /// Pointer folding (see [`Folded`]).
     pub(crate) folded: Folded,
+    /// Per value: its buffer may be taken over by its only use (see [`Launch::stealable`]).
+    pub(crate) steal: Vec<bool>,
 }
 
 /// `addptr(splat(p), offsets)` whose only uses are as the address of loads, stores and
@@ -32,8 +34,11 @@ pub(crate) struct Launch<'k, 'a> {
 pub(crate) struct Folded {
     /// Per value: `(scalar pointer, offsets)` for folded `addptr` results.
     by_value: Vec<Option<(Value, Value)>>,
-    /// Per op: a folded `addptr` (not executed).
+    /// Per op: a folded `addptr` or `splat` (not executed).
     skip: Vec<bool>,
+    /// Per value: a skipped `splat` whose consumers (binary ops and comparisons, which
+    /// broadcast a one-element operand) read its scalar source instead.
+    alias: Vec<Option<Value>>,
 }
 
 impl Folded {
@@ -85,7 +90,37 @@ impl Folded {
                 skip[i] |= !needed[r.index()];
             }
         }
-        Folded { by_value, skip }
+        // Splats feeding only binary ops and comparisons, each of which keeps at least one
+        // full-size operand (so its result still has the block's length).
+        let is_splat = |v: Value| {
+            k.def_op(v)
+                .is_some_and(|id| matches!(k.op(id).op, Op::Splat { .. }))
+        };
+        let mut bad = vec![false; k.values.len()];
+        for d in &k.ops {
+            match &d.op {
+                Op::Binary { lhs, rhs, .. } | Op::Cmp { lhs, rhs, .. } => {
+                    if is_splat(*lhs) && is_splat(*rhs) {
+                        bad[lhs.index()] = true;
+                    }
+                }
+                op => op.for_each_operand(|v| bad[v.index()] = true),
+            }
+        }
+        let mut alias = vec![None; k.values.len()];
+        for (i, d) in k.ops.iter().enumerate() {
+            if let (Op::Splat { src }, Some(r)) = (&d.op, d.result()) {
+                if !bad[r.index()] && !skip[i] {
+                    alias[r.index()] = Some(*src);
+                    skip[i] = true;
+                }
+            }
+        }
+        Folded {
+            by_value,
+            skip,
+            alias,
+        }
     }
 }
 
@@ -179,6 +214,47 @@ impl<'k, 'a> Launch<'k, 'a> {
             env.vals[p.value.index()].assign(d);
         }
         PooledEnv(Some(env))
+    }
+
+    /// Values whose buffer the single op that uses them may take over instead of copying:
+    /// used exactly once, recomputed every time their region runs (an op result that is
+    /// neither hoisted nor skipped, or a region argument). The consumer must also sit in the
+    /// value's own region (checked at the use), so a loop never consumes a value defined
+    /// before it.
+    pub(crate) fn stealable(kernel: &Kernel, invariant: &[bool], folded: &Folded) -> Vec<bool> {
+        let mut uses = vec![0u32; kernel.values.len()];
+        for d in &kernel.ops {
+            d.op.for_each_operand(|v| uses[v.index()] += 1);
+        }
+        kernel
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, vd)| {
+                uses[i] == 1
+                    && match vd.def {
+                        ValueDef::OpResult(op, _) => {
+                            !invariant[op.index()] && !folded.skip[op.index()]
+                        }
+                        ValueDef::RegionArg(..) => true,
+                        ValueDef::Param(_) => false,
+                    }
+            })
+            .collect()
+    }
+
+    /// The region defining `v` (`None` for parameters).
+    fn home(&self, v: Value) -> Option<RegionId> {
+        match self.kernel.value(v)?.def {
+            ValueDef::OpResult(op, _) => Some(self.kernel.op(op).parent),
+            ValueDef::RegionArg(r, _) => Some(r),
+            ValueDef::Param(_) => None,
+        }
+    }
+
+    /// Whether the op `user` (the single use of `v`) may take `v`'s buffer.
+    fn can_steal(&self, v: Value, user: OpId) -> bool {
+        self.steal[v.index()] && self.home(v) == Some(self.kernel.op(user).parent)
     }
 
     /// Which ops compute the same value in every program (pure, and fed only by parameters
@@ -296,6 +372,12 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
     }
 
+    /// Where to read operand `v`: a folded splat reads its scalar source.
+    #[inline(always)]
+    fn operand(&self, v: Value) -> Value {
+        self.folded.alias[v.index()].unwrap_or(v)
+    }
+
     /// The values yielded by the region's terminator.
     fn yields(&self, r: RegionId) -> &'k [Value] {
         let k = self.kernel;
@@ -379,15 +461,17 @@ impl<'k, 'a> Launch<'k, 'a> {
             }
             Op::Binary { kind, lhs, rhs } => {
                 let d = ty(*lhs).dtype;
+                let (l, r) = (self.operand(*lhs), self.operand(*rhs));
                 with_out(env, r0()?, |env, o| {
-                    ew::binary(*kind, d, &env[lhs.index()], &env[rhs.index()], o)
+                    ew::binary(*kind, d, &env[l.index()], &env[r.index()], o)
                 })
                 .map_err(wrap)?;
             }
             Op::Cmp { pred, lhs, rhs } => {
                 let d = ty(*lhs).dtype;
+                let (l, r) = (self.operand(*lhs), self.operand(*rhs));
                 with_out(env, r0()?, |env, o| {
-                    ew::cmp(*pred, d, &env[lhs.index()], &env[rhs.index()], o)
+                    ew::cmp(*pred, d, &env[l.index()], &env[r.index()], o)
                 })
                 .map_err(wrap)?;
             }
@@ -560,18 +644,26 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let r = r0()?;
                 let d = ty(r).dtype;
                 let (sa, sb) = (&ty(*a).shape, &ty(*b).shape);
-                with_out(env, r, |env, o| {
-                    dot::dot(
-                        d,
-                        &env[a.index()],
-                        &env[b.index()],
-                        &env[acc.index()],
-                        sa,
-                        sb,
-                        o,
-                    )
-                })
-                .map_err(wrap)?;
+                if self.can_steal(*acc, id) {
+                    // Accumulate in the accumulator's own buffer (the loop-carried `acc`).
+                    let mut c = take(env, *acc);
+                    let res = dot::dot_into(d, &env[a.index()], &env[b.index()], &mut c, sa, sb);
+                    env[acc.index()] = std::mem::replace(&mut env[r.index()], c);
+                    res.map_err(wrap)?;
+                } else {
+                    with_out(env, r, |env, o| {
+                        dot::dot(
+                            d,
+                            &env[a.index()],
+                            &env[b.index()],
+                            &env[acc.index()],
+                            sa,
+                            sb,
+                            o,
+                        )
+                    })
+                    .map_err(wrap)?;
+                }
             }
             Op::Reduce {
                 kind,
@@ -715,7 +807,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         while i < hi {
             fill_const(&mut env[iv.index()], &iv_ty, crate::ir::Const::Int(i), 1);
             self.region(env, done, body, pid)?;
-            self.feed_back(env, ys, carried, &mut tmp);
+            self.feed_back(env, body, ys, carried, &mut tmp);
             i = match i.checked_add(step) {
                 Some(n) => n,
                 None => break,
@@ -727,14 +819,37 @@ impl<'k, 'a> Launch<'k, 'a> {
         Ok(())
     }
 
-    /// Copies yielded values into the carried slots (through `tmp`, since a yield may pass
-    /// carried values along in another order).
-    fn feed_back(&self, env: &mut [Data], ys: &[Value], carried: &[Value], tmp: &mut [Data]) {
+    /// Passes yielded values to the carried slots. A yielded op result of the body used
+    /// nowhere else is moved (buffers swapped); anything else is copied through `tmp` first,
+    /// since a yield may pass carried values along in another order.
+    fn feed_back(
+        &self,
+        env: &mut [Data],
+        body: RegionId,
+        ys: &[Value],
+        carried: &[Value],
+        tmp: &mut [Data],
+    ) {
+        let k = self.kernel;
+        let moved = |y: Value| {
+            self.steal[y.index()]
+                && matches!(k.value(y).map(|v| v.def), Some(ValueDef::OpResult(..)))
+                && self.home(y) == Some(body)
+        };
         for (t, y) in tmp.iter_mut().zip(ys) {
-            t.assign(&env[y.index()]);
+            if !moved(*y) {
+                t.assign(&env[y.index()]);
+            }
         }
-        for (t, a) in tmp.iter_mut().zip(carried) {
-            std::mem::swap(t, &mut env[a.index()]);
+        for (y, a) in ys.iter().zip(carried) {
+            if moved(*y) {
+                env.swap(y.index(), a.index());
+            }
+        }
+        for ((t, y), a) in tmp.iter_mut().zip(ys).zip(carried) {
+            if !moved(*y) {
+                std::mem::swap(t, &mut env[a.index()]);
+            }
         }
     }
 
@@ -770,7 +885,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                 copy(env, *b, *c);
             }
             self.region(env, done, body, pid)?;
-            self.feed_back(env, by, cargs, &mut tmp);
+            self.feed_back(env, body, by, cargs, &mut tmp);
         }
         for (r, a) in k.op(id).results.iter().zip(cargs) {
             copy(env, r, *a);

@@ -178,7 +178,7 @@ impl<'a> Mem<'a> {
             return false;
         }
         if self.writable {
-            out.extend((start..start + n).map(|i| f(R::load(self.atomic::<R>(i)))));
+            out.extend(self.atomics::<R>(start, n).iter().map(|a| f(R::load(a))));
         } else {
             // SAFETY: the range is in bounds (checked above) and read-only buffers are never
             // written during the launch. A loop of unaligned loads vectorises like memcpy.
@@ -196,9 +196,8 @@ impl<'a> Mem<'a> {
             return false;
         }
         if self.writable {
-            out.extend(
-                (start..start + n).map(|i| S::from_raw(S::Raw::load(self.atomic::<S::Raw>(i)))),
-            );
+            let atomics = self.atomics::<S::Raw>(start, n);
+            out.extend(atomics.iter().map(|a| S::from_raw(S::Raw::load(a))));
         } else {
             out.reserve(n);
             let len = out.len();
@@ -240,10 +239,19 @@ impl<'a> Mem<'a> {
         if !self.writable || !self.fits::<R>(start, vals.len()) {
             return false;
         }
-        for (k, v) in vals.iter().enumerate() {
-            R::store(self.atomic::<R>(start + k), f(*v));
+        for (a, v) in self.atomics::<R>(start, vals.len()).iter().zip(vals) {
+            R::store(a, f(*v));
         }
         true
+    }
+
+    /// The atomics at elements `[start, start + n)`; caller checked `fits` and `writable`.
+    #[inline(always)]
+    fn atomics<R: Raw>(&self, start: usize, n: usize) -> &[R::Atomic] {
+        // SAFETY: as for `atomic`: the range is inside the exclusively borrowed, aligned
+        // buffer, atomics have the size and alignment of `R`, and all accesses to it during
+        // the launch are atomic.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(start * R::SIZE) as *const R::Atomic, n) }
     }
 
     /// Atomically replaces element `i` by `f(old)` (a CAS loop); returns the old bits, or

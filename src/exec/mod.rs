@@ -217,13 +217,17 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
             }
         }
     }
+    let invariant = Launch::invariant_ops(k);
+    let folded = interp::Folded::new(k);
+    let steal = Launch::stealable(k, &invariant, &folded);
     let launch = Launch {
         kernel: k,
         params: Launch::param_data(k, &scalars),
         mems,
         grid,
-        invariant: Launch::invariant_ops(k),
-        folded: interp::Folded::new(k),
+        invariant,
+        folded,
+        steal,
     };
     let total = grid
         .iter()

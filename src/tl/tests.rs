@@ -1161,3 +1161,29 @@ fn libdevice_tanh_and_pow_on_the_executor() {
         );
     }
 }
+
+#[test]
+#[ignore = "prints IR for tests/filetests"]
+fn print_matmul_ir() {
+    let k = build_ok("matmul", &[("BM", 16), ("BN", 16), ("BK", 16)], |k| {
+        let (a_ptr, b_ptr, c_ptr) = (k.ptr(F16, "a"), k.ptr(F16, "b"), k.ptr(F32, "c"));
+        let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
+        let (bm, bn, bk) = (k.constexpr("BM"), k.constexpr("BN"), k.constexpr("BK"));
+        let rm = program_id(0) * bm + arange(0, bm);
+        let rn = program_id(1) * bn + arange(0, bn);
+        let rk = arange(0, bk);
+        let a_ptrs = a_ptr + (rm.col() * kk + rk.row());
+        let b_ptrs = b_ptr + (rk.col() * n + rn.row());
+        let (acc, _, _) = range(0, cdiv(kk, bk), 1).fold(
+            (zeros([bm, bn], F32), a_ptrs, b_ptrs),
+            |i, (acc, ap, bp)| {
+                let k_rem = kk - i * bk;
+                let a = load(ap).mask(rk.row().lt(k_rem)).other(0.0);
+                let b = load(bp).mask(rk.col().lt(k_rem)).other(0.0);
+                (dot(a, b, acc), ap + bk, bp + bk * n)
+            },
+        );
+        store(c_ptr + rm.col() * n + rn.row(), acc).mask(rm.col().lt(m) & rn.row().lt(n));
+    });
+    println!("{}", k.ir());
+}
