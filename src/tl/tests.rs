@@ -235,6 +235,20 @@ fn op_result_types() {
         check(div_rn(xh.to(F32), 2.0), F32);
         check(sqrt_rn(xh.to(F32)), F32);
         check(libdevice::tanh(xh.to(F32)), F32);
+        check(
+            xi.to(F32)
+                .exp2()
+                .log2()
+                .rsqrt()
+                .sin()
+                .cos()
+                .erf()
+                .floor()
+                .ceil(),
+            F32,
+        );
+        check(xi.cumprod(0).xor_sum(0), I32);
+        assert_eq!(join(xi, xi).split().0.shape(), vec![16]);
         check(libdevice::pow(xh.to(F32), 2.0), F32);
         check(where_(xi.lt(2), xh, 0.0), F16);
         check(-xu, U8);
