@@ -33,7 +33,7 @@ fn triton_rand(seed: u64, offset: u32) -> f32 {
     } else {
         x
     };
-    x as f32 * 4.656_612_7e-10
+    x as f32 * 4.656_612_734_2e-10_f64 as f32
 }
 
 fn main() -> triton_metal::Result<()> {

@@ -2,11 +2,13 @@
 //! FMA loop for shapes and types the tiles cannot take.
 //!
 //! Tile path (2-D, M, N, K multiples of 8, f32/f16 operands and accumulator): the
-//! accumulator is staged as float and each SIMD-group loads its C tiles into registers;
+//! accumulator is staged as float and each SIMD-group loads its C tiles into fragments;
 //! A and B then reuse the same scratch (converted to float, so half operands still
 //! accumulate in fp32), each SIMD-group runs `simdgroup_multiply_accumulate` over K, stores
 //! its tiles back, and every thread reads its own elements of C. Scratch is
-//! `max(M*N, M*K + K*N)` floats.
+//! `max(M*N, M*K + K*N)` floats. When the accumulator is carried by a `for` loop and used
+//! only by the dot (the usual matmul main loop), the fragments live across the loop and C
+//! goes through threadgroup memory only before and after it.
 
 use super::layout::{MATRIX_TILE, SIMD_WIDTH};
 use super::lower::{unsupported, Lowering, Repr};
@@ -16,97 +18,137 @@ use crate::error::Result;
 use crate::ir::Value;
 
 impl Lowering<'_> {
-    pub(super) fn dot(&mut self, res: Value, a: Value, b: Value, acc: Value) -> Result<()> {
-        let (sa, sb, sc) = (
-            self.ty(a).shape.clone(),
-            self.ty(b).shape.clone(),
-            self.ty(acc).shape.clone(),
-        );
+    /// True when `dot(a, b, acc)` with these types takes the `simdgroup_matrix` path.
+    pub(super) fn dot_tiles_ok(&self, a: Value, b: Value, acc: Value) -> bool {
+        let (sa, sb) = (&self.ty(a).shape, &self.ty(b).shape);
         let (din, dacc) = (self.edt(a), self.edt(acc));
         let t8 = MATRIX_TILE;
-        let tiles_ok = sa.len() == 2
+        sa.len() == 2
             && self.d.matrix_8x8
             && self.opts.target.simdgroup_matrix
             && sa[0] % t8 == 0
             && sa[1] % t8 == 0
             && sb[1] % t8 == 0
             && matches!(din, DType::F32 | DType::F16)
-            && matches!(dacc, DType::F32 | DType::F16);
+            && matches!(dacc, DType::F32 | DType::F16)
+    }
+
+    pub(super) fn dot(&mut self, res: Value, a: Value, b: Value, acc: Value) -> Result<()> {
+        let (sa, sb, sc) = (
+            self.ty(a).shape.clone(),
+            self.ty(b).shape.clone(),
+            self.ty(acc).shape.clone(),
+        );
+        if let Some(frag) = self.frags.get(&acc).cloned() {
+            // The accumulator stays in this loop's fragments across iterations.
+            self.materialize(a)?;
+            self.materialize(b)?;
+            self.frag_mma(&frag, a, b, sa[0], sb[1], sa[1])?;
+            self.frags.insert(res, frag);
+            return Ok(());
+        }
+        let tiles_ok = self.dot_tiles_ok(a, b, acc);
         for v in [a, b, acc] {
             self.materialize(v)?;
         }
         if tiles_ok {
-            self.dot_tiles(res, a, b, acc, sa[0], sb[1], sa[1])
+            let (m, n, k) = (sa[0], sb[1], sa[1]);
+            let frag = self.frags_from(acc, m, n)?;
+            self.frag_mma(&frag, a, b, m, n, k)?;
+            self.frags_to_block(res, &frag, m, n)
         } else {
             self.dot_scalar(res, a, b, acc, &sa, &sb, &sc)
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn dot_tiles(
-        &mut self,
-        res: Value,
-        a: Value,
-        b: Value,
-        acc: Value,
-        m: usize,
-        n: usize,
-        k: usize,
-    ) -> Result<()> {
+    /// Opens the loop over this SIMD-group's C tiles (`tm_q` its slot, `tm_tm`/`tm_tn` the
+    /// tile's first row and column); the caller closes it.
+    fn open_tiles(&mut self, m: usize, n: usize) {
         let t8 = MATRIX_TILE;
         let warps = self.threads / SIMD_WIDTH;
         let tiles = (m / t8) * (n / t8);
         let per = tiles.div_ceil(warps);
-        let tn = n / t8;
-        let s = self.scratch_array(DType::F32, (m * n).max(m * k + k * n))?;
+        self.open(format!("for (uint tm_q = 0; tm_q < {per}u; ++tm_q)"));
+        self.line(format!("const uint tm_t = tm_lid / 32u + {warps}u * tm_q;"));
+        if tiles % warps != 0 {
+            self.line(format!("if (tm_t >= {tiles}u) break;"));
+        }
+        self.line(format!("const uint tm_tm = (tm_t / {}u) * 8u;", n / t8));
+        self.line(format!("const uint tm_tn = (tm_t % {}u) * 8u;", n / t8));
+    }
+
+    /// Declares this SIMD-group's C fragments and loads them from block `acc` `[m, n]`.
+    pub(super) fn frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
+        let warps = self.threads / SIMD_WIDTH;
+        let per = ((m / MATRIX_TILE) * (n / MATRIX_TILE)).div_ceil(warps);
+        self.materialize(acc)?;
+        let s = self.scratch_array(DType::F32, m * n)?;
         let c = self.fresh("frag_c");
         self.line(format!("simdgroup_matrix<float, 8, 8> {c}[{per}];"));
-        // C tiles into registers.
         self.smem_write_begin();
         self.stage(acc, &s, 0, &|l| l.to_string())?;
         self.smem_write_end();
-        let guard = tiles % warps != 0;
-        let open_tiles = |me: &mut Self| {
-            me.open(format!("for (uint tm_q = 0; tm_q < {per}u; ++tm_q)"));
-            me.line(format!("const uint tm_t = tm_lid / 32u + {warps}u * tm_q;"));
-            if guard {
-                me.line(format!("if (tm_t >= {tiles}u) break;"));
-            }
-            me.line(format!("const uint tm_tm = (tm_t / {tn}u) * 8u;"));
-            me.line(format!("const uint tm_tn = (tm_t % {tn}u) * 8u;"));
-        };
-        open_tiles(self);
+        self.open_tiles(m, n);
         self.line(format!(
             "simdgroup_load({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"
         ));
         self.close();
         self.smem_read_done();
-        // A and B (as float) over the same scratch.
+        Ok(c)
+    }
+
+    /// `frag += a @ b`: A and B staged (as float) through threadgroup memory.
+    fn frag_mma(
+        &mut self,
+        c: &str,
+        a: Value,
+        b: Value,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let s = self.scratch_array(DType::F32, m * k + k * n)?;
         self.smem_write_begin();
         self.stage(a, &s, 0, &|l| l.to_string())?;
         self.stage(b, &s, m * k, &|l| l.to_string())?;
         self.smem_write_end();
-        let (fa, fb) = (self.fresh("frag_a"), self.fresh("frag_b"));
-        self.line(format!("simdgroup_matrix<float, 8, 8> {fa};"));
-        self.line(format!("simdgroup_matrix<float, 8, 8> {fb};"));
+        self.line("{");
+        self.indent += 1;
+        self.line("simdgroup_matrix<float, 8, 8> tm_fa;");
+        self.line("simdgroup_matrix<float, 8, 8> tm_fb;");
         self.open(format!("for (uint tm_kk = 0; tm_kk < {k}u; tm_kk += 8u)"));
-        open_tiles(self);
+        self.open_tiles(m, n);
         self.line(format!(
-            "simdgroup_load({fa}, {s} + tm_tm * {k}u + tm_kk, {k});"
+            "simdgroup_load(tm_fa, {s} + tm_tm * {k}u + tm_kk, {k});"
         ));
         self.line(format!(
-            "simdgroup_load({fb}, {s} + {}u + tm_kk * {n}u + tm_tn, {n});",
+            "simdgroup_load(tm_fb, {s} + {}u + tm_kk * {n}u + tm_tn, {n});",
             m * k
         ));
         self.line(format!(
-            "simdgroup_multiply_accumulate({c}[tm_q], {fa}, {fb}, {c}[tm_q]);"
+            "simdgroup_multiply_accumulate({c}[tm_q], tm_fa, tm_fb, {c}[tm_q]);"
         ));
         self.close();
         self.close();
+        self.close();
         self.smem_read_done();
-        // C back through scratch into the blocked layout.
+        let warps = self.threads / SIMD_WIDTH;
+        let tiles = (m / MATRIX_TILE) * (n / MATRIX_TILE);
+        self.layouts.push(LayoutChoice {
+            op: format!("dot {m}x{n}x{k}"),
+            layout: format!(
+                "simdgroup_matrix<float, 8, 8>: {tiles} C tile(s), {} per SIMD-group, A and B staged through threadgroup memory",
+                tiles.div_ceil(warps)
+            ),
+        });
+        Ok(())
+    }
+
+    /// Stores fragments `c` (`[m, n]`) back into a block in the blocked layout as `res`.
+    pub(super) fn frags_to_block(&mut self, res: Value, c: &str, m: usize, n: usize) -> Result<()> {
+        let s = self.scratch_array(DType::F32, m * n)?;
         self.smem_write_begin();
-        open_tiles(self);
+        self.open_tiles(m, n);
         self.line(format!(
             "simdgroup_store({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"
         ));
@@ -117,12 +159,6 @@ impl Lowering<'_> {
         let name = self.gather("dot", dacc, m * n, &|l| format!("{ct}({s}[{l}])"))?;
         self.smem_read_done();
         self.set(res, Repr::Block(name));
-        self.layouts.push(LayoutChoice {
-            op: format!("dot {m}x{n}x{k}"),
-            layout: format!(
-                "simdgroup_matrix<float, 8, 8>: {tiles} C tile(s), {per} per SIMD-group, staged through threadgroup memory"
-            ),
-        });
         Ok(())
     }
 

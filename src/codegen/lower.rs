@@ -11,7 +11,7 @@
 //!
 //! Reductions and scans are in `reduce.rs`, `tl.dot` in `dot.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::axis::AxisInfo;
 use super::dialect::Dialect;
@@ -68,6 +68,10 @@ pub(super) struct Lowering<'k> {
     pub recipes: Vec<Option<String>>,
     /// Contiguity facts per value (vector loads and stores).
     pub axis: Vec<AxisInfo>,
+    /// Accumulators held in `simdgroup_matrix` fragments across a loop: value -> array.
+    pub frags: HashMap<Value, String>,
+    /// Number of operand uses of each value.
+    pub uses: Vec<u32>,
 }
 
 /// Placeholder for the flat element index in a recipe.
@@ -111,6 +115,14 @@ impl<'k> Lowering<'k> {
             uses_simd: false,
             recipes: vec![None; k.values.len()],
             axis: super::axis::analyse(k),
+            frags: HashMap::new(),
+            uses: {
+                let mut u = vec![0u32; k.values.len()];
+                for o in &k.ops {
+                    o.op.for_each_operand(|v| u[v.index()] += 1);
+                }
+                u
+            },
         }
     }
 
@@ -1596,12 +1608,34 @@ impl<'k> Lowering<'k> {
     ) -> Result<()> {
         let args = self.k.region(body).args.clone();
         let results: Vec<Value> = self.k.op(id).results.iter().collect();
+        let resident = self.resident_accumulators(body, &args[1..]);
         let mut vars = Vec::new();
+        let mut frag_of = vec![None; init.len()];
         for (k, v) in init.iter().enumerate() {
+            if let Some((m, n)) = resident[k] {
+                let f = self.frags_from(*v, m, n)?;
+                self.frags.insert(args[k + 1], f.clone());
+                frag_of[k] = Some((f, m, n));
+                vars.push(Repr::Block(String::new()));
+                continue;
+            }
             let r = self.carried_var(*v, &format!("acc{k}"))?;
             vars.push(r);
         }
-        self.assign_carried(&vars, init)?;
+        let keep = |xs: &[Value]| -> Vec<Value> {
+            xs.iter()
+                .enumerate()
+                .filter(|(k, _)| frag_of[*k].is_none())
+                .map(|(_, v)| *v)
+                .collect()
+        };
+        let kept_vars: Vec<Repr> = vars
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| frag_of[*k].is_none())
+            .map(|(_, r)| r.clone())
+            .collect();
+        self.assign_carried(&kept_vars, &keep(init))?;
         let iv_t = self.cty(self.edt(lo))?;
         let iv = self.fresh("iv");
         let (l, h, s) = (self.el(lo, ""), self.el(hi, ""), self.el(step, ""));
@@ -1613,13 +1647,48 @@ impl<'k> Lowering<'k> {
         // The previous iteration's reads of scratch are pending at the top of the body.
         self.hazard.reads_pending = true;
         let ys = self.region(body)?;
-        self.assign_carried(&vars, &ys)?;
+        self.assign_carried(&kept_vars, &keep(&ys))?;
         self.close();
         self.hazard.reads_pending = true;
         for (k, r) in results.into_iter().enumerate() {
-            self.set(r, vars[k].clone());
+            match &frag_of[k] {
+                Some((f, m, n)) => self.frags_to_block(r, f, *m, *n)?,
+                None => self.set(r, vars[k].clone()),
+            }
         }
         Ok(())
+    }
+
+    /// For each carried value of a `for` body: `Some((M, N))` when it is a `tl.dot`
+    /// accumulator that can live in `simdgroup_matrix` fragments for the whole loop (its
+    /// only use is the dot's `acc`, the dot is in the body itself and takes the tile path,
+    /// and the dot's result is only yielded back in the same slot).
+    fn resident_accumulators(&self, body: RegionId, args: &[Value]) -> Vec<Option<(usize, usize)>> {
+        let ops = &self.k.region(body).ops;
+        let yields: Vec<Value> = ops
+            .last()
+            .and_then(|&l| match &self.k.op(l).op {
+                Op::Yield { values } => Some(values.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        args.iter()
+            .enumerate()
+            .map(|(k, &arg)| {
+                let y = *yields.get(k)?;
+                let def = self.k.def_op(y)?;
+                if !ops.contains(&def) || self.uses[arg.index()] != 1 || self.uses[y.index()] != 1 {
+                    return None;
+                }
+                match self.k.op(def).op {
+                    Op::Dot { a, b, acc } if acc == arg && self.dot_tiles_ok(a, b, acc) => {
+                        let sh = &self.ty(acc).shape;
+                        Some((sh[0], sh[1]))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     fn while_loop(

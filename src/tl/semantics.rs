@@ -164,6 +164,16 @@ pub fn scalar_dtype(s: Scalar) -> Result<DType, String> {
     }
 }
 
+/// `x` rounded to the float dtype `d` (to nearest even), as `f64`.
+fn round_to(x: f64, d: DType) -> f64 {
+    match d {
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        DType::F32 => x as f32 as f64,
+        _ => x,
+    }
+}
+
 fn dts(d: DType) -> &'static str {
     d.triton_name()
 }
@@ -260,7 +270,42 @@ impl Builder {
             let mid = self.cast(v, DType::F32)?;
             return self.cast(mid, d);
         }
+        if let Some(c) = self.fold_cast(v, s, d) {
+            return Ok(self.constant(c, src.with_dtype(d)));
+        }
         Ok(self.emit1(Op::Cast { src: v }, src.with_dtype(d)))
+    }
+
+    /// Folds the cast of a constant where the result is exact and obvious: float to float
+    /// (the value rounded to the source dtype first), int to float (up to 2^53), and int to
+    /// int when the value fits the destination.
+    fn fold_cast(&self, v: Value, s: DType, d: DType) -> Option<Const> {
+        let Op::Constant { value } = self.k.op(self.k.def_op(v)?).op else {
+            return None;
+        };
+        match value {
+            Const::Float(x) if s.is_float() && d.is_float() => Some(Const::Float(round_to(x, s))),
+            Const::Int(x) if is_int(s) && d.is_float() => {
+                // Unsigned 64-bit constants hold their bits.
+                let x = if s == DType::U64 {
+                    x as u64 as i128
+                } else {
+                    x as i128
+                };
+                // Exact in f64, so the executor's one rounding to `d` is the only one.
+                (x.abs() <= 1 << 53).then_some(Const::Float(x as f64))
+            }
+            Const::Int(x) if is_int(s) && d.is_int() => {
+                let (lo, hi) = int_range(d);
+                let x = if s == DType::U64 {
+                    x as u64 as i128
+                } else {
+                    x as i128
+                };
+                (lo..=hi).contains(&x).then_some(Const::Int(x as i64))
+            }
+            _ => None,
+        }
     }
 
     /// Triton's `bitcast`.
@@ -1548,14 +1593,15 @@ impl Builder {
         ])
     }
 
-    /// `uint32_to_uniform_float`.
+    /// `uint32_to_uniform_float`: Triton's exact scale, the largest f32 with
+    /// `i32::MAX * scale < 1.0` (a rounded literal would break bit-compatibility and can give 1.0).
     fn uint_to_uniform(&mut self, x: Value) -> Res<Value> {
         let x = self.bitcast(x, DType::I32)?;
         let neg = self.compare(CmpPred::Lt, Opnd::Val(x), Opnd::Weak(Scalar::Int(0)))?;
         let nx = self.minus(x)?;
         let nx1 = self.sub(Opnd::Val(nx), Opnd::Weak(Scalar::Int(1)))?;
         let x = self.where_(Opnd::Val(neg), Opnd::Val(nx1), Opnd::Val(x))?;
-        self.mul(Opnd::Val(x), Opnd::Weak(Scalar::Float(4.656613e-10)))
+        self.mul(Opnd::Val(x), Opnd::Weak(Scalar::Float(4.656_612_734_2e-10)))
     }
 
     pub(crate) fn rand(&mut self, seed: Opnd, offset: Value, rounds: u32) -> Res<Value> {

@@ -49,9 +49,21 @@ TM_PACKED(uint8_t, uchar, 1)
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
     arange_2[tm_i] = int(tm_l);
   }
-  float acc0_[8];
+  float splat[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    acc0_[tm_i] = 0.0f;
+    splat[tm_i] = 0.0f;
+  }
+  simdgroup_matrix<float, 8, 8> frag_c[4];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+    tm_smem_f32[tm_l] = splat[tm_i];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
+    const uint tm_t = tm_lid / 32u + 4u * tm_q;
+    const uint tm_tm = (tm_t / 4u) * 8u;
+    const uint tm_tn = (tm_t % 4u) * 8u;
+    simdgroup_load(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
   }
   for (int iv = 0; iv < K; iv += 16) {
     int add_2[4];
@@ -166,19 +178,6 @@ TM_PACKED(uint8_t, uchar, 1)
         for (uint tm_e = 0; tm_e < 4u; ++tm_e) b[tm_i + tm_e] = (and_2[tm_i + tm_e]) ? b_ptr[b_off_1[tm_i + tm_e]] : 0.0f;
       }
     }
-    simdgroup_matrix<float, 8, 8> frag_c[4];
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-      tm_smem_f32[tm_l] = acc0_[tm_i];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-      const uint tm_t = tm_lid / 32u + 4u * tm_q;
-      const uint tm_tm = (tm_t / 4u) * 8u;
-      const uint tm_tn = (tm_t % 4u) * 8u;
-      simdgroup_load(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
-    }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
@@ -189,34 +188,33 @@ TM_PACKED(uint8_t, uchar, 1)
       tm_smem_f32[512u + tm_l] = b[tm_i];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    simdgroup_matrix<float, 8, 8> frag_a;
-    simdgroup_matrix<float, 8, 8> frag_b;
-    for (uint tm_kk = 0; tm_kk < 16u; tm_kk += 8u) {
-      for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-        const uint tm_t = tm_lid / 32u + 4u * tm_q;
-        const uint tm_tm = (tm_t / 4u) * 8u;
-        const uint tm_tn = (tm_t % 4u) * 8u;
-        simdgroup_load(frag_a, tm_smem_f32 + tm_tm * 16u + tm_kk, 16);
-        simdgroup_load(frag_b, tm_smem_f32 + 512u + tm_kk * 32u + tm_tn, 32);
-        simdgroup_multiply_accumulate(frag_c[tm_q], frag_a, frag_b, frag_c[tm_q]);
+    {
+      simdgroup_matrix<float, 8, 8> tm_fa;
+      simdgroup_matrix<float, 8, 8> tm_fb;
+      for (uint tm_kk = 0; tm_kk < 16u; tm_kk += 8u) {
+        for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
+          const uint tm_t = tm_lid / 32u + 4u * tm_q;
+          const uint tm_tm = (tm_t / 4u) * 8u;
+          const uint tm_tn = (tm_t % 4u) * 8u;
+          simdgroup_load(tm_fa, tm_smem_f32 + tm_tm * 16u + tm_kk, 16);
+          simdgroup_load(tm_fb, tm_smem_f32 + 512u + tm_kk * 32u + tm_tn, 32);
+          simdgroup_multiply_accumulate(frag_c[tm_q], tm_fa, tm_fb, frag_c[tm_q]);
+        }
       }
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-      const uint tm_t = tm_lid / 32u + 4u * tm_q;
-      const uint tm_tm = (tm_t / 4u) * 8u;
-      const uint tm_tn = (tm_t % 4u) * 8u;
-      simdgroup_store(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float dot[8];
-    for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-      const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-      dot[tm_i] = float(tm_smem_f32[tm_l]);
-    }
-    for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-      acc0_[tm_i] = dot[tm_i];
-    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
+    const uint tm_t = tm_lid / 32u + 4u * tm_q;
+    const uint tm_tm = (tm_t / 4u) * 8u;
+    const uint tm_tn = (tm_t % 4u) * 8u;
+    simdgroup_store(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float dot[8];
+  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
+    const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
+    dot[tm_i] = float(tm_smem_f32[tm_l]);
   }
   bool lt_4[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -266,9 +264,9 @@ TM_PACKED(uint8_t, uchar, 1)
     const uint tm_i = tm_c * 4u;
     if (and_3[tm_i + 0u] && and_3[tm_i + 1u] && and_3[tm_i + 2u] && and_3[tm_i + 3u]) {
       packed_float4 tm_v;
-      for (uint tm_e = 0; tm_e < 4u; ++tm_e) tm_v[tm_e] = acc0_[tm_i + tm_e];
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) tm_v[tm_e] = dot[tm_i + tm_e];
       *((device packed_float4*)(c_ptr + c_off_1[tm_i])) = tm_v;
     } else {
-      for (uint tm_e = 0; tm_e < 4u; ++tm_e) if (and_3[tm_i + tm_e]) c_ptr[c_off_1[tm_i + tm_e]] = acc0_[tm_i + tm_e];
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) if (and_3[tm_i + tm_e]) c_ptr[c_off_1[tm_i + tm_e]] = dot[tm_i + tm_e];
     }
   }
