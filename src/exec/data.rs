@@ -49,6 +49,45 @@ pub(crate) fn ptr_add(p: u64, d: i64) -> u64 {
     (p & !PTR_OFF_MASK) | (p.wrapping_add(d as u64) & PTR_OFF_MASK)
 }
 
+/// True when the CPU has AVX2 and FMA (checked once by std, then cached).
+#[inline(always)]
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Defines `pub(crate) fn $name`, which runs `$imp` compiled for AVX2 and FMA when the CPU
+/// has them, else for the baseline target. `$imp` and the loops it calls are
+/// `#[inline(always)]`, so the whole body is specialised. Results do not depend on the
+/// version: Rust never contracts `a * b + c` into an FMA, and every reduction order is
+/// fixed in the source.
+macro_rules! multiversion {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident: $t:ty),* $(,)?) -> $ret:ty = $imp:path;) => {
+        $(#[$m])*
+        pub(crate) fn $name($($arg: $t),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn wide($($arg: $t),*) -> $ret {
+                    $imp($($arg),*)
+                }
+                if $crate::exec::data::has_avx2() {
+                    // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+                    return unsafe { wide($($arg),*) };
+                }
+            }
+            $imp($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
 /// The storage class of a dtype (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Class {
@@ -224,6 +263,7 @@ pub(crate) fn canon_i32(x: i32, dtype: DType) -> i32 {
 }
 
 /// Re-canonicalises a whole `I32`-class buffer after wrapping arithmetic.
+#[inline(always)]
 pub(crate) fn normalize_i32(v: &mut [i32], dtype: DType) {
     match dtype {
         DType::I8 => v.iter_mut().for_each(|x| *x = *x as i8 as i32),
@@ -245,6 +285,7 @@ pub(crate) fn round1(x: f32, dtype: DType) -> f32 {
 }
 
 /// Rounds a whole `F32`-class buffer to `dtype` (round to nearest even).
+#[inline(always)]
 pub(crate) fn round_f32(v: &mut [f32], dtype: DType) {
     match dtype {
         DType::F16 => v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),

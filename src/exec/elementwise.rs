@@ -7,7 +7,8 @@
 use half::{bf16, f16};
 
 use super::data::{
-    canon_i32, f64_to_f32_class, normalize_i32, ptr_add, round_f32, widen_i32, Class, Data,
+    canon_i32, f64_to_f32_class, multiversion, normalize_i32, ptr_add, round_f32, widen_i32, Class,
+    Data,
 };
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, CmpPred, UnaryOp};
@@ -111,6 +112,7 @@ pub(crate) fn fast_exp(x: f32) -> f32 {
 
 macro_rules! float_unary {
     ($name:ident, $t:ty, $erf:path, $exp:expr) => {
+        #[inline(always)]
         fn $name(kind: UnaryOp, a: &[$t], o: &mut Vec<$t>) {
             o.clear();
             let it = a.iter().copied();
@@ -139,7 +141,8 @@ fn erf_f32(x: f32) -> f32 {
 }
 
 /// Elementwise unary math (floats computed in at least f32, then rounded to `d`).
-pub(crate) fn unary(kind: UnaryOp, d: DType, a: &Data, out: &mut Data) -> Res {
+#[inline(always)]
+fn unary_impl(kind: UnaryOp, d: DType, a: &Data, out: &mut Data) -> Res {
     match a {
         Data::F32(a) => {
             let o = out.f32s();
@@ -172,6 +175,7 @@ pub(crate) fn unary(kind: UnaryOp, d: DType, a: &Data, out: &mut Data) -> Res {
 
 macro_rules! float_binary {
     ($name:ident, $t:ty) => {
+        #[inline(always)]
         fn $name(kind: BinaryOp, d: DType, a: &[$t], b: &[$t], o: &mut Vec<$t>) -> Res {
             match kind {
                 BinaryOp::Add => zip2(a, b, o, |x, y| x + y),
@@ -205,6 +209,7 @@ float_binary!(binary_f32, f32);
 float_binary!(binary_f64, f64);
 
 /// Integer binary ops in the `I32` class (values canonical for `d`, see `data.rs`).
+#[inline(always)]
 fn binary_i32(kind: BinaryOp, d: DType, a: &[i32], b: &[i32], o: &mut Vec<i32>) -> Res {
     let unsigned = d == DType::U32;
     let bits = d.bits();
@@ -248,6 +253,7 @@ fn binary_i32(kind: BinaryOp, d: DType, a: &[i32], b: &[i32], o: &mut Vec<i32>) 
     }
 }
 
+#[inline(always)]
 fn binary_i64(kind: BinaryOp, d: DType, a: &[i64], b: &[i64], o: &mut Vec<i64>) -> Res {
     let unsigned = d == DType::U64;
     match kind {
@@ -285,6 +291,7 @@ fn binary_i64(kind: BinaryOp, d: DType, a: &[i64], b: &[i64], o: &mut Vec<i64>) 
 }
 
 /// `int1` arithmetic modulo 2 (Triton's `i1` is one bit wide).
+#[inline(always)]
 fn binary_bool(kind: BinaryOp, d: DType, a: &[bool], b: &[bool], o: &mut Vec<bool>) -> Res {
     match kind {
         BinaryOp::And | BinaryOp::Min | BinaryOp::Mul | BinaryOp::MinNan => {
@@ -301,7 +308,8 @@ fn binary_bool(kind: BinaryOp, d: DType, a: &[bool], b: &[bool], o: &mut Vec<boo
 }
 
 /// Elementwise binary op of dtype `d`.
-pub(crate) fn binary(kind: BinaryOp, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res {
+#[inline(always)]
+fn binary_impl(kind: BinaryOp, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res {
     match (a, b) {
         (Data::F32(a), Data::F32(b)) => {
             let o = out.f32s();
@@ -322,6 +330,7 @@ pub(crate) fn binary(kind: BinaryOp, d: DType, a: &Data, b: &Data, out: &mut Dat
     }
 }
 
+#[inline(always)]
 fn cmp_with<T: Copy + PartialOrd>(p: CmpPred, a: &[T], b: &[T], o: &mut Vec<bool>) -> Res {
     match p {
         CmpPred::Lt => zip2(a, b, o, |x, y| x < y),
@@ -334,6 +343,7 @@ fn cmp_with<T: Copy + PartialOrd>(p: CmpPred, a: &[T], b: &[T], o: &mut Vec<bool
     }
 }
 
+#[inline(always)]
 fn cmp_mapped<T: Copy, U: Copy + PartialOrd>(
     p: CmpPred,
     a: &[T],
@@ -352,7 +362,8 @@ fn cmp_mapped<T: Copy, U: Copy + PartialOrd>(
 }
 
 /// Comparison giving `bool` (signed or unsigned by dtype; floats ordered except `!=`).
-pub(crate) fn cmp(p: CmpPred, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res {
+#[inline(always)]
+fn cmp_impl(p: CmpPred, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res {
     let o = out.bools();
     match (a, b) {
         (Data::F32(a), Data::F32(b)) => cmp_with(p, a, b, o),
@@ -368,7 +379,8 @@ pub(crate) fn cmp(p: CmpPred, d: DType, a: &Data, b: &Data, out: &mut Data) -> R
 }
 
 /// `where(cond, a, b)`.
-pub(crate) fn select(cond: &Data, a: &Data, b: &Data, out: &mut Data) -> Res {
+#[inline(always)]
+fn select_impl(cond: &Data, a: &Data, b: &Data, out: &mut Data) -> Res {
     let Data::Bool(c) = cond else {
         return Err("select condition is not bool".into());
     };
@@ -389,7 +401,8 @@ pub(crate) fn select(cond: &Data, a: &Data, b: &Data, out: &mut Data) -> Res {
 }
 
 /// Fused `a * b + c` (one rounding in f32/f64, then to `d`).
-pub(crate) fn fma(d: DType, a: &Data, b: &Data, c: &Data, out: &mut Data) -> Res {
+#[inline(always)]
+fn fma_impl(d: DType, a: &Data, b: &Data, c: &Data, out: &mut Data) -> Res {
     match (a, b, c) {
         (Data::F32(a), Data::F32(b), Data::F32(c)) => {
             let o = out.f32s();
@@ -403,7 +416,8 @@ pub(crate) fn fma(d: DType, a: &Data, b: &Data, c: &Data, out: &mut Data) -> Res
 }
 
 /// `min(max(x, lo), hi)`; NaN in `x` propagates only with `propagate_nan`.
-pub(crate) fn clamp(d: DType, nan: bool, x: &Data, lo: &Data, hi: &Data, out: &mut Data) -> Res {
+#[inline(always)]
+fn clamp_impl(d: DType, nan: bool, x: &Data, lo: &Data, hi: &Data, out: &mut Data) -> Res {
     macro_rules! cl {
         ($x:expr, $lo:expr, $hi:expr, $o:expr) => {
             zip3($x, $lo, $hi, $o, |x, l, h| {
@@ -597,7 +611,8 @@ pub(crate) fn bitcast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
 }
 
 /// `ptr + offset` in elements (offset signed or unsigned by its dtype `od`).
-pub(crate) fn add_ptr(od: DType, p: &Data, off: &Data, out: &mut Data) -> Res {
+#[inline(always)]
+fn add_ptr_impl(od: DType, p: &Data, off: &Data, out: &mut Data) -> Res {
     let Data::Ptr(p) = p else {
         return Err("addptr base is not a pointer".into());
     };
@@ -655,6 +670,41 @@ pub(crate) fn philox(rounds: u32, c: [&Data; 4], k: [&Data; 2], outs: &mut [Data
         o3.push(x3 as i32);
     }
     Ok(())
+}
+
+multiversion! {
+    /// Elementwise unary math (floats computed in at least f32, then rounded to `d`).
+    fn unary(kind: UnaryOp, d: DType, a: &Data, out: &mut Data) -> Res = unary_impl;
+}
+
+multiversion! {
+    /// Elementwise binary op of dtype `d`.
+    fn binary(kind: BinaryOp, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res = binary_impl;
+}
+
+multiversion! {
+    /// Comparison giving `bool` (signed or unsigned by dtype; floats ordered except `!=`).
+    fn cmp(p: CmpPred, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res = cmp_impl;
+}
+
+multiversion! {
+    /// `where(cond, a, b)`.
+    fn select(cond: &Data, a: &Data, b: &Data, out: &mut Data) -> Res = select_impl;
+}
+
+multiversion! {
+    /// Fused `a * b + c` (one rounding in f32/f64, then to `d`).
+    fn fma(d: DType, a: &Data, b: &Data, c: &Data, out: &mut Data) -> Res = fma_impl;
+}
+
+multiversion! {
+    /// `min(max(x, lo), hi)`; NaN in `x` propagates only with `propagate_nan`.
+    fn clamp(d: DType, nan: bool, x: &Data, lo: &Data, hi: &Data, out: &mut Data) -> Res = clamp_impl;
+}
+
+multiversion! {
+    /// `ptr + offset` in elements (offset signed or unsigned by its dtype `od`).
+    fn add_ptr(od: DType, p: &Data, off: &Data, out: &mut Data) -> Res = add_ptr_impl;
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::data::{canon_i32, ptr_add, ptr_off, ptr_param, round1, Data};
+use super::data::{canon_i32, multiversion, ptr_add, ptr_off, ptr_param, round1, Data};
 use super::memory::{Mem, Raw};
 use crate::dtype::DType;
 use crate::ir::AtomicOp;
@@ -237,8 +237,9 @@ macro_rules! copy_run {
     };
 }
 
-/// Loads a block of `d` elements; `run` is the length of the last dim.
-pub(crate) fn load(
+/// Body of [`load`].
+#[inline(always)]
+fn load_impl_all(
     mems: &[Option<Mem<'_>>],
     d: DType,
     run: usize,
@@ -329,8 +330,9 @@ fn store_impl<R: Raw, S: Copy>(
     Ok(())
 }
 
-/// Stores a block of `d` elements where `mask` is true.
-pub(crate) fn store(
+/// Body of [`store`].
+#[inline(always)]
+fn store_impl_all(
     mems: &[Option<Mem<'_>>],
     d: DType,
     run: usize,
@@ -609,4 +611,29 @@ pub(crate) fn atomic_cas(
         }};
     }
     for_dtype!(d, go,)
+}
+
+multiversion! {
+    /// Loads a block of `d` elements; `run` is the length of the last dim.
+    fn load(
+        mems: &[Option<Mem<'_>>],
+        d: DType,
+        run: usize,
+        ptr: PtrArg<'_>,
+        mask: Option<&Data>,
+        other: Option<&Data>,
+        out: &mut Data,
+    ) -> Res = load_impl_all;
+}
+
+multiversion! {
+    /// Stores a block of `d` elements where `mask` is true.
+    fn store(
+        mems: &[Option<Mem<'_>>],
+        d: DType,
+        run: usize,
+        ptr: PtrArg<'_>,
+        value: &Data,
+        mask: Option<&Data>,
+    ) -> Res = store_impl_all;
 }

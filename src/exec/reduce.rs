@@ -4,7 +4,7 @@
 //! accumulators so the loop vectorises; along an outer axis row by row over `inner`. Custom
 //! combine regions are driven by `interp.rs` with the axis helpers at the end of this file.
 
-use super::data::{canon_i32, round_f32, same_kind, Data};
+use super::data::{canon_i32, multiversion, round_f32, same_kind, Data};
 use crate::dtype::DType;
 use crate::ir::{ReduceKind, ScanKind};
 
@@ -65,6 +65,7 @@ fn fold_axis<T: Copy>(
 }
 
 /// Index of the best element along the axis: `better(candidate, best)`; left-most on ties.
+#[inline(always)]
 fn arg_axis<T: Copy>(
     s: &[T],
     (outer, n, inner): (usize, usize, usize),
@@ -98,7 +99,8 @@ fn fmin<T: PartialOrd + Copy>(nan: fn(T) -> bool) -> impl Fn(T, T) -> bool + Cop
 }
 
 /// A builtin reduction of `src` (dtype `d`, viewed as `dims`) into `out`.
-pub(crate) fn reduce(
+#[inline(always)]
+fn reduce_impl(
     kind: ReduceKind,
     d: DType,
     src: &Data,
@@ -223,7 +225,8 @@ fn scan_axis<T: Copy>(
 }
 
 /// A builtin scan (`cumsum`, `cumprod`) of `src` (dtype `d`).
-pub(crate) fn scan(
+#[inline(always)]
+fn scan_impl(
     kind: ScanKind,
     d: DType,
     src: &Data,
@@ -312,6 +315,29 @@ pub(crate) fn concat_axis(
         _ => return Err("concatenated blocks differ in type".into()),
     }
     Ok(())
+}
+
+multiversion! {
+    /// A builtin reduction of `src` (dtype `d`, viewed as `dims`) into `out`.
+    fn reduce(
+        kind: ReduceKind,
+        d: DType,
+        src: &Data,
+        dims: (usize, usize, usize),
+        out: &mut Data,
+    ) -> Res = reduce_impl;
+}
+
+multiversion! {
+    /// A builtin scan (`cumsum`, `cumprod`) of `src` (dtype `d`).
+    fn scan(
+        kind: ScanKind,
+        d: DType,
+        src: &Data,
+        dims: (usize, usize, usize),
+        reverse: bool,
+        out: &mut Data,
+    ) -> Res = scan_impl;
 }
 
 #[cfg(test)]

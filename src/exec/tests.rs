@@ -835,3 +835,210 @@ fn grid_axes_and_num_programs() {
     }
     execute(&k, [0, 1, 1], &mut [bytes_mut(&mut o).into()]).unwrap();
 }
+
+/// The executor's buffer-reuse shortcuts (hoisting, moving loop-carried values, in-place
+/// accumulation, folded splats) must not change results in the cases they do not cover.
+#[test]
+fn reuse_shortcuts_keep_semantics() {
+    let k = kernel("reuse", &[], |k| {
+        let (a, o) = (k.ptr(F32, "a"), k.ptr(F32, "o"));
+        let n = k.scalar(I32, "n");
+        let r = arange(0, 16);
+        let x = load(a + r.col() * 16 + r.row()); // [16, 16]
+                                                  // Yielding a value defined before the loop, every iteration.
+        let outer = x * 2.0;
+        let y = range(0, n, 1).fold(x, |_, _| outer);
+        store(o + r.col() * 16 + r.row(), y);
+        // A dot whose accumulator is defined outside the loop: never accumulated in place.
+        let acc0 = x + 1.0;
+        let d = range(0, n, 1).fold(zeros([16, 16], F32), |_, _| dot(x, x, acc0));
+        store(o + 256 + r.col() * 16 + r.row(), d);
+        // Splats on both sides of one op, and an invariant op inside a branch that the
+        // first program does not take.
+        let s = load(a) + 0.0;
+        let both = (zeros([16], F32) + s) + (zeros([16], F32) + s);
+        let pid = program_id(0);
+        let z = if_(
+            pid.gt(0),
+            || zeros([16], F32) + 5.0,
+            || zeros([16], F32) - 5.0,
+        );
+        store(o + 512 + pid * 32 + r, both);
+        store(o + 512 + pid * 32 + 16 + r, z);
+    });
+    let a: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();
+    for n in [0i32, 1, 3] {
+        let mut o = vec![POISON; 512 + 4 * 32];
+        // One worker so the branch's invariant op is first skipped, then needed.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            execute(
+                &k,
+                [4, 1, 1],
+                &mut [bytes(&a).into(), bytes_mut(&mut o).into(), n.into()],
+            )
+        })
+        .unwrap();
+        for i in 0..16 {
+            for j in 0..16 {
+                let x = a[i * 16 + j];
+                let want_y = if n > 0 { 2.0 * x } else { x };
+                assert_eq!(o[i * 16 + j], want_y, "y n={n}");
+                let dd: f32 = (0..16).map(|p| a[i * 16 + p] * a[p * 16 + j]).sum();
+                let want_d = if n > 0 { dd + x + 1.0 } else { 0.0 };
+                assert!((o[256 + i * 16 + j] - want_d).abs() < 1e-3, "dot n={n}");
+            }
+        }
+        for pid in 0..4 {
+            let base = 512 + pid * 32;
+            assert!(o[base..base + 16].iter().all(|&v| v == 2.0 * a[0]));
+            let z = if pid > 0 { 5.0 } else { -5.0 };
+            assert!(o[base + 16..base + 32].iter().all(|&v| v == z), "pid {pid}");
+        }
+    }
+}
+
+/// Bytes of `vals` stored as dtype `d` (ints wrap to the width, floats round to nearest).
+fn encode(d: DType, vals: &[f64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &v in vals {
+        let i = v as i128;
+        match d {
+            I8 | U8 => out.push(i as u8),
+            I16 | U16 => out.extend((i as u16).to_le_bytes()),
+            I32 | U32 => out.extend((i as u32).to_le_bytes()),
+            I64 | U64 => out.extend((i as u64).to_le_bytes()),
+            F16 => out.extend(f16::from_f64(v).to_le_bytes()),
+            BF16 => out.extend(bf16::from_f64(v).to_le_bytes()),
+            F32 => out.extend((v as f32).to_le_bytes()),
+            F64 => out.extend(v.to_le_bytes()),
+            Bool => out.push((v != 0.0) as u8),
+        }
+    }
+    out
+}
+
+/// Element `i` of a buffer of dtype `d`, as f64 (u64/i64 values here stay below 2^53).
+fn decode(d: DType, b: &[u8], i: usize) -> f64 {
+    let s = d.size_bytes();
+    let e = &b[i * s..(i + 1) * s];
+    match d {
+        I8 => e[0] as i8 as f64,
+        U8 | Bool => e[0] as f64,
+        I16 => i16::from_le_bytes([e[0], e[1]]) as f64,
+        U16 => u16::from_le_bytes([e[0], e[1]]) as f64,
+        I32 => i32::from_le_bytes(e.try_into().unwrap()) as f64,
+        U32 => u32::from_le_bytes(e.try_into().unwrap()) as f64,
+        I64 => i64::from_le_bytes(e.try_into().unwrap()) as f64,
+        U64 => u64::from_le_bytes(e.try_into().unwrap()) as f64,
+        F16 => f16::from_le_bytes([e[0], e[1]]).to_f64(),
+        BF16 => bf16::from_le_bytes([e[0], e[1]]).to_f64(),
+        F32 => f32::from_le_bytes(e.try_into().unwrap()) as f64,
+        F64 => f64::from_le_bytes(e.try_into().unwrap()),
+    }
+}
+
+/// Wraps an exact integer result to dtype `d`'s width and signedness.
+fn wrap(d: DType, v: i128) -> f64 {
+    match d {
+        I8 => v as i8 as f64,
+        U8 => v as u8 as f64,
+        I16 => v as i16 as f64,
+        U16 => v as u16 as f64,
+        I32 => v as i32 as f64,
+        U32 => v as u32 as f64,
+        I64 => v as i64 as f64,
+        U64 => v as u64 as f64,
+        _ => v as f64,
+    }
+}
+
+/// Rounds an exact result to float dtype `d`.
+fn round_to(d: DType, v: f64) -> f64 {
+    match d {
+        F16 => f16::from_f64(v).to_f64(),
+        BF16 => bf16::from_f64(v).to_f64(),
+        F32 => v as f32 as f64,
+        _ => v,
+    }
+}
+
+#[test]
+fn arithmetic_on_every_dtype() {
+    let a_vals: Vec<f64> = vec![7.0, -7.0, 100.0, 3.0, 120.0, 1.5, -2.25, 0.0];
+    let b_vals: Vec<f64> = vec![2.0, 3.0, -7.0, 100.0, 9.0, 2.5, 4.0, 5.0];
+    for d in [I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64] {
+        let k = kernel("dtypes", &[], |k| {
+            let (a, b, o) = (k.ptr(d, "a"), k.ptr(d, "b"), k.ptr(d, "o"));
+            let oc = k.ptr(I32, "oc");
+            let offs = arange(0, 8);
+            let (x, y) = (load(a + offs), load(b + offs));
+            store(o + offs, x + y);
+            store(o + 8 + offs, x * y);
+            store(o + 16 + offs, x - y);
+            store(o + 24 + offs, maximum(x, y));
+            if d.is_float() {
+                store(o + 32 + offs, (x / y).to(d));
+            } else {
+                store(o + 32 + offs, floordiv(x, y));
+                store(o + 40 + offs, x % y);
+            }
+            store(oc + offs, x.lt(y).to(I32));
+            store(oc + 8 + offs, x.to(F32).to(I32));
+        });
+        // Unsigned types see the two's-complement bits of the negative inputs (u64 takes
+        // magnitudes: its wrapped negatives are not exact in the f64 the test computes in).
+        let input = |v: f64| match d {
+            _ if d.is_float() => round_to(d, v),
+            U64 => v.trunc().abs(),
+            _ => wrap(d, v.trunc() as i128),
+        };
+        let a_in: Vec<f64> = a_vals.iter().map(|&v| input(v)).collect();
+        let b_in: Vec<f64> = b_vals.iter().map(|&v| input(v)).collect();
+        let (ab, bb) = (encode(d, &a_in), encode(d, &b_in));
+        let mut o = vec![0u64; 48];
+        let mut oc = vec![0i32; 16];
+        execute(
+            &k,
+            [1, 1, 1],
+            &mut [
+                ab.as_slice().into(),
+                bb.as_slice().into(),
+                bytes_mut(&mut o).into(),
+                bytes_mut(&mut oc).into(),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{d}: {e}"));
+        let ob = bytes(&o);
+        for i in 0..8 {
+            let (x, y) = (a_in[i], b_in[i]);
+            let got = |slot: usize| decode(d, ob, slot * 8 + i);
+            let (sum, prod, diff) = if d.is_float() {
+                (round_to(d, x + y), round_to(d, x * y), round_to(d, x - y))
+            } else {
+                let (xi, yi) = (x as i128, y as i128);
+                (wrap(d, xi + yi), wrap(d, xi * yi), wrap(d, xi - yi))
+            };
+            assert_eq!(got(0), sum, "{d} add {x} {y}");
+            assert_eq!(got(1), prod, "{d} mul {x} {y}");
+            assert_eq!(got(2), diff, "{d} sub {x} {y}");
+            assert_eq!(got(3), x.max(y), "{d} max {x} {y}");
+            if d.is_float() {
+                let want = round_to(d, round_to(F32, x / y));
+                assert!(
+                    (got(4) - want).abs() <= want.abs() * 1e-6,
+                    "{d} div {x} {y}"
+                );
+            } else {
+                let (xi, yi) = (x as i128, y as i128);
+                assert_eq!(got(4), wrap(d, xi / yi), "{d} floordiv {x} {y}");
+                assert_eq!(got(5), wrap(d, xi % yi), "{d} rem {x} {y}");
+            }
+            assert_eq!(oc[i], (x < y) as i32, "{d} lt {x} {y}");
+            assert_eq!(oc[8 + i], (x as f32) as i32, "{d} to f32 to i32 {x}");
+        }
+    }
+}

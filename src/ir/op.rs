@@ -568,8 +568,10 @@ pub enum Op {
 
     // ---- control flow -----------------------------------------------------------------
     /// `for iv in range(lo, hi, step)` with loop-carried values. `lo, hi, step` are int
-    /// scalars of one dtype. Body args: `iv` then the carried values; body yields the
-    /// new carried values; results are the final carried values.
+    /// scalars of one dtype; the body runs for `iv = lo, lo + step, ...` while `iv < hi`
+    /// (no iteration if `lo >= hi`). Body args: `iv` then the carried values; body yields the
+    /// new carried values; results are the final carried values (the initial ones if the
+    /// body never ran).
     For {
         /// Start.
         lo: Value,
@@ -583,7 +585,8 @@ pub enum Op {
         body: RegionId,
     },
     /// `while` loop: `cond` region (args = carried) yields one `bool` scalar; while true,
-    /// `body` (args = carried) yields the next carried values. Results = final carried.
+    /// `body` (args = carried) yields the next carried values. Results = the carried values
+    /// for which `cond` first yielded false.
     While {
         /// Initial carried values.
         init: Vec<Value>,

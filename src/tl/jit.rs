@@ -70,6 +70,7 @@ impl KernelBuilder {
     }
 
     /// A constexpr: its value for the specialisation being built (an error if not given).
+    /// Asking again for the same name gives the same value.
     #[track_caller]
     pub fn constexpr(&mut self, name: &str) -> i64 {
         Self::constexpr_impl(name, None, SourceLoc::caller())
@@ -83,6 +84,10 @@ impl KernelBuilder {
 
     fn constexpr_impl(name: &str, default: Option<i64>, loc: SourceLoc) -> i64 {
         op_any("constexpr", loc, |b| {
+            // Asking again for the same constexpr gives the same value.
+            if let Some(v) = b.k.constexpr(name) {
+                return Ok(v);
+            }
             declare(b, name)?;
             let v = match (b.given.get(name), default) {
                 (Some(v), _) => *v,

@@ -738,6 +738,36 @@ impl Tensor {
         abs() => abs;
         /// `sigmoid(x)`.
         sigmoid() => sigmoid;
+        /// `exp2(x)`.
+        exp2() => exp2;
+        /// `log2(x)`.
+        log2() => log2;
+        /// `rsqrt(x)`.
+        rsqrt() => rsqrt;
+        /// `sin(x)`.
+        sin() => sin;
+        /// `cos(x)`.
+        cos() => cos;
+        /// `erf(x)`.
+        erf() => erf;
+        /// `floor(x)`.
+        floor() => floor;
+        /// `ceil(x)`.
+        ceil() => ceil;
+        /// `cumprod(x, axis)`.
+        cumprod(axis: i64) => cumprod;
+        /// `xor_sum(x, axis)`.
+        xor_sum(axis: impl Into<Axis>) => xor_sum;
+        /// `ravel(x)`.
+        ravel() => ravel;
+        /// `softmax(x)` (axis 0).
+        softmax() => softmax;
+    }
+
+    /// `split(x)`.
+    #[track_caller]
+    pub fn split(self) -> (Tensor, Tensor) {
+        split(self)
     }
 
     /// `x[:, None]`: a new axis at position 1 (for 1-D `x`: a column `[n, 1]`).

@@ -64,7 +64,10 @@ fn vector_add(k: &mut KernelBuilder) {
 
 #[test]
 fn vector_add_text_snapshot() {
-    let k = build_ok("add_kernel", &[("BLOCK_SIZE", 4)], vector_add);
+    let k = build_ok("add_kernel", &[("BLOCK_SIZE", 4)], |k| {
+        vector_add(k);
+        assert_eq!(k.constexpr("BLOCK_SIZE"), 4); // asking again is fine
+    });
     let want = "\
 kernel add_kernel(%0: ptr<f32> x_ptr, %1: ptr<f32> y_ptr, %2: ptr<f32> output_ptr, %3: i32 n_elements) [BLOCK_SIZE=4] {
   %4 = program_id 0 : i32
@@ -232,6 +235,20 @@ fn op_result_types() {
         check(div_rn(xh.to(F32), 2.0), F32);
         check(sqrt_rn(xh.to(F32)), F32);
         check(libdevice::tanh(xh.to(F32)), F32);
+        check(
+            xi.to(F32)
+                .exp2()
+                .log2()
+                .rsqrt()
+                .sin()
+                .cos()
+                .erf()
+                .floor()
+                .ceil(),
+            F32,
+        );
+        check(xi.cumprod(0).xor_sum(0), I32);
+        assert_eq!(join(xi, xi).split().0.shape(), vec![16]);
         check(libdevice::pow(xh.to(F32), 2.0), F32);
         check(where_(xi.lt(2), xh, 0.0), F16);
         check(-xu, U8);
@@ -1051,6 +1068,14 @@ fn random_programs_never_panic() {
             Ok(Ok(k)) => {
                 ok += 1;
                 assert_eq!(Kernel::parse_ir(&k.ir()).unwrap().ir(), k.ir());
+                // The editing helpers keep kernels valid.
+                let mut c = k.clone();
+                c.cse();
+                c.remove_dead_ops();
+                c.compact();
+                if let Err(e) = crate::ir::verify(&c) {
+                    panic!("cse broke the kernel: {e}\n{}\n{}", k.ir(), c.ir());
+                }
             }
             Ok(Err(Error::Build { op, msg, .. })) => {
                 if err < 8 {
@@ -1186,4 +1211,27 @@ fn print_matmul_ir() {
         store(c_ptr + rm.col() * n + rn.row(), acc).mask(rm.col().lt(m) & rn.row().lt(n));
     });
     println!("{}", k.ir());
+}
+
+#[test]
+fn cse_merges_repeated_pure_ops() {
+    let mut k = build_ok("cse", &[], |k| {
+        let p = k.ptr(F32, "p");
+        let a = arange(0, 8);
+        let b = arange(0, 8);
+        let x = load(p + a) + load(p + b);
+        let y = range(0, 4, 1).fold(x, |_, acc| acc + arange(0, 8).to(F32));
+        let one = full([8], 2.0, F32);
+        let z = reduce(y * one, 0, |u, v| u + v * 2.0);
+        store(p + arange(0, 8), y + z);
+    });
+    let before = k.ops.len();
+    assert!(k.cse() >= 3, "{}", k.ir());
+    k.remove_dead_ops();
+    k.compact();
+    crate::ir::verify(&k).unwrap();
+    assert!(k.ops.len() < before);
+    assert_eq!(k.ir().matches("arange").count(), 1, "{}", k.ir());
+    // Loads are not pure: both stay.
+    assert_eq!(k.ir().matches("= load").count(), 2);
 }
