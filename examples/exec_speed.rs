@@ -83,17 +83,22 @@ fn main() {
         println!("memcpy 16M f32: {:.1} GB/s", 2.0 * 4.0 * n as f64 / t / 1e9);
     }
     if want("add") {
-        let k = kernel("add", &[("B", 1024)], |k| {
+        let b: i64 = std::env::var("ADD_B")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1024);
+        let k = kernel("add", &[("B", b)], |k| {
             let (xp, yp, op) = (k.ptr(F32, "x"), k.ptr(F32, "y"), k.ptr(F32, "o"));
             let nn = k.scalar(I32, "n");
-            let offs = program_id(0) * k.constexpr("B") + arange(0, 1024);
+            let b = k.constexpr("B");
+            let offs = program_id(0) * b + arange(0, b);
             let m = offs.lt(nn);
             store(op + offs, load(xp + offs).mask(m) + load(yp + offs).mask(m)).mask(m);
         });
         let t = time(reps(), || {
             execute(
                 &k,
-                [n / 1024, 1, 1],
+                [n.div_ceil(b as usize), 1, 1],
                 &mut [
                     ExecArg::from(as_bytes(&x)),
                     as_bytes(&y).into(),

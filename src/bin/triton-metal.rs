@@ -647,13 +647,6 @@ fn profiles(as_json: bool) -> Res<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn find_on_path(exe: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(exe))
-        .find(|p| p.is_file())
-}
-
 fn os_description() -> String {
     let pretty = std::fs::read_to_string("/etc/os-release")
         .ok()
@@ -744,12 +737,13 @@ fn check_system(cli: &Cli, require_emu: bool, as_json: bool) -> Res<ExitCode> {
         .into(),
         Some(backend_ok),
     ));
-    let clang = find_on_path("clang++");
+    // The emulator needs clang >= 15 (`_Float16` for Metal's `half`); ask it, not PATH.
+    let clang = triton_metal::emu::Emulator::compiler_version();
     rows.push((
         "emulation harness".into(),
-        match &clang {
-            Some(p) => format!("clang++ at {}", p.display()),
-            None => "clang++ not found on PATH (Debian: apt-get install clang)".into(),
+        match clang {
+            Some(v) => v.to_string(),
+            None => "no clang++ >= 15 found (Debian 12: apt-get install clang-19)".into(),
         },
         if require_emu {
             Some(clang.is_some())

@@ -949,19 +949,20 @@ impl<'k, 'a> Launch<'k, 'a> {
             let h = m / 2;
             let evens: Vec<usize> = (0..h).map(|i| 2 * i).collect();
             let odds: Vec<usize> = (0..h).map(|i| 2 * i + 1).collect();
-            let pick = |idx: &[usize]| -> Vec<Data> {
+            let pick = |idx: &[usize]| -> Result<Vec<Data>> {
                 cur.iter()
                     .map(|c| {
                         let mut d = Data::default();
-                        reduce::gather_axis(c, (outer, m, inner), idx, &mut d);
-                        d
+                        reduce::gather_axis(c, (outer, m, inner), idx, &mut d)
+                            .map(|_| d)
+                            .map_err(|e| self.err(id, pid, e))
                     })
                     .collect()
             };
-            let (left, right) = (pick(&evens), pick(&odds));
+            let (left, right) = (pick(&evens)?, pick(&odds)?);
             let combined =
                 self.combine(env, done, id, pid, region, &left, &right, outer * h * inner)?;
-            let tail = (m % 2 == 1).then(|| pick(&[m - 1]));
+            let tail = (m % 2 == 1).then(|| pick(&[m - 1])).transpose()?;
             cur = match tail {
                 None => combined,
                 Some(t) => combined
@@ -998,29 +999,30 @@ impl<'k, 'a> Launch<'k, 'a> {
     ) -> Result<()> {
         let dims = (outer, n, inner);
         let flip: Vec<usize> = (0..n).rev().collect();
-        let pick = |cur: &[Data], idx: &[usize]| -> Vec<Data> {
+        let pick = |cur: &[Data], idx: &[usize]| -> Result<Vec<Data>> {
             cur.iter()
                 .map(|c| {
                     let mut d = Data::default();
-                    reduce::gather_axis(c, dims, idx, &mut d);
-                    d
+                    reduce::gather_axis(c, dims, idx, &mut d)
+                        .map(|_| d)
+                        .map_err(|e| self.err(id, pid, e))
                 })
                 .collect()
         };
         let mut cur: Vec<Data> = srcs.iter().map(|v| env[v.index()].clone()).collect();
         if reverse {
-            cur = pick(&cur, &flip);
+            cur = pick(&cur, &flip)?;
         }
         let mut d = 1;
         while d < n {
             let earlier: Vec<usize> = (0..n - d).collect();
             let later: Vec<usize> = (d..n).collect();
-            let (a, b) = (pick(&cur, &earlier), pick(&cur, &later));
+            let (a, b) = (pick(&cur, &earlier)?, pick(&cur, &later)?);
             // In flipped order the earlier element comes later in the original sequence.
             let (l, r) = if reverse { (&b, &a) } else { (&a, &b) };
             let combined =
                 self.combine(env, done, id, pid, region, l, r, outer * (n - d) * inner)?;
-            let head = pick(&cur, &(0..d).collect::<Vec<_>>());
+            let head = pick(&cur, &(0..d).collect::<Vec<_>>())?;
             cur = head
                 .iter()
                 .zip(&combined)
@@ -1034,7 +1036,7 @@ impl<'k, 'a> Launch<'k, 'a> {
             d *= 2;
         }
         if reverse {
-            cur = pick(&cur, &flip);
+            cur = pick(&cur, &flip)?;
         }
         for (r, c) in self.kernel.op(id).results.iter().zip(cur) {
             env[r.index()] = c;

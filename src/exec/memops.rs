@@ -195,7 +195,7 @@ fn load_impl<R: Raw, S: Copy + Default>(
     out.reserve(ptr.len());
     let fill = |i: usize| match other {
         Some(o) if o.len() == 1 => o[0],
-        Some(o) => o[i],
+        Some(o) => o.get(i).copied().unwrap_or_default(),
         None => S::default(),
     };
     let (run, n) = (run.max(1), ptr.len());

@@ -274,7 +274,13 @@ pub(crate) fn gather_axis(
     (outer, n, inner): (usize, usize, usize),
     idx: &[usize],
     out: &mut Data,
-) {
+) -> Res {
+    if src.len() != outer * n * inner || idx.iter().any(|&j| j >= n) {
+        return Err(format!(
+            "combine operand has {} elements, expected {outer} x {n} x {inner}",
+            src.len()
+        ));
+    }
     same_kind!(src, out, |s, o| {
         o.reserve(outer * idx.len() * inner);
         for ob in 0..outer {
@@ -283,7 +289,8 @@ pub(crate) fn gather_axis(
                 o.extend_from_slice(&s[at..at + inner]);
             }
         }
-    })
+    });
+    Ok(())
 }
 
 /// Concatenates `[outer, na, inner]` and `[outer, nb, inner]` along the axis.
@@ -296,6 +303,13 @@ pub(crate) fn concat_axis(
     inner: usize,
     out: &mut Data,
 ) -> Res {
+    if a.len() != outer * na * inner || b.len() != outer * nb * inner {
+        return Err(format!(
+            "combine results have {} and {} elements, expected {outer} x ({na} + {nb}) x {inner}",
+            a.len(),
+            b.len()
+        ));
+    }
     macro_rules! cat {
         ($a:expr, $b:expr, $o:expr) => {{
             let o = $o;
@@ -379,7 +393,7 @@ mod tests {
     fn axis_gather_and_concat() {
         let s = Data::I32((0..12).collect()); // [2, 3, 2]
         let mut g = Data::default();
-        gather_axis(&s, (2, 3, 2), &[2, 0], &mut g);
+        gather_axis(&s, (2, 3, 2), &[2, 0], &mut g).unwrap();
         assert_eq!(g, Data::I32(vec![4, 5, 0, 1, 10, 11, 6, 7]));
         let mut c = Data::default();
         concat_axis(&g, 2, &s, 3, 2, 2, &mut c).unwrap();
