@@ -461,3 +461,60 @@ fn diff_scans_over_every_bit_placement() {
         );
     }
 }
+
+#[test]
+fn diff_half_and_bfloat() {
+    if !emu_ok("diff_half_and_bfloat") {
+        return;
+    }
+    for dt in [F16, BF16] {
+        let k = kernel("halves", |k| {
+            let (a, o, of) = (k.ptr(dt, "a"), k.ptr(dt, "o"), k.ptr(F32, "of"));
+            let r = arange(0, 16);
+            let c = arange(0, 16);
+            let x = load(a + r.col() * 16 + c.row());
+            store(
+                o + r.col() * 16 + c.row(),
+                exp(x.to(F32)).to(dt) * x + x / 3.0,
+            );
+            store(o + 256 + r, max(x, 1));
+            store(o + 272 + c, sum(x, 0));
+            store(of + r, argmax(x, 1).to(F32));
+            store(
+                of + 16 + r.col() * 4 + arange(0, 4).row(),
+                dot(x, load(a + r.col() * 4 + arange(0, 4).row()), None),
+            );
+            store(o + 288 + c, (x.to(F32) * 2.0).to(dt).sum(0));
+        });
+        let x: Vec<f32> = (0..256)
+            .map(|i| ((i * 29) % 31) as f32 / 16.0 - 1.0)
+            .collect();
+        let args = |buf: Arg| [buf, Arg::Out(dt, 304), Arg::Out(F32, 80)];
+        let a = if dt == F16 {
+            input(
+                "a",
+                &x.iter().map(|v| f16::from_f32(*v)).collect::<Vec<_>>(),
+            )
+        } else {
+            input(
+                "a",
+                &x.iter()
+                    .map(|v| half::bf16::from_f32(*v))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        for layout in [ReductionLayout::Coalesced, ReductionLayout::Tiled] {
+            let a = match &a {
+                Arg::In(b) => Arg::In(b.clone()),
+                Arg::Out(..) => unreachable!(),
+            };
+            diff(
+                &k,
+                &LaunchOptions::default().reduction_layout(layout),
+                [1, 1, 1],
+                &args(a),
+                1e-2,
+            );
+        }
+    }
+}

@@ -81,10 +81,18 @@ impl Lowering<'_> {
     pub(super) fn frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
         let warps = self.threads / SIMD_WIDTH;
         let per = ((m / MATRIX_TILE) * (n / MATRIX_TILE)).div_ceil(warps);
-        self.materialize(acc)?;
-        let s = self.scratch_array(DType::F32, m * n)?;
         let c = self.fresh("frag_c");
         self.line(format!("simdgroup_matrix<float, 8, 8> {c}[{per}];"));
+        if let Repr::Scalar(v) | Repr::Splat(v) = self.repr(acc).clone() {
+            // A uniform accumulator (usually zeros) needs no staging.
+            self.open_tiles(m, n);
+            self.line(format!(
+                "{c}[tm_q] = make_filled_simdgroup_matrix<float, 8, 8>(float({v}));"
+            ));
+            self.close();
+            return Ok(c);
+        }
+        let s = self.scratch_array(DType::F32, m * n)?;
         self.smem_write_begin();
         self.stage(acc, &s, 0, &|l| l.to_string())?;
         self.smem_write_end();

@@ -49,21 +49,12 @@ TM_PACKED(uint8_t, uchar, 1)
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
     arange_2[tm_i] = int(tm_l);
   }
-  float splat[8];
-  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    splat[tm_i] = 0.0f;
-  }
   simdgroup_matrix<float, 8, 8> frag_c[4];
-  for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    tm_smem_f32[tm_l] = splat[tm_i];
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
     const uint tm_t = tm_lid / 32u + 4u * tm_q;
     const uint tm_tm = (tm_t / 4u) * 8u;
     const uint tm_tn = (tm_t % 4u) * 8u;
-    simdgroup_load(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
+    frag_c[tm_q] = make_filled_simdgroup_matrix<float, 8, 8>(float(0.0f));
   }
   for (int iv = 0; iv < K; iv += 16) {
     int add_2[4];

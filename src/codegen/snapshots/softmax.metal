@@ -38,23 +38,23 @@ TM_PACKED(uint8_t, uchar, 1)
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     in_off_1[tm_i] = in_off + int(arange[tm_i]);
   }
-  float in_1[8];
+  float in[8];
   for (uint tm_c = 0; tm_c < 2u; ++tm_c) {
     const uint tm_i = tm_c * 4u;
     if (lt[tm_i + 0u] && lt[tm_i + 1u] && lt[tm_i + 2u] && lt[tm_i + 3u]) {
       const packed_float4 tm_v = tm_vload(in_ptr + in_off_1[tm_i]);
-      for (uint tm_e = 0; tm_e < 4u; ++tm_e) in_1[tm_i + tm_e] = tm_v[tm_e];
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) in[tm_i + tm_e] = tm_v[tm_e];
     } else {
-      for (uint tm_e = 0; tm_e < 4u; ++tm_e) in_1[tm_i + tm_e] = (lt[tm_i + tm_e]) ? in_ptr[in_off_1[tm_i + tm_e]] : -INFINITY;
+      for (uint tm_e = 0; tm_e < 4u; ++tm_e) in[tm_i + tm_e] = (lt[tm_i + tm_e]) ? in_ptr[in_off_1[tm_i + tm_e]] : -INFINITY;
     }
   }
   float part[1];
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
     const uint tm_i0 = 0u;
-    part[tm_j] = in_1[tm_i0];
+    part[tm_j] = in[tm_i0];
     for (uint tm_r = 1; tm_r < 8u; ++tm_r) {
       const uint tm_i = tm_i0 | (tm_r & 7u);
-      part[tm_j] = fmax(part[tm_j], in_1[tm_i]);
+      part[tm_j] = fmax(part[tm_j], in[tm_i]);
     }
   }
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
@@ -75,7 +75,7 @@ TM_PACKED(uint8_t, uchar, 1)
   const float max_1 = part[0];
   float sub[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    sub[tm_i] = (in_1[tm_i] - max_1);
+    sub[tm_i] = (in[tm_i] - max_1);
   }
   float exp_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {

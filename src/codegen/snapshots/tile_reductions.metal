@@ -142,9 +142,9 @@ TM_PACKED(uint8_t, uchar, 1)
       for (uint tm_e = 0; tm_e < 4u; ++tm_e) if (tm_l < 16u && lt_2[tm_i + tm_e]) row_sum[row_sum_off[tm_i + tm_e]] = sum[tm_i + tm_e];
     }
   }
-  float select_1[8];
+  float select[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    select_1[tm_i] = (and_1[tm_i] ? x[tm_i] : -INFINITY);
+    select[tm_i] = (and_1[tm_i] ? x[tm_i] : -INFINITY);
   }
   const int mul_2 = (pid0_ * 64);
   const int col_max_off = int(mul_2);
@@ -155,10 +155,10 @@ TM_PACKED(uint8_t, uchar, 1)
   float part_1[4];
   for (uint tm_j = 0; tm_j < 4u; ++tm_j) {
     const uint tm_i0 = (tm_j & 3u);
-    part_1[tm_j] = select_1[tm_i0];
+    part_1[tm_j] = select[tm_i0];
     for (uint tm_r = 1; tm_r < 2u; ++tm_r) {
       const uint tm_i = tm_i0 | ((tm_r & 1u) << 2);
-      part_1[tm_j] = fmax(part_1[tm_j], select_1[tm_i]);
+      part_1[tm_j] = fmax(part_1[tm_j], select[tm_i]);
     }
   }
   for (uint tm_j = 0; tm_j < 4u; ++tm_j) {
@@ -213,11 +213,11 @@ TM_PACKED(uint8_t, uchar, 1)
   int part_idx_2[2];
   for (uint tm_j = 0; tm_j < 2u; ++tm_j) {
     const uint tm_i0 = ((tm_j & 1u) << 2);
-    part_2[tm_j] = select_1[tm_i0];
+    part_2[tm_j] = select[tm_i0];
     part_idx_2[tm_j] = int((((tm_i0 & 3u) | (tm_lid << 2) | ((tm_i0 >> 2) << 9)) >> 0) & 63u);
     for (uint tm_r = 1; tm_r < 4u; ++tm_r) {
       const uint tm_i = tm_i0 | (tm_r & 3u);
-      if (isnan(part_2[tm_j]) ? (!isnan(select_1[tm_i]) || int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u) < part_idx_2[tm_j]) : (!isnan(select_1[tm_i]) && (select_1[tm_i] > part_2[tm_j] || (select_1[tm_i] == part_2[tm_j] && int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u) < part_idx_2[tm_j])))) { part_2[tm_j] = select_1[tm_i]; part_idx_2[tm_j] = int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u); }
+      if (isnan(part_2[tm_j]) ? (!isnan(select[tm_i]) || int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u) < part_idx_2[tm_j]) : (!isnan(select[tm_i]) && (select[tm_i] > part_2[tm_j] || (select[tm_i] == part_2[tm_j] && int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u) < part_idx_2[tm_j])))) { part_2[tm_j] = select[tm_i]; part_idx_2[tm_j] = int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u); }
     }
   }
   for (uint tm_j = 0; tm_j < 2u; ++tm_j) {
