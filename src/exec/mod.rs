@@ -19,12 +19,39 @@
 //! it is an [`Error::Runtime`] naming the kernel, the op (and where it was built), the
 //! program id and the offending element offset. Masked-off lanes are not checked.
 //!
-//! ```text
-//! let mut out = vec![0u8; n * 4];
-//! exec::execute(&kernel, [n.div_ceil(1024), 1, 1], &mut [
-//!     ExecArg::from(&x_bytes[..]), ExecArg::from(&y_bytes[..]),
-//!     ExecArg::from(&mut out[..]), ExecArg::from(n as i32),
+//! Speed comes from doing each op as one tight loop over its block and from not repeating
+//! work: ops that do not depend on the program (`arange`, constants, splats of arguments)
+//! run once per worker thread; `splat(p) + offsets` feeding a load or store is never built
+//! as a pointer block (the access reads `p` and the offsets, and a run of consecutive
+//! offsets is one bounds check and one copy); a loop-carried `dot` accumulator is updated
+//! in place; the hot loops have AVX2/FMA versions picked at run time.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use triton_metal::exec::{execute, ExecArg};
+//! use triton_metal::{tl, DType::{F32, I32}};
+//!
+//! let kernel = tl::build("add", &BTreeMap::from([("BLOCK".to_string(), 64)]), |k| {
+//!     let (x, y, out) = (k.ptr(F32, "x"), k.ptr(F32, "y"), k.ptr(F32, "out"));
+//!     let n = k.scalar(I32, "n");
+//!     let offs = tl::program_id(0) * k.constexpr("BLOCK") + tl::arange(0, 64);
+//!     let mask = offs.lt(n);
+//!     tl::store(out + offs, tl::load(x + offs).mask(mask) + tl::load(y + offs).mask(mask))
+//!         .mask(mask);
+//! })?;
+//! let n = 100usize;
+//! let bytes = |v: Vec<f32>| v.into_iter().flat_map(f32::to_le_bytes).collect::<Vec<u8>>();
+//! let (x, y) = (bytes(vec![1.0; n]), bytes(vec![2.0; n]));
+//! let mut out = vec![0u32; n]; // u32 storage keeps the output 4-byte aligned
+//! let out_bytes: &mut [u8] = unsafe {
+//!     // SAFETY (example): viewing a u32 buffer as its bytes.
+//!     std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), n * 4)
+//! };
+//! execute(&kernel, [n.div_ceil(64), 1, 1], &mut [
+//!     ExecArg::from(&x[..]), ExecArg::from(&y[..]), ExecArg::from(out_bytes), ExecArg::from(n as i32),
 //! ])?;
+//! assert!(out.iter().all(|&b| f32::from_bits(b) == 3.0));
+//! # Ok::<(), triton_metal::Error>(())
 //! ```
 
 mod data;
