@@ -706,3 +706,113 @@ fn debug_dump_and_source_cache_folder() {
     assert!(text.contains(&p.source));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn emulated_atomics_every_kind() {
+    if !emu_ok("emulated_atomics_every_kind") {
+        return;
+    }
+    let k = build("atomic_kinds", &[], |k| {
+        let (f, q, r) = (k.ptr(F32, "f"), k.ptr(I32, "q"), k.ptr(I32, "r"));
+        let offs = tl::arange(0, 16);
+        let pid = tl::program_id(0);
+        let z = tl::zeros([16], I32);
+        tl::atomic_add(f + z, 1.0).mask(offs.lt(10));
+        tl::atomic_min(f + 1 + z, (pid * 16 + offs).to(F32) - 5.0);
+        tl::atomic_add(q + z, 1);
+        tl::atomic_max(q + 1 + z, pid * 16 + offs);
+        tl::atomic_min(q + 2 + z, pid * 16 + offs - 7);
+        tl::atomic_or(q + 3 + z, 1 << (offs % 8));
+        tl::atomic_xor(q + 4 + z, 1);
+        // One winner per slot: cas 0 -> pid + 1.
+        let old = tl::atomic_cas(q + 6 + pid % 2, 0, pid + 1);
+        tl::atomic_xchg(q + 8 + pid, old);
+        // All ones, then each program clears its bit.
+        tl::atomic_or(r + z, -1);
+        let bit = (tl::zeros_like(pid) + 1) << (pid % 4);
+        tl::atomic_and(r + 1 + z, !bit);
+    });
+    let progs = 64usize;
+    let out = run(
+        &k,
+        &LaunchOptions::default(),
+        &[],
+        &[
+            OutputSpec::new("f", F32, &[2]).init(0.0),
+            OutputSpec::new("q", I32, &[8 + progs]).init(0.0),
+            OutputSpec::new("r", I32, &[2]).init(-1.0),
+        ],
+        [progs, 1, 1],
+    );
+    let f = out[0].to_vec::<f32>().unwrap();
+    let q = out[1].to_vec::<i32>().unwrap();
+    let r = out[2].to_vec::<i32>().unwrap();
+    assert_eq!(f, [(progs * 10) as f32, -5.0]);
+    assert_eq!(q[0], (progs * 16) as i32);
+    assert_eq!(q[1], (progs * 16 - 1) as i32);
+    assert_eq!(q[2], -7);
+    assert_eq!(q[3], 0xff);
+    assert_eq!(q[4], 0, "an even number of xors");
+    assert!(q[6] > 0 && q[7] > 0);
+    let winners = q[8..].iter().filter(|&&v| v == 0).count();
+    assert_eq!(winners, 2, "exactly one cas per slot sees 0");
+    assert_eq!(r, [-1, !0xf]);
+}
+
+#[test]
+fn emulated_online_softmax_reduces_inside_loops() {
+    if !emu_ok("emulated_online_softmax_reduces_inside_loops") {
+        return;
+    }
+    let k = build("online_softmax", &[("BLOCK", 32)], |k| {
+        let (x, y) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "y_ptr"));
+        let n = k.scalar(I32, "n_cols");
+        let block = k.constexpr("BLOCK");
+        let row = tl::program_id(0) * n;
+        let cols = tl::arange(0, block);
+        let init = (
+            tl::zeros_like(tl::program_id(0)).to(F32) - f32::INFINITY,
+            tl::zeros_like(tl::program_id(0)).to(F32),
+        );
+        let (m, s): (Tensor, Tensor) = tl::range(0, n, block).fold(init, |c0, (m, s)| {
+            let offs = cols + c0;
+            let v = tl::load(x + row + offs)
+                .mask(offs.lt(n))
+                .other(f32::NEG_INFINITY);
+            let m_new = tl::maximum(m, v.max(0));
+            let s_new = s * tl::exp(m - m_new) + tl::exp(v - m_new).sum(0);
+            (m_new, s_new)
+        });
+        tl::range(0, n, block).for_each(|c0| {
+            let offs = cols + c0;
+            let v = tl::load(x + row + offs).mask(offs.lt(n)).other(0.0);
+            tl::store(y + row + offs, tl::exp(v - m) / s).mask(offs.lt(n));
+        });
+    });
+    let (rows, cols) = (3usize, 77usize);
+    let x = rnd(rows * cols, 13, -3.0, 3.0);
+    let mut want = Vec::new();
+    for r in 0..rows {
+        let row = &x[r * cols..(r + 1) * cols];
+        let m = row.iter().fold(f64::NEG_INFINITY, |a, b| a.max(*b as f64));
+        let s: f64 = row.iter().map(|v| (*v as f64 - m).exp()).sum();
+        want.extend(row.iter().map(|v| (*v as f64 - m).exp() / s));
+    }
+    for layout in ReductionLayout::ALL {
+        for warps in [1, 2] {
+            let out = run(
+                &k,
+                &LaunchOptions::default()
+                    .num_warps(warps)
+                    .reduction_layout(layout),
+                &[
+                    EmuBuffer::new("x_ptr", &[rows, cols], &x),
+                    EmuBuffer::scalar("n_cols", cols as i32),
+                ],
+                &[OutputSpec::new("y_ptr", F32, &[rows, cols])],
+                [rows, 1, 1],
+            );
+            assert_close(&out[0].to_vec::<f32>().unwrap(), &want, 1e-5, layout.name());
+        }
+    }
+}
