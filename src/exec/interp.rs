@@ -259,26 +259,49 @@ impl<'k, 'a> Launch<'k, 'a> {
 
     /// Which ops compute the same value in every program (pure, and fed only by parameters
     /// and other such ops): a worker computes them once and keeps them (`Env::done`).
-    pub(crate) fn invariant_ops(kernel: &Kernel) -> Vec<bool> {
+    ///
+    /// Loads count too when their addresses are invariant and derive only from arguments
+    /// passed read-only (`read_only[param]`): nothing writes those buffers during a launch,
+    /// so such a load (a layer norm's weights, say) gives every program the same block.
+    pub(crate) fn invariant_ops(kernel: &Kernel, read_only: &[bool]) -> Vec<bool> {
         let mut inv_val = vec![false; kernel.values.len()];
-        for p in &kernel.params {
+        // Pointer values that can only point into read-only arguments.
+        let mut ro_val = vec![false; kernel.values.len()];
+        for (i, p) in kernel.params.iter().enumerate() {
             inv_val[p.value.index()] = true;
+            ro_val[p.value.index()] = read_only.get(i).copied().unwrap_or(false);
         }
         let mut inv_op = vec![false; kernel.ops.len()];
         for id in kernel.walk() {
             let d = kernel.op(id);
             let candidate = match &d.op {
-                Op::ProgramId { .. } | Op::Load { .. } | Op::Store { .. } => false,
+                Op::Load { ptr, .. } => ro_val[ptr.index()],
+                Op::ProgramId { .. } | Op::Store { .. } => false,
                 Op::AtomicRmw { .. } | Op::AtomicCas { .. } | Op::DebugBarrier => false,
                 Op::For { .. } | Op::While { .. } | Op::If { .. } | Op::Yield { .. } => false,
                 Op::Reduce { combine, .. } | Op::Scan { combine, .. } => combine.is_none(),
                 _ => d.op.props().pure,
+            };
+            let ro = match &d.op {
+                Op::AddPtr { ptr, .. } => ro_val[ptr.index()],
+                Op::Splat { src }
+                | Op::Broadcast { src }
+                | Op::ExpandDims { src, .. }
+                | Op::Reshape { src }
+                | Op::Permute { src, .. }
+                | Op::Split { src } => ro_val[src.index()],
+                Op::Select {
+                    on_true, on_false, ..
+                } => ro_val[on_true.index()] && ro_val[on_false.index()],
+                Op::Join { lhs, rhs } => ro_val[lhs.index()] && ro_val[rhs.index()],
+                _ => false,
             };
             let mut all = candidate;
             d.op.for_each_operand(|v| all &= inv_val[v.index()]);
             inv_op[id.index()] = all;
             for r in d.results.iter() {
                 inv_val[r.index()] = all;
+                ro_val[r.index()] = ro;
             }
         }
         inv_op

@@ -244,7 +244,11 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
             }
         }
     }
-    let invariant = Launch::invariant_ops(k);
+    let read_only: Vec<bool> = mems
+        .iter()
+        .map(|m| m.as_ref().is_some_and(|m| !m.is_writable()))
+        .collect();
+    let invariant = Launch::invariant_ops(k, &read_only);
     let folded = interp::Folded::new(k);
     let steal = Launch::stealable(k, &invariant, &folded);
     let launch = Launch {

@@ -1142,3 +1142,36 @@ fn random_programs_run_without_panics() {
     eprintln!("random programs: {built} built, {ran} ran, {failed} runtime errors");
     assert!(ran > 50 && failed > 0);
 }
+
+/// Loads with program-independent addresses are computed once per worker only when their
+/// buffer is read-only; a buffer the kernel writes is re-read by every program.
+#[test]
+fn invariant_loads_only_from_read_only_buffers() {
+    let bump = kernel("bump", &[], |k| {
+        let w = k.ptr(F32, "w");
+        let offs = arange(0, 8);
+        store(w + offs, load(w + offs) + 1.0);
+    });
+    let scale = kernel("scale", &[], |k| {
+        let (w, o) = (k.ptr(F32, "w"), k.ptr(F32, "o"));
+        let offs = arange(0, 8);
+        store(o + program_id(0) * 8 + offs, load(w + offs) * 2.0);
+    });
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let mut w = vec![0f32; 8];
+        execute(&bump, [5, 1, 1], &mut [bytes_mut(&mut w).into()]).unwrap();
+        assert!(w.iter().all(|&v| v == 5.0), "{w:?}");
+        let mut o = vec![0f32; 40];
+        execute(
+            &scale,
+            [5, 1, 1],
+            &mut [bytes(&w).into(), bytes_mut(&mut o).into()],
+        )
+        .unwrap();
+        assert!(o.iter().all(|&v| v == 10.0), "{o:?}");
+    });
+}
