@@ -1042,3 +1042,103 @@ fn arithmetic_on_every_dtype() {
         }
     }
 }
+
+/// Random DSL programs that build are run on small buffers: the executor returns Ok or an
+/// error (out-of-bounds addresses are likely), and never panics.
+#[test]
+fn random_programs_run_without_panics() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let dtypes = [Bool, I8, I32, I64, U8, U32, F16, BF16, F32, F64];
+    let (mut built, mut ran, mut failed) = (0, 0, 0);
+    for _ in 0..6000 {
+        let len = 1 + next() % 6;
+        let script: Vec<u64> = (0..len).map(|_| next()).collect();
+        let m: BTreeMap<String, i64> = BTreeMap::new();
+        let Ok(Ok(k)) = std::panic::catch_unwind(|| {
+            tl::build("fuzz", &m, |k| {
+                let p = k.ptr(F32, "p");
+                let q = k.ptr(I32, "q");
+                let mut pool = vec![
+                    arange(0, 8),
+                    program_id(0),
+                    k.scalar(I32, "n"),
+                    load(p + arange(0, 8)),
+                ];
+                for &w in &script {
+                    let pick = |i: u64| pool[(i % pool.len() as u64) as usize];
+                    let (a, b) = (pick(w >> 8), pick(w >> 16));
+                    let d = dtypes[((w >> 24) % dtypes.len() as u64) as usize];
+                    let t = match w % 30 {
+                        0 => a + b,
+                        1 => a * 3,
+                        2 => a / b,
+                        3 => floordiv(a, b),
+                        4 => a % b,
+                        5 => a.lt(b),
+                        6 => a.to(d),
+                        7 => exp(a),
+                        8 => where_(a.gt(0), a, b),
+                        9 => sum(a, 0),
+                        10 => a.col() + b.row(),
+                        11 => a & b,
+                        12 => a >> b,
+                        13 => maximum(a, b),
+                        14 => reshape(a, [2, 4]),
+                        15 => dot(a, b, None),
+                        16 => cumsum(a, 0),
+                        17 => argmin(a, 0),
+                        18 => load(q + a).mask(a.lt(4)).other(1),
+                        19 => {
+                            store(q + a, b).mask(a.lt(b));
+                            a
+                        }
+                        20 => range(0, 3, 1).fold(a, |i, acc| acc + i),
+                        21 => if_(a.eq(0), || b, || b * 2),
+                        22 => join(a, b),
+                        23 => split(a).1,
+                        24 => trans(a),
+                        25 => atomic_add(q + a, b).mask(a.gt(1)),
+                        26 => randint(a, b),
+                        27 => tl::reduce(a, 0, |x, y| x * y),
+                        28 => load(p + a),
+                        _ => {
+                            associative_scan((a, b), 0, true, |(x, y), (u, v)| {
+                                (x + u, maximum(y, v))
+                            })
+                            .0
+                        }
+                    };
+                    pool.push(t);
+                }
+                store(p + arange(0, 8), pool[pool.len() - 1]);
+            })
+        }) else {
+            continue;
+        };
+        built += 1;
+        let mut p = vec![0.5f32, -1.0, 2.0, 3.0, 0.0, 7.0, -3.5, 1.0];
+        let mut q = vec![3i32, 0, -2, 5, 1, 7, 2, 4];
+        let n = (next() % 9) as i32 - 1;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            execute(
+                &k,
+                [2, 1, 1],
+                &mut [bytes_mut(&mut p).into(), bytes_mut(&mut q).into(), n.into()],
+            )
+        }));
+        match r {
+            Ok(Ok(())) => ran += 1,
+            Ok(Err(Error::Runtime { .. })) => failed += 1,
+            Ok(Err(e)) => panic!("unexpected error kind {e}\n{}", k.ir()),
+            Err(_) => panic!("the executor panicked on\n{}", k.ir()),
+        }
+    }
+    eprintln!("random programs: {built} built, {ran} ran, {failed} runtime errors");
+    assert!(ran > 50 && failed > 0);
+}
