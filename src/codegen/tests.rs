@@ -694,14 +694,8 @@ fn reverse_lane_order_catches_a_missing_barrier() {
 #[test]
 fn debug_dump_and_source_cache_folder() {
     let dir = std::env::temp_dir().join(format!("tm-codegen-cache-{}", std::process::id()));
-    // Only `msl` reads these; other tests calling it meanwhile would just dump too.
-    std::env::set_var(CACHE_DIR_ENV, &dir);
-    std::env::set_var(DEBUG_ENV, "1");
     let k = build("cached_kernel", &[("BLOCK_SIZE", 32)], vector_add);
-    let p = msl(&k, &LaunchOptions::default().num_warps(1));
-    std::env::remove_var(CACHE_DIR_ENV);
-    std::env::remove_var(DEBUG_ENV);
-    let p = p.unwrap();
+    let p = msl_with(&k, &LaunchOptions::default().num_warps(1), true, Some(&dir)).unwrap();
     let text = std::fs::read_to_string(dir.join(format!("{}.metal", p.name))).unwrap();
     assert!(text.contains(&p.source));
     let _ = std::fs::remove_dir_all(&dir);
