@@ -67,6 +67,24 @@ pub fn analyse(k: &Kernel) -> Vec<AxisInfo> {
     }
     for id in k.walk() {
         let data = k.op(id);
+        if let Op::For { init, body, .. } = &data.op {
+            // `p += uniform` in a loop (Triton's `a_ptrs += BLOCK_K * stride`) keeps the
+            // initial value's runs; the loop's results keep them too.
+            let args = &k.region(*body).args;
+            for (j, v) in init.iter().enumerate() {
+                if uniform_step(k, *body, args[j + 1], j) {
+                    let a = AxisInfo {
+                        div: 1,
+                        ..info[v.index()]
+                    };
+                    info[args[j + 1].index()] = a;
+                    if let Some(r) = data.results.get(j) {
+                        info[r.index()] = a;
+                    }
+                }
+            }
+            continue;
+        }
         let Some(res) = data.result() else { continue };
         let whole = n(res);
         let get = |v: Value, info: &Vec<AxisInfo>| info[v.index()];
@@ -189,10 +207,59 @@ pub fn analyse(k: &Kernel) -> Vec<AxisInfo> {
             },
             _ => AxisInfo::UNKNOWN,
         };
-        info[res.index()] = r;
+        info[res.index()] = with_hints(k, res, r);
         for extra in data.results.iter().skip(1) {
             info[extra.index()] = AxisInfo::UNKNOWN;
         }
     }
     info
+}
+
+/// True when the body yields `arg + u` (or `ptr + u`) in slot `j`, `u` a splat or constant.
+fn uniform_step(k: &Kernel, body: crate::ir::RegionId, arg: Value, j: usize) -> bool {
+    let Some(&last) = k.region(body).ops.last() else {
+        return false;
+    };
+    let Op::Yield { values } = &k.op(last).op else {
+        return false;
+    };
+    let Some(def) = values.get(j).and_then(|y| k.def_op(*y)) else {
+        return false;
+    };
+    let step = match &k.op(def).op {
+        Op::AddPtr { ptr, offset } if *ptr == arg => *offset,
+        Op::Binary {
+            kind: BinaryOp::Add,
+            lhs,
+            rhs,
+        } if *lhs == arg => *rhs,
+        _ => return false,
+    };
+    k.ty(step).is_scalar()
+        || matches!(
+            k.def_op(step).map(|o| &k.op(o).op),
+            Some(Op::Splat { .. } | Op::Constant { .. })
+        )
+}
+
+/// Applies `multiple_of` / `max_contiguous` hints on `v` (their innermost value: runs of
+/// the flat index follow the innermost dim).
+fn with_hints(k: &Kernel, v: Value, mut a: AxisInfo) -> AxisInfo {
+    let inner = k.ty(v).shape.last().copied().unwrap_or(1) as u64;
+    for h in k.hints_of(v) {
+        match h {
+            Hint::MultipleOf(m) => {
+                if let Some(&m) = m.last() {
+                    a.div = a.div.max(pow2_div(m));
+                }
+            }
+            Hint::MaxContiguous(m) => {
+                if let Some(&m) = m.last() {
+                    let c = 1u64 << (m.max(1) as u64).ilog2();
+                    a.contig = a.contig.max(c.min(inner));
+                }
+            }
+        }
+    }
+    a
 }

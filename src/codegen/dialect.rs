@@ -2,7 +2,10 @@
 //!
 //! The printer in `lower.rs` is shared; a dialect is this table of spellings plus the
 //! per-op overrides in [`Dialect::overrides`], consulted before the shared printing. Adding
-//! CUDA means adding one more `Dialect` value, not another printer.
+//! CUDA means adding one more `Dialect` value, not another printer. What is still Metal's
+//! alone: the `simdgroup_matrix` tile path of `tl.dot` (a dialect without `matrix_8x8`
+//! takes the FMA path), the helper header (`metal.rs`), and `uint` as the index type of
+//! generated loops (a CUDA header can `typedef unsigned int uint;`).
 
 use crate::dtype::DType;
 
@@ -45,6 +48,21 @@ pub struct Dialect {
     pub simd_max: Option<&'static str>,
     /// SIMD-wide min.
     pub simd_min: Option<&'static str>,
+    /// Shuffle from the lane `{d}` below, `{x}` and `{d}` substituted.
+    pub shuffle_up: &'static str,
+    /// Exclusive prefix sum over the SIMD-group (`{x}`), when the language has one.
+    pub prefix_exclusive_sum: Option<&'static str>,
+    /// Exclusive prefix product over the SIMD-group (`{x}`).
+    pub prefix_exclusive_product: Option<&'static str>,
+    /// Relaxed atomic read-modify-write returning the old value: `{op}` (`fetch_add`,
+    /// `fetch_max`, `exchange`, ...), `{addr}` and `{val}` substituted.
+    pub atomic_rmw: &'static str,
+    /// Relaxed atomic load of `{addr}`.
+    pub atomic_load: &'static str,
+    /// Relaxed atomic store statement of `{val}` to `{addr}`.
+    pub atomic_store: &'static str,
+    /// High half of the full product (`{a}`, `{b}`).
+    pub mulhi: &'static str,
     /// `8x8` matrix fragments (`simdgroup_matrix`) are available.
     pub matrix_8x8: bool,
     /// Per-op overrides, checked before the shared printing.
@@ -109,6 +127,13 @@ pub const METAL: Dialect = Dialect {
     simd_sum: Some("simd_sum({x})"),
     simd_max: Some("simd_max({x})"),
     simd_min: Some("simd_min({x})"),
+    shuffle_up: "simd_shuffle_up({x}, {d})",
+    prefix_exclusive_sum: Some("simd_prefix_exclusive_sum({x})"),
+    prefix_exclusive_product: Some("simd_prefix_exclusive_product({x})"),
+    atomic_rmw: "atomic_{op}_explicit({addr}, {val}, memory_order_relaxed)",
+    atomic_load: "atomic_load_explicit({addr}, memory_order_relaxed)",
+    atomic_store: "atomic_store_explicit({addr}, {val}, memory_order_relaxed);",
+    mulhi: "mulhi({a}, {b})",
     matrix_8x8: true,
     // Metal has no `erf`; the header defines one.
     overrides: &[("erf", "tm_erf({x})")],

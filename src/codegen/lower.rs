@@ -921,9 +921,14 @@ impl<'k> Lowering<'k> {
             // Triton's `umulhi`: the high half of the unsigned product, whatever the sign.
             BinaryOp::MulHi if signed => {
                 let u = if bits == 64 { "ulong" } else { "uint" };
-                format!("{ct}(mulhi({u}({{a}}), {u}({{b}})))")
+                let m = self
+                    .d
+                    .mulhi
+                    .replace("{a}", &format!("{u}({{a}})"))
+                    .replace("{b}", &format!("{u}({{b}})"));
+                format!("{ct}({m})")
             }
-            BinaryOp::MulHi => "mulhi({a}, {b})".into(),
+            BinaryOp::MulHi => self.d.mulhi.into(),
         };
         Ok(match dt {
             // bfloat arithmetic runs in float and rounds once per op.
@@ -944,7 +949,9 @@ impl<'k> Lowering<'k> {
     fn access(&self, ptr: Value, off: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
         Ok(if self.atomic_outputs && self.is_output_ptr(ptr) {
-            format!("atomic_load_explicit(&{p}[{off}], memory_order_relaxed)")
+            self.d
+                .atomic_load
+                .replace("{addr}", &format!("&{p}[{off}]"))
         } else {
             format!("{p}[{off}]")
         })
@@ -1172,7 +1179,10 @@ impl<'k> Lowering<'k> {
     fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
         Ok(if self.atomic_outputs {
-            format!("atomic_store_explicit(&{p}[{off}], {val}, memory_order_relaxed);")
+            self.d
+                .atomic_store
+                .replace("{addr}", &format!("&{p}[{off}]"))
+                .replace("{val}", val)
         } else {
             format!("{p}[{off}] = {val};")
         })
@@ -1223,8 +1233,12 @@ impl<'k> Lowering<'k> {
         if !matches!(dt, DType::I32 | DType::U32 | DType::F32) {
             return Err(unsupported(self.k, format!("atomics on {dt}")));
         }
-        let mo = "memory_order_relaxed";
-        let f = |name: &str| format!("atomic_{name}_explicit({addr}, {val}, {mo})");
+        let t = self.d.atomic_rmw;
+        let f = |name: &str| {
+            t.replace("{op}", name)
+                .replace("{addr}", addr)
+                .replace("{val}", val)
+        };
         Ok(match kind {
             None if dt == DType::F32 => {
                 return Err(unsupported(self.k, "atomic_cas on f32"));

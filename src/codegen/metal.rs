@@ -93,6 +93,15 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
         )));
     }
     for v in &kernel.values {
+        if v.ty.dtype == crate::DType::BF16 && !opts.target.bfloat {
+            return Err(unsupported(
+                kernel,
+                format!(
+                    "bf16 on {} (Metal's bfloat needs MSL 3.1)",
+                    opts.target.chip
+                ),
+            ));
+        }
         if v.ty.shape.iter().any(|d| !d.is_power_of_two()) {
             return Err(unsupported(
                 kernel,

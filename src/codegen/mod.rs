@@ -191,11 +191,20 @@ fn debug_enabled() -> bool {
 /// The Metal program of a kernel specialisation under `opts`, compiled once per process
 /// (keyed by [`cache_key`]).
 pub fn msl(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<MetalProgram>> {
+    let dir = std::env::var_os(CACHE_DIR_ENV).map(std::path::PathBuf::from);
+    msl_with(kernel, opts, debug_enabled(), dir.as_deref())
+}
+
+fn msl_with(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    debug: bool,
+    source_dir: Option<&std::path::Path>,
+) -> Result<Arc<MetalProgram>> {
     let key = cache_key(kernel, opts);
     if let Some(p) = cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }
-    let debug = debug_enabled();
     if debug {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
     }
@@ -212,9 +221,8 @@ pub fn msl(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<MetalProgram>> {
             prog.threads_per_threadgroup, prog.threads_per_threadgroup, prog.threadgroup_mem_bytes
         );
     }
-    if let Some(dir) = std::env::var_os(CACHE_DIR_ENV) {
-        let dir = std::path::PathBuf::from(dir);
-        std::fs::create_dir_all(&dir)?;
+    if let Some(dir) = source_dir {
+        std::fs::create_dir_all(dir)?;
         std::fs::write(
             dir.join(format!("{}.metal", prog.name)),
             format!("{}\n// ---- body ----\n{}", prog.header, prog.source),

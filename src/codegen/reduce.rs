@@ -1018,33 +1018,35 @@ impl Lowering<'_> {
         let (la, wa) = self.axis_thread_bits(x, geo);
         let lane_mask: u32 = la.iter().map(|b| 1u32 << b).sum();
         if !la.is_empty() {
-            let full = la.len() == SIMD_WIDTH.trailing_zeros() as usize;
+            let prefix = if op == BinaryOp::Add {
+                self.d.prefix_exclusive_sum
+            } else {
+                self.d.prefix_exclusive_product
+            };
+            let prefix = prefix.filter(|_| la.len() == SIMD_WIDTH.trailing_zeros() as usize);
+            let up = self.d.shuffle_up;
             self.line("const uint tm_lane = tm_lid & 31u;");
             self.open(format!("for (uint tm_i = 0; tm_i < {r}u; ++tm_i)"));
             self.line(format!("const {ct} tm_tot = {y}[tm_i | {last_mask}u];"));
-            if full {
-                let f = if op == BinaryOp::Add {
-                    "simd_prefix_exclusive_sum"
-                } else {
-                    "simd_prefix_exclusive_product"
-                };
-                self.line(format!("const {ct} tm_ex = {f}(tm_tot);"));
+            if let Some(f) = prefix {
+                self.line(format!(
+                    "const {ct} tm_ex = {};",
+                    f.replace("{x}", "tm_tot")
+                ));
             } else {
                 self.line(format!("{ct} tm_in = tm_tot;"));
                 for b in &la {
                     let d = 1u32 << b;
-                    self.line(format!(
-                        "const {ct} tm_up{b} = simd_shuffle_up(tm_in, {d}u);"
-                    ));
+                    let sh = up.replace("{x}", "tm_in").replace("{d}", &format!("{d}u"));
+                    self.line(format!("const {ct} tm_up{b} = {sh};"));
                     self.line(format!(
                         "if ((tm_lane & {lane_mask}u) >= {d}u) tm_in = {};",
                         comb(&format!("tm_up{b}"), "tm_in")
                     ));
                 }
                 let d0 = 1u32 << la[0];
-                self.line(format!(
-                    "const {ct} tm_prev = simd_shuffle_up(tm_in, {d0}u);"
-                ));
+                let sh = up.replace("{x}", "tm_in").replace("{d}", &format!("{d0}u"));
+                self.line(format!("const {ct} tm_prev = {sh};"));
                 self.line(format!(
                     "const {ct} tm_ex = (tm_lane & {lane_mask}u) == 0 ? {ident} : tm_prev;"
                 ));

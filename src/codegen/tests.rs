@@ -694,14 +694,8 @@ fn reverse_lane_order_catches_a_missing_barrier() {
 #[test]
 fn debug_dump_and_source_cache_folder() {
     let dir = std::env::temp_dir().join(format!("tm-codegen-cache-{}", std::process::id()));
-    // Only `msl` reads these; other tests calling it meanwhile would just dump too.
-    std::env::set_var(CACHE_DIR_ENV, &dir);
-    std::env::set_var(DEBUG_ENV, "1");
     let k = build("cached_kernel", &[("BLOCK_SIZE", 32)], vector_add);
-    let p = msl(&k, &LaunchOptions::default().num_warps(1));
-    std::env::remove_var(CACHE_DIR_ENV);
-    std::env::remove_var(DEBUG_ENV);
-    let p = p.unwrap();
+    let p = msl_with(&k, &LaunchOptions::default().num_warps(1), true, Some(&dir)).unwrap();
     let text = std::fs::read_to_string(dir.join(format!("{}.metal", p.name))).unwrap();
     assert!(text.contains(&p.source));
     let _ = std::fs::remove_dir_all(&dir);
@@ -815,4 +809,61 @@ fn emulated_online_softmax_reduces_inside_loops() {
             assert_close(&out[0].to_vec::<f32>().unwrap(), &want, 1e-5, layout.name());
         }
     }
+}
+
+/// Triton's tutorial matmul: pointer blocks carried through the loop and advanced by
+/// `BLOCK_K * stride`, K a multiple of `BK` (no K mask).
+#[test]
+fn emulated_matmul_with_carried_pointers() {
+    if !emu_ok("emulated_matmul_with_carried_pointers") {
+        return;
+    }
+    let k = build("matmul_ptrs", &[("BM", 16), ("BN", 32), ("BK", 16)], |k| {
+        let (a, b, c) = (
+            k.ptr(F32, "a_ptr"),
+            k.ptr(F32, "b_ptr"),
+            k.ptr(F32, "c_ptr"),
+        );
+        let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
+        let (bm, bn, bk) = (k.constexpr("BM"), k.constexpr("BN"), k.constexpr("BK"));
+        let offs_m = (tl::program_id(0) * bm + tl::arange(0, bm)) % m;
+        let offs_n = (tl::program_id(1) * bn + tl::arange(0, bn)) % n;
+        let offs_n = tl::max_contiguous(tl::multiple_of(offs_n, [bn]), [bn]);
+        let offs_k = tl::arange(0, bk);
+        let a_ptrs = a + offs_m.col() * kk + offs_k.row();
+        let b_ptrs = b + offs_k.col() * n + offs_n.row();
+        let init = (tl::zeros([bm, bn], F32), a_ptrs, b_ptrs);
+        let (acc, _, _): (Tensor, Tensor, Tensor) =
+            tl::range(0, kk, bk).fold(init, |_, (acc, ap, bp)| {
+                let acc = tl::dot(tl::load(ap), tl::load(bp), acc);
+                (acc, ap + bk, bp + n * bk)
+            });
+        let rows = tl::program_id(0) * bm + tl::arange(0, bm);
+        let cols = tl::program_id(1) * bn + tl::arange(0, bn);
+        let mask = rows.col().lt(m) & cols.row().lt(n);
+        tl::store(c + rows.col() * n + cols.row(), acc).mask(mask);
+    });
+    let p = metal::compile(&k, &LaunchOptions::default()).unwrap();
+    assert!(p.source.contains("tm_vload(b_ptr"), "{}", p.source);
+    let (m, n, kk) = (40usize, 72usize, 48usize);
+    let a = rnd(m * kk, 14, -1.0, 1.0);
+    let b = rnd(kk * n, 15, -1.0, 1.0);
+    let out = run_prog(
+        &p,
+        &[
+            EmuBuffer::new("a_ptr", &[m, kk], &a),
+            EmuBuffer::new("b_ptr", &[kk, n], &b),
+            EmuBuffer::scalar("M", m as i32),
+            EmuBuffer::scalar("N", n as i32),
+            EmuBuffer::scalar("K", kk as i32),
+        ],
+        &[OutputSpec::new("c_ptr", F32, &[m, n])],
+        [m.div_ceil(16), n.div_ceil(32), 1],
+    );
+    assert_close(
+        &out[0].to_vec::<f32>().unwrap(),
+        &matmul_ref(&a, &b, m, n, kk),
+        1e-5,
+        "matmul",
+    );
 }
