@@ -7,7 +7,9 @@
 use triton_metal::runtime::{cdiv, grid, out_like};
 use triton_metal::testing::max_abs_diff;
 use triton_metal::{
-    mlx, tl, Array,
+    mlx,
+    tl::{self, JitKernel},
+    Array,
     DType::{F32, I32},
     Error,
 };
@@ -36,8 +38,9 @@ fn triton_rand(seed: u64, offset: u32) -> f32 {
     x as f32 * 4.656_612_734_2e-10_f64 as f32
 }
 
-fn main() -> triton_metal::Result<()> {
-    let dropout = tl::jit("seeded_dropout", |k| {
+/// The kernel, as a Triton user writes it (also used by the benches).
+pub fn dropout_kernel() -> triton_metal::Result<JitKernel> {
+    tl::jit("seeded_dropout", |k| {
         let x_ptr = k.ptr(F32, "x_ptr");
         let output_ptr = k.ptr(F32, "output_ptr");
         let n = k.scalar(I32, "n_elements");
@@ -51,7 +54,11 @@ fn main() -> triton_metal::Result<()> {
         let x_keep = random.gt(p);
         let output = tl::where_(x_keep, x / (1.0 - p), 0.0);
         tl::store(output_ptr + offsets, output).mask(mask);
-    })?;
+    })
+}
+
+fn main() -> triton_metal::Result<()> {
+    let dropout = dropout_kernel()?;
 
     let n = 100_003usize;
     let p = 0.3f32;

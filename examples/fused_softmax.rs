@@ -6,13 +6,15 @@
 use triton_metal::runtime::out;
 use triton_metal::testing::max_abs_diff;
 use triton_metal::{
-    mlx, tl,
+    mlx,
+    tl::{self, JitKernel},
     DType::{F32, I32},
     Error,
 };
 
-fn main() -> triton_metal::Result<()> {
-    let softmax = tl::jit("softmax_kernel", |k| {
+/// The kernel, as a Triton user writes it (also used by the benches).
+pub fn softmax_kernel() -> triton_metal::Result<JitKernel> {
+    tl::jit("softmax_kernel", |k| {
         let output_ptr = k.ptr(F32, "output_ptr");
         let input_ptr = k.ptr(F32, "input_ptr");
         let input_row_stride = k.scalar(I32, "input_row_stride");
@@ -33,7 +35,11 @@ fn main() -> triton_metal::Result<()> {
             numerator / denominator,
         )
         .mask(mask);
-    })?;
+    })
+}
+
+fn main() -> triton_metal::Result<()> {
+    let softmax = softmax_kernel()?;
 
     // 781 columns: the block (1024) is masked at the end of every row.
     let (rows, cols) = (1823usize, 781usize);

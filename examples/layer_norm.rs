@@ -7,13 +7,15 @@
 use triton_metal::runtime::out;
 use triton_metal::testing::max_abs_diff;
 use triton_metal::{
-    mlx, tl,
+    mlx,
+    tl::{self, JitKernel},
     DType::{F32, I32},
     Error,
 };
 
-fn main() -> triton_metal::Result<()> {
-    let layer_norm = tl::jit("layer_norm_fwd", |k| {
+/// The kernel, as a Triton user writes it (also used by the benches).
+pub fn layer_norm_kernel() -> triton_metal::Result<JitKernel> {
+    tl::jit("layer_norm_fwd", |k| {
         let x_ptr = k.ptr(F32, "X");
         let y_ptr = k.ptr(F32, "Y");
         let w_ptr = k.ptr(F32, "W");
@@ -47,7 +49,11 @@ fn main() -> triton_metal::Result<()> {
             let x = tl::load(x_row + cols).mask(mask).other(0.0);
             tl::store(y_row + cols, (x - mean) * rstd * w + b).mask(mask);
         });
-    })?;
+    })
+}
+
+fn main() -> triton_metal::Result<()> {
+    let layer_norm = layer_norm_kernel()?;
 
     let (rows, cols) = (1151usize, 1000usize);
     let x = mlx::random::normal(&[rows, cols], F32, 0)?;

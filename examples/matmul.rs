@@ -6,13 +6,15 @@
 use triton_metal::runtime::{cdiv, grid, out};
 use triton_metal::testing::max_abs_diff;
 use triton_metal::{
-    mlx, tl,
+    mlx,
+    tl::{self, JitKernel},
     DType::{F32, I32},
     Error,
 };
 
-fn main() -> triton_metal::Result<()> {
-    let matmul = tl::jit("matmul_kernel", |k| {
+/// The kernel, as a Triton user writes it (also used by the benches).
+pub fn matmul_kernel() -> triton_metal::Result<JitKernel> {
+    tl::jit("matmul_kernel", |k| {
         let (a_ptr, b_ptr, c_ptr) = (
             k.ptr(F32, "a_ptr"),
             k.ptr(F32, "b_ptr"),
@@ -64,7 +66,11 @@ fn main() -> triton_metal::Result<()> {
         let c_ptrs = c_ptr + stride_cm * offs_cm.col() + stride_cn * offs_cn.row();
         let c_mask = offs_cm.col().lt(m) & offs_cn.row().lt(n);
         tl::store(c_ptrs, acc).mask(c_mask);
-    })?;
+    })
+}
+
+fn main() -> triton_metal::Result<()> {
+    let matmul = matmul_kernel()?;
 
     // Ragged sizes: M, N and K are not multiples of the blocks.
     let (m, n, k) = (333usize, 271usize, 190usize);

@@ -7,13 +7,15 @@
 use triton_metal::runtime::out;
 use triton_metal::testing::max_abs_diff;
 use triton_metal::{
-    mlx, tl,
+    mlx,
+    tl::{self, JitKernel},
     DType::{F32, I32},
     Error,
 };
 
-fn main() -> triton_metal::Result<()> {
-    let row_sum = tl::jit("row_sum", |k| {
+/// The kernel, as a Triton user writes it (also used by the benches).
+pub fn row_sum_kernel() -> triton_metal::Result<JitKernel> {
+    tl::jit("row_sum", |k| {
         let x_ptr = k.ptr(F32, "x_ptr");
         let out_ptr = k.ptr(F32, "out_ptr");
         let n_cols = k.scalar(I32, "n_cols");
@@ -27,7 +29,11 @@ fn main() -> triton_metal::Result<()> {
                 .other(0.0)
         });
         tl::store(out_ptr + row, acc.sum(0));
-    })?;
+    })
+}
+
+fn main() -> triton_metal::Result<()> {
+    let row_sum = row_sum_kernel()?;
 
     let (rows, cols) = (1000usize, 3001usize);
     let x = mlx::random::uniform(&[rows, cols], F32, -1.0, 1.0, 0)?;

@@ -7,13 +7,16 @@
 use triton_metal::runtime::{cdiv, grid, out_like};
 use triton_metal::testing::max_abs_diff;
 use triton_metal::{
-    mlx, tl, Array,
+    mlx,
+    tl::{self, JitKernel},
+    Array,
     DType::{F32, I32},
     Error,
 };
 
-fn main() -> triton_metal::Result<()> {
-    let strided = tl::jit("strided_kernel", |k| {
+/// The kernel, as a Triton user writes it (also used by the benches).
+pub fn strided_kernel() -> triton_metal::Result<JitKernel> {
+    tl::jit("strided_kernel", |k| {
         let x_ptr = k.ptr(F32, "x_ptr");
         let output_ptr = k.ptr(F32, "output_ptr");
         let stride = k.scalar(I32, "stride");
@@ -24,7 +27,11 @@ fn main() -> triton_metal::Result<()> {
         let mask = indices.lt(n);
         let x = tl::load(x_ptr + indices).mask(mask);
         tl::store(output_ptr + indices, x * 2.0).mask(mask);
-    })?;
+    })
+}
+
+fn main() -> triton_metal::Result<()> {
+    let strided = strided_kernel()?;
 
     let (n, stride, block) = (50_001usize, 3usize, 256usize);
     let x = mlx::random::normal(&[n], F32, 0)?;

@@ -5,10 +5,16 @@
 
 use triton_metal::runtime::{cdiv, grid, out_like};
 use triton_metal::testing::max_abs_diff;
-use triton_metal::{mlx, tl, DType::F32, HardwareInfo};
+use triton_metal::{
+    mlx,
+    tl::{self, JitKernel},
+    DType::F32,
+    HardwareInfo,
+};
 
-fn main() -> triton_metal::Result<()> {
-    let add = tl::jit("add_kernel", |k| {
+/// The kernel, as a Triton user writes it (also used by the benches).
+pub fn add_kernel() -> triton_metal::Result<JitKernel> {
+    tl::jit("add_kernel", |k| {
         let (x_ptr, y_ptr, out_ptr) = (
             k.ptr(F32, "x_ptr"),
             k.ptr(F32, "y_ptr"),
@@ -22,7 +28,11 @@ fn main() -> triton_metal::Result<()> {
         let x = tl::load(x_ptr + offsets).mask(mask);
         let y = tl::load(y_ptr + offsets).mask(mask);
         tl::store(out_ptr + offsets, x + y).mask(mask);
-    })?;
+    })
+}
+
+fn main() -> triton_metal::Result<()> {
+    let add = add_kernel()?;
 
     // A size that is not a multiple of BLOCK_SIZE, so the mask matters.
     let n = 98_432;
