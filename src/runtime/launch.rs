@@ -379,7 +379,18 @@ impl<'k> Launch<'k> {
         let target = match self.target {
             Target::Auto => match Target::from_env()? {
                 Some(t) => t,
-                None if device::default_device()? == Device::Gpu => Target::Metal,
+                None if device::default_device()? == Device::Gpu => {
+                    if crate::device::HardwareInfo::detect()?.backend
+                        != crate::device::Backend::Metal
+                    {
+                        return Err(Error::Unsupported(format!(
+                            "kernel `{}`: MLX's default device is a non-Metal GPU; CUDA code \
+                             generation is not implemented yet (use .target(Target::Cpu))",
+                            kernel.name
+                        )));
+                    }
+                    Target::Metal
+                }
                 None => Target::Cpu,
             },
             t => t,
