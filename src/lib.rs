@@ -25,6 +25,7 @@ pub mod testing;
 pub mod codegen;
 pub mod graph;
 pub mod opt;
+pub mod passes;
 
 pub use array::Array;
 pub use device::{Backend, Device, HardwareInfo};

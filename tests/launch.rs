@@ -186,3 +186,24 @@ fn int64_scalars_and_pointers() {
     let want: Vec<i64> = (0..8).map(|i| i + (1i64 << 40)).collect();
     assert_eq!(y[0].to_vec::<i64>().unwrap(), want);
 }
+
+#[test]
+fn optimised_launches_match() {
+    use triton_metal::passes::PassOptions;
+    let k = scale();
+    let x = mlx::random::normal(&[300], F32, 9).unwrap();
+    let run = |opt: Option<PassOptions>| {
+        let mut l = k
+            .launch()
+            .grid([3])
+            .args((&x, out_like(&x).fill(f64::NAN), 300, 1.5f32))
+            .constexpr("BLOCK", 128);
+        if let Some(o) = opt {
+            l = l.optimize(o);
+        }
+        l.run().unwrap().remove(0)
+    };
+    let plain = run(None);
+    let exact = run(Some(PassOptions { exact: true }));
+    assert_eq!(max_abs_diff(&plain, &exact).unwrap(), 0.0);
+}

@@ -184,7 +184,7 @@ pub fn cache_key(kernel: &Kernel, opts: &LaunchOptions) -> u64 {
     h.finish()
 }
 
-fn debug_enabled() -> bool {
+pub(crate) fn debug_enabled() -> bool {
     std::env::var(DEBUG_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::exec::ExecArg;
 use crate::ir::{Kernel, ParamKind};
 use crate::opt::HardwareProfile;
+use crate::passes::{pipeline, PassOptions};
 use crate::runtime::mlx_kernel::{cpu_launch, MetalKernelCall, OutputSpec};
 use crate::tl::JitKernel;
 
@@ -283,6 +284,7 @@ pub struct Launch<'k> {
     num_warps: usize,
     target: Target,
     reduction_layout: Option<ReductionLayout>,
+    passes: Option<PassOptions>,
 }
 
 impl JitKernel {
@@ -296,6 +298,7 @@ impl JitKernel {
             num_warps: 4,
             target: Target::Auto,
             reduction_layout: None,
+            passes: None,
         }
     }
 }
@@ -338,6 +341,14 @@ impl<'k> Launch<'k> {
         self
     }
 
+    /// Runs the kernel-IR optimisation pipeline ([`crate::passes::pipeline`]) on the
+    /// specialisation before it runs (off by default, so results match the kernel as
+    /// written; `PassOptions { exact: true }` keeps bit-exact results).
+    pub fn optimize(mut self, opts: PassOptions) -> Self {
+        self.passes = Some(opts);
+        self
+    }
+
     /// Chooses where to run (default [`Target::Auto`]).
     pub fn target(mut self, t: Target) -> Self {
         self.target = t;
@@ -351,9 +362,22 @@ impl<'k> Launch<'k> {
         }
     }
 
-    /// The specialisation this launch would run (built once per constexpr set).
+    /// The specialisation this launch would run (built once per constexpr set), after the
+    /// optimisation pipeline when [`Launch::optimize`] asked for it.
     pub fn specialize(&self) -> Result<Arc<Kernel>> {
-        self.kernel.specialize(&self.constexprs)
+        let kernel = self.kernel.specialize(&self.constexprs)?;
+        let Some(opts) = self.passes else {
+            return Ok(kernel);
+        };
+        let (optimized, stats) = pipeline(&kernel, &opts)?;
+        if crate::codegen::debug_enabled() {
+            eprintln!("[triton-metal] IR before optimisation:\n{}", kernel.ir());
+            for s in &stats {
+                eprintln!("[triton-metal]   {s}");
+            }
+            eprintln!("[triton-metal] IR after optimisation:\n{}", optimized.ir());
+        }
+        Ok(Arc::new(optimized))
     }
 
     /// Checks everything and runs; returns the outputs (the stored-to pointer arguments)
