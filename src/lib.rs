@@ -21,6 +21,7 @@ pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
 pub mod testing;
+pub mod tune;
 
 pub mod codegen;
 pub mod graph;
