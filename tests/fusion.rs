@@ -2,6 +2,7 @@
 //! and each fused graph numerically equal to its unfused MLX evaluation on random inputs.
 
 use serde_json::{json, Value};
+use triton_metal::graph::dsl::DslKernels;
 use triton_metal::graph::{
     fuse, random_inputs, Activation, FusionSummary, Graph, GraphRunner, Pattern, PatternParams,
 };
@@ -38,7 +39,33 @@ fn check(g: &Graph, want: &[Pattern]) -> FusionSummary {
         .unwrap();
     assert!(cmp.all_close(), "{cmp:#?}");
     assert_eq!(cmp.kernels.len(), want.len());
+    // The same groups as kernels written with our DSL (where one exists), run on the CPU
+    // executor, must match the unfused MLX reference too.
+    let dsl = GraphRunner::new()
+        .with_provider(Box::new(DslKernels))
+        .compare(g, &fused, &feeds, 1e-4, 1e-5)
+        .unwrap();
+    assert!(dsl.all_close(), "{dsl:#?}");
     summary
+}
+
+#[test]
+fn dsl_kernels_run_the_fusable_patterns() {
+    let g = Graph::from_spec(&triton_metal::graph::samples::sample_graph()).unwrap();
+    let (fused, _) = fuse(&g);
+    let feeds = random_inputs(&g.inputs, 11).unwrap();
+    let cmp = GraphRunner::new()
+        .with_provider(Box::new(DslKernels))
+        .compare(&g, &fused, &feeds, 1e-4, 1e-5)
+        .unwrap();
+    assert!(cmp.all_close(), "{cmp:#?}");
+    let dsl: Vec<&str> = cmp
+        .kernels
+        .iter()
+        .map(|k| k.kernel.as_str())
+        .filter(|k| k.starts_with("dsl:"))
+        .collect();
+    assert!(dsl.len() >= 3, "{:#?}", cmp.kernels);
 }
 
 #[test]

@@ -26,6 +26,7 @@
 //! # Ok::<(), triton_metal::Error>(())
 //! ```
 
+pub mod dsl;
 pub mod fusion;
 pub mod ops;
 pub mod pattern;

@@ -1,0 +1,317 @@
+//! Fused groups as kernels written with our own DSL (`tl`), launched like user kernels.
+//!
+//! [`DslKernels`] covers FMA, GELU (erf and tanh), SwiGLU, softmax over the last axis,
+//! LayerNorm and RMSNorm over the last axis, for float results whose operands have the
+//! result's shape. Everything else — matmul(+bias+activation), conv, attention (MLX's
+//! matmul/conv/sdpa built-ins are the better kernels: the seeds' "MPS transformation"),
+//! broadcasting operands, rows longer than 16384 — is left to the next provider
+//! (`MlxKernels`): put `DslKernels` first in `GraphRunner::with_provider`.
+
+use std::sync::OnceLock;
+
+use super::fusion::{FusedGroup, Operand, PatternParams};
+use super::runner::{FusedKernel, KernelProvider};
+use crate::array::Array;
+use crate::dtype::DType::{self, F32, I32};
+use crate::error::{Error, Result};
+use crate::mlx;
+use crate::runtime::{cdiv, grid, out};
+use crate::tl::{self, JitKernel, Tensor};
+
+/// Longest row the row-wise kernels hold in one block.
+const MAX_ROW: usize = 16384;
+const BLOCK: i64 = 1024;
+
+/// Provides DSL kernels for the patterns listed in the module docs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DslKernels;
+
+enum Plan {
+    /// `out = f(x0, x1, x2)` elementwise over the flattened result.
+    Elementwise(&'static str, [Arg; 3]),
+    /// Row-wise over the last axis: `(kind, x, weight, bias, eps)`.
+    Rows(RowKind, String, Option<String>, Option<String>, f64),
+}
+
+#[derive(Clone)]
+enum Arg {
+    Value(String),
+    Scalar(f64),
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum RowKind {
+    Softmax,
+    LayerNorm,
+    RmsNorm,
+}
+
+impl KernelProvider for DslKernels {
+    fn kernel_for<'g>(&self, group: &'g FusedGroup) -> Option<Box<dyn FusedKernel + 'g>> {
+        if !group.ty.dtype.is_float() || group.ty.shape.is_empty() {
+            return None;
+        }
+        let val = |s: &String| Arg::Value(s.clone());
+        let opnd = |o: &Operand| match o {
+            Operand::Value(v) => Arg::Value(v.clone()),
+            Operand::Scalar(s) => Arg::Scalar(*s),
+        };
+        let last = *group.ty.shape.last()?;
+        let plan = match &group.params {
+            PatternParams::Fma { a, b, c } => Plan::Elementwise("fma", [opnd(a), opnd(b), opnd(c)]),
+            PatternParams::Gelu { x, tanh: false } => {
+                Plan::Elementwise("gelu", [val(x), Arg::Scalar(0.0), Arg::Scalar(0.0)])
+            }
+            PatternParams::Gelu { x, tanh: true } => {
+                Plan::Elementwise("gelu_tanh", [val(x), Arg::Scalar(0.0), Arg::Scalar(0.0)])
+            }
+            PatternParams::SwiGlu { gate, up } => {
+                Plan::Elementwise("swiglu", [val(gate), val(up), Arg::Scalar(0.0)])
+            }
+            PatternParams::Softmax { x, axis } if *axis + 1 == group.ty.shape.len() => {
+                Plan::Rows(RowKind::Softmax, x.clone(), None, None, 0.0)
+            }
+            PatternParams::LayerNorm {
+                x,
+                weight,
+                bias,
+                eps,
+            } => Plan::Rows(
+                RowKind::LayerNorm,
+                x.clone(),
+                weight.clone(),
+                bias.clone(),
+                *eps,
+            ),
+            PatternParams::RmsNorm { x, weight, eps } => {
+                Plan::Rows(RowKind::RmsNorm, x.clone(), weight.clone(), None, *eps)
+            }
+            _ => return None,
+        };
+        if matches!(plan, Plan::Rows(..)) && last > MAX_ROW {
+            return None;
+        }
+        Some(Box::new(DslKernel { group, plan }))
+    }
+}
+
+struct DslKernel<'g> {
+    group: &'g FusedGroup,
+    plan: Plan,
+}
+
+fn elementwise_kernel(name: &'static str) -> Result<&'static JitKernel> {
+    static KERNELS: OnceLock<Vec<(&'static str, JitKernel)>> = OnceLock::new();
+    let all = KERNELS.get_or_init(|| {
+        let ops: [(&'static str, fn(Tensor, Tensor, Tensor) -> Tensor); 4] = [
+            ("fma", |a, b, c| tl::fma(a, b, c)),
+            ("gelu", |x, _, _| {
+                x * 0.5 * (tl::erf(x * std::f32::consts::FRAC_1_SQRT_2) + 1.0)
+            }),
+            ("gelu_tanh", |x, _, _| {
+                // tanh(u) = 2 sigmoid(2u) - 1
+                let u = (x + x * x * x * 0.044715) * 0.797_884_6;
+                x * 0.5 * (tl::sigmoid(u * 2.0) * 2.0)
+            }),
+            ("swiglu", |g, u, _| g * tl::sigmoid(g) * u),
+        ];
+        ops.into_iter()
+            .filter_map(|(name, f)| {
+                tl::jit(&format!("fused_{name}"), move |k| {
+                    let (a, b, c) = (
+                        k.ptr(F32, "a_ptr"),
+                        k.ptr(F32, "b_ptr"),
+                        k.ptr(F32, "c_ptr"),
+                    );
+                    let o = k.ptr(F32, "out_ptr");
+                    let n = k.scalar(I32, "n");
+                    let block = k.constexpr("BLOCK");
+                    let offs = tl::program_id(0) * block + tl::arange(0, block);
+                    let m = offs.lt(n);
+                    let r = f(
+                        tl::load(a + offs).mask(m),
+                        tl::load(b + offs).mask(m),
+                        tl::load(c + offs).mask(m),
+                    );
+                    tl::store(o + offs, r).mask(m);
+                })
+                .ok()
+                .map(|k| (name, k))
+            })
+            .collect()
+    });
+    all.iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, k)| k)
+        .ok_or_else(|| Error::Unsupported(format!("fused kernel `{name}` failed to build")))
+}
+
+fn row_kernel(kind: RowKind) -> Result<&'static JitKernel> {
+    static KERNELS: OnceLock<Vec<JitKernel>> = OnceLock::new();
+    let all = KERNELS.get_or_init(|| {
+        [RowKind::Softmax, RowKind::LayerNorm, RowKind::RmsNorm]
+            .into_iter()
+            .filter_map(|kind| {
+                let name = match kind {
+                    RowKind::Softmax => "fused_softmax",
+                    RowKind::LayerNorm => "fused_layer_norm",
+                    RowKind::RmsNorm => "fused_rms_norm",
+                };
+                tl::jit(name, move |k| {
+                    let (x, w, b, o) = (
+                        k.ptr(F32, "x_ptr"),
+                        k.ptr(F32, "w_ptr"),
+                        k.ptr(F32, "b_ptr"),
+                        k.ptr(F32, "out_ptr"),
+                    );
+                    let n = k.scalar(I32, "n_cols");
+                    let eps = k.scalar(F32, "eps");
+                    let block = k.constexpr("BLOCK");
+                    let row = tl::program_id(0);
+                    let cols = tl::arange(0, block);
+                    let m = cols.lt(n);
+                    let base = row * n + cols;
+                    let r = match kind {
+                        RowKind::Softmax => {
+                            let v = tl::load(x + base).mask(m).other(f32::NEG_INFINITY);
+                            let e = (v - v.max(0)).exp();
+                            e / e.sum(0)
+                        }
+                        RowKind::LayerNorm | RowKind::RmsNorm => {
+                            let v = tl::load(x + base).mask(m).other(0.0);
+                            let wv = tl::load(w + cols).mask(m).other(0.0);
+                            let centred = if kind == RowKind::LayerNorm {
+                                tl::where_(m, v - v.sum(0) / n, 0.0)
+                            } else {
+                                v
+                            };
+                            let rstd = tl::rsqrt((centred * centred).sum(0) / n + eps);
+                            let y = centred * rstd * wv;
+                            if kind == RowKind::LayerNorm {
+                                y + tl::load(b + cols).mask(m).other(0.0)
+                            } else {
+                                y
+                            }
+                        }
+                    };
+                    tl::store(o + base, r).mask(m);
+                })
+                .ok()
+            })
+            .collect()
+    });
+    let i = match kind {
+        RowKind::Softmax => 0,
+        RowKind::LayerNorm => 1,
+        RowKind::RmsNorm => 2,
+    };
+    all.get(i)
+        .ok_or_else(|| Error::Unsupported("fused row kernel failed to build".into()))
+}
+
+impl DslKernel<'_> {
+    fn input(&self, inputs: &[Array], id: &str) -> Result<Array> {
+        let i = self
+            .group
+            .inputs
+            .iter()
+            .position(|x| x == id)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "fused group `{}`: `{id}` is not one of its inputs",
+                    self.group.id
+                ))
+            })?;
+        let a = inputs.get(i).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "fused group `{}`: missing input {i}",
+                self.group.id
+            ))
+        })?;
+        f32_of(a)
+    }
+
+    fn arg(&self, inputs: &[Array], a: &Arg) -> Result<Array> {
+        let shape = &self.group.ty.shape;
+        match a {
+            Arg::Scalar(s) => mlx::full(shape, *s, F32),
+            Arg::Value(id) => {
+                let x = self.input(inputs, id)?;
+                if &x.shape() == shape {
+                    Ok(x)
+                } else {
+                    // Broadcast operands are materialised at the result shape.
+                    mlx::contiguous(&mlx::broadcast_to(&x, shape)?)
+                }
+            }
+        }
+    }
+}
+
+fn f32_of(a: &Array) -> Result<Array> {
+    if a.dtype() == F32 {
+        Ok(a.clone())
+    } else {
+        mlx::astype(a, F32)
+    }
+}
+
+impl FusedKernel for DslKernel<'_> {
+    fn name(&self) -> String {
+        let what = match &self.plan {
+            Plan::Elementwise(n, _) => format!("dsl:fused_{n}"),
+            Plan::Rows(RowKind::Softmax, ..) => "dsl:fused_softmax".into(),
+            Plan::Rows(RowKind::LayerNorm, ..) => "dsl:fused_layer_norm".into(),
+            Plan::Rows(RowKind::RmsNorm, ..) => "dsl:fused_rms_norm".into(),
+        };
+        format!("{what} ({})", self.group.pattern)
+    }
+
+    fn run(&self, inputs: &[Array]) -> Result<Array> {
+        let ty = &self.group.ty;
+        let n: usize = ty.shape.iter().product();
+        let out_arr = match &self.plan {
+            Plan::Elementwise(name, args) => {
+                let k = elementwise_kernel(name)?;
+                let [a, b, c] = [
+                    self.arg(inputs, &args[0])?,
+                    self.arg(inputs, &args[1])?,
+                    self.arg(inputs, &args[2])?,
+                ];
+                k.launch()
+                    .grid(grid(move |m| [cdiv(n, m["BLOCK"])]))
+                    .args((&a, &b, &c, out(&ty.shape, F32), n as i32))
+                    .constexpr("BLOCK", BLOCK)
+                    .run()?
+            }
+            Plan::Rows(kind, x, w, b, eps) => {
+                let last = ty.shape.last().copied().unwrap_or(1);
+                let rows = n / last.max(1);
+                let x = self.input(inputs, x)?;
+                let w = match w {
+                    Some(id) => self.input(inputs, id)?,
+                    None => mlx::full(&[last], 1.0, F32)?,
+                };
+                let b = match b {
+                    Some(id) => self.input(inputs, id)?,
+                    None => mlx::zeros(&[last], F32)?,
+                };
+                row_kernel(*kind)?
+                    .launch()
+                    .grid([rows])
+                    .args((&x, &w, &b, out(&ty.shape, F32), last as i32, *eps as f32))
+                    .constexpr("BLOCK", last.next_power_of_two() as i64)
+                    .run()?
+            }
+        };
+        let y = out_arr.into_iter().next().ok_or_else(|| Error::Runtime {
+            kernel: self.name(),
+            msg: "no output".into(),
+        })?;
+        if ty.dtype == DType::F32 {
+            Ok(y)
+        } else {
+            mlx::astype(&y, ty.dtype)
+        }
+    }
+}
