@@ -100,10 +100,13 @@ struct DslKernel<'g> {
     plan: Plan,
 }
 
+/// An elementwise body over three operands.
+type Ternary = fn(Tensor, Tensor, Tensor) -> Tensor;
+
 fn elementwise_kernel(name: &'static str) -> Result<&'static JitKernel> {
     static KERNELS: OnceLock<Vec<(&'static str, JitKernel)>> = OnceLock::new();
     let all = KERNELS.get_or_init(|| {
-        let ops: [(&'static str, fn(Tensor, Tensor, Tensor) -> Tensor); 4] = [
+        let ops: [(&'static str, Ternary); 4] = [
             ("fma", |a, b, c| tl::fma(a, b, c)),
             ("gelu", |x, _, _| {
                 x * 0.5 * (tl::erf(x * std::f32::consts::FRAC_1_SQRT_2) + 1.0)
