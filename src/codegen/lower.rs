@@ -1029,7 +1029,7 @@ impl<'k> Lowering<'k> {
             return Ok(None);
         };
         let param = &self.k.params[p];
-        let ok = lay.vec >= 2
+        let ok = matches!(lay.vec, 2 | 4)
             && self.axis[ptr.index()].contig >= lay.vec as u64
             && matches!(
                 dt,
@@ -1103,7 +1103,9 @@ impl<'k> Lowering<'k> {
         self.open_chunks(lay);
         let off = self.el(ptr, "tm_i");
         let body = |me: &mut Self| {
-            me.line(format!("const {vt} tm_v = tm_vload({p} + {off});"));
+            // Blocks of two elements have 2-wide chunks; every other chunk is 4 wide.
+            let load = if v == 2 { "tm_vload2" } else { "tm_vload" };
+            me.line(format!("const {vt} tm_v = {load}({p} + {off});"));
             me.line(format!(
                 "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) {name}[tm_i + tm_e] = tm_v[tm_e];"
             ));
