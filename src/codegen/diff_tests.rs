@@ -191,7 +191,10 @@ fn diff_two_element_blocks_load_and_store_packed_pairs() {
         Arg::Out(F16, 2),
     ];
     let src = msl(&k, &LaunchOptions::default()).unwrap().source.clone();
-    assert!(src.contains("tm_vload2(") && src.contains("packed_half2"), "{src}");
+    assert!(
+        src.contains("tm_vload2(") && src.contains("packed_half2"),
+        "{src}"
+    );
     diff(&k, &LaunchOptions::default(), [1, 1, 1], &args, 0.0);
 }
 

@@ -353,6 +353,38 @@ mod tests {
     }
 
     #[test]
+    fn launch_reduction_layout_selects_the_order_on_the_cpu_target() -> crate::Result<()> {
+        use crate::runtime::{out, Target};
+        use crate::{tl, Array};
+        let k = tl::jit("row_sum64", |k| {
+            let (x, o) = (k.ptr(DType::F32, "x"), k.ptr(DType::F32, "o"));
+            tl::store(o, tl::load(x + tl::arange(0, 64)).sum(0));
+        })?;
+        let big = 16_777_216f32;
+        let mut v = vec![0f32; 64];
+        (v[0], v[1], v[32], v[33]) = (big, -big, 1.0, 1.0);
+        let x = Array::from_slice(&v, &[64])?;
+        for (layout, want) in [
+            (ReductionLayout::RowMajor, 2.0),
+            (ReductionLayout::ColumnMajor, 2.0),
+            (ReductionLayout::Default, 1.0),
+            (ReductionLayout::Tiled, 1.0),
+            (ReductionLayout::Coalesced, 1.0),
+        ] {
+            let y = k
+                .launch()
+                .grid([1])
+                .args((&x, out(&[1], DType::F32)))
+                .num_warps(1)
+                .reduction_layout(layout)
+                .target(Target::Cpu)
+                .run()?;
+            assert_eq!(y[0].to_vec::<f32>()?, vec![want], "{layout:?}");
+        }
+        Ok(())
+    }
+
+    #[test]
     fn narrow_floats_round_once_and_integers_match_exactly() {
         let v: Vec<f32> = values(300, 9)
             .into_iter()
