@@ -77,8 +77,8 @@ pub struct Dialect {
     pub helpers: &'static [(&'static str, &'static str)],
     /// Type of one chunk of a vectorised access: `{ty}` (element type) and `{n}`.
     pub vector_type: &'static str,
-    /// Expression loading one chunk from the element pointer `{p}` (`{n}` elements).
-    pub vector_load: &'static str,
+    /// Expressions loading one chunk of 2 and of 4 elements from the element pointer `{p}`.
+    pub vector_load: [&'static str; 2],
     /// Statement storing the chunk `{v}` (of type `{vt}`) to the element pointer `{p}`.
     pub vector_store: &'static str,
     /// Type of four `uint`s indexable with `[k]` (Philox results).
@@ -175,7 +175,7 @@ pub const METAL: Dialect = Dialect {
         ("packed", super::metal::PACKED),
     ],
     vector_type: "packed_{ty}{n}",
-    vector_load: "tm_vload({p})",
+    vector_load: ["tm_vload2({p})", "tm_vload({p})"],
     vector_store: "*((device {vt}*)({p})) = {v};",
     uint4: "uint4",
 };
@@ -240,7 +240,7 @@ pub const CUDA: Dialect = Dialect {
         ("packed", super::cuda::PACKED),
     ],
     vector_type: "tm_vec<{ty}, {n}>",
-    vector_load: "tm_vload<{n}>({p})",
+    vector_load: ["tm_vload<2>({p})", "tm_vload<4>({p})"],
     vector_store: "tm_vstore({p}, {v});",
     uint4: "tm_uint4",
 };

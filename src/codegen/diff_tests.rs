@@ -174,6 +174,33 @@ fn diff_integer_ops() {
 }
 
 #[test]
+fn diff_two_element_blocks_load_and_store_packed_pairs() {
+    if !emu_ok("diff_two_element_blocks_load_and_store_packed_pairs") {
+        return;
+    }
+    let k = kernel("pairs", |k| {
+        let (a, o) = (k.ptr(F32, "a"), k.ptr(F32, "o"));
+        let (h, ho) = (k.ptr(F16, "h"), k.ptr(F16, "ho"));
+        let offs = arange(0, 2);
+        store(o + offs, load(a + offs) * 2.0 + 1.0);
+        store(o + 2 + offs, load(a + 2 + offs) - 3.0);
+        store(ho + offs, load(h + offs) * 2.0);
+    });
+    let args = [
+        input("a", &[1.5f32, -2.0, 8.0, 0.25]),
+        Arg::Out(F32, 4),
+        input("h", &[f16::from_f32(0.5), f16::from_f32(-3.0)]),
+        Arg::Out(F16, 2),
+    ];
+    let src = msl(&k, &LaunchOptions::default()).unwrap().source.clone();
+    assert!(
+        src.contains("tm_vload2(") && src.contains("packed_half2"),
+        "{src}"
+    );
+    diff(&k, &LaunchOptions::default(), [1, 1, 1], &args, 0.0);
+}
+
+#[test]
 fn diff_float_ops() {
     if !emu_ok("diff_float_ops") {
         return;

@@ -1048,7 +1048,7 @@ impl<'k> Lowering<'k> {
             return Ok(None);
         };
         let param = &self.k.params[p];
-        let ok = lay.vec >= 2
+        let ok = matches!(lay.vec, 2 | 4)
             && self.axis[ptr.index()].contig >= lay.vec as u64
             && matches!(
                 dt,
@@ -1127,10 +1127,9 @@ impl<'k> Lowering<'k> {
         self.open_chunks(lay);
         let off = self.el(ptr, "tm_i");
         let body = |me: &mut Self| {
-            let load =
-                me.d.vector_load
-                    .replace("{p}", &format!("{p} + {off}"))
-                    .replace("{n}", &v.to_string());
+            // Blocks of two elements have 2-wide chunks; every other chunk is 4 wide.
+            let load = me.d.vector_load[usize::from(v == 4)]
+                .replace("{p}", &format!("{p} + {off}"));
             me.line(format!("const {vt} tm_v = {load};"));
             me.line(format!(
                 "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) {name}[tm_i + tm_e] = tm_v[tm_e];"

@@ -274,7 +274,8 @@ inline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uin
 "#;
 
 /// Metal's packed vectors (element alignment, so any element offset may start a chunk)
-/// and a chunk load for either address space MLX may bind an input in (`constant` below 8
+/// and a chunk load (`tm_vload`: 4 elements, `tm_vload2`: 2, for 2-element blocks) for
+/// either address space MLX may bind an input in (`constant` below 8
 /// elements). A CPU build of the body (the emulator: CPU target macros are defined there,
 /// never in the Metal compiler) has no address spaces and no packed types, so it gets
 /// element-aligned vector typedefs and one load per type (not a template: a template
@@ -282,10 +283,14 @@ inline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uin
 pub(super) const PACKED: &str = r#"
 #if defined(__x86_64__) || defined(__aarch64__)
 #define TM_PACKED(T, N, A) \
+  typedef T packed_##N##2 __attribute__((ext_vector_type(2), aligned(A))); \
   typedef T packed_##N##4 __attribute__((ext_vector_type(4), aligned(A))); \
+  inline packed_##N##2 tm_vload2(const T* p) { return *(const packed_##N##2*)p; } \
   inline packed_##N##4 tm_vload(const T* p) { return *(const packed_##N##4*)p; }
 #else
 #define TM_PACKED(T, N, A) \
+  inline packed_##N##2 tm_vload2(const device T* p) { return *(const device packed_##N##2*)p; } \
+  inline packed_##N##2 tm_vload2(const constant T* p) { return *(const constant packed_##N##2*)p; } \
   inline packed_##N##4 tm_vload(const device T* p) { return *(const device packed_##N##4*)p; } \
   inline packed_##N##4 tm_vload(const constant T* p) { return *(const constant packed_##N##4*)p; }
 #endif

@@ -16,7 +16,7 @@ use crate::device::{self, Device};
 use crate::dtype::DType;
 use crate::emu::{self, EmuBuffer, LaneOrder};
 use crate::error::{Error, Result};
-use crate::exec::ExecArg;
+use crate::exec::{ExecArg, ReduceStrategy};
 use crate::ir::{Kernel, ParamKind};
 use crate::opt::HardwareProfile;
 use crate::passes::{pipeline, PassOptions};
@@ -334,8 +334,10 @@ impl<'k> Launch<'k> {
         self
     }
 
-    /// Forces every reduction of the kernel into one layout on GPU targets (default: the
-    /// code generator's choice, COALESCED).
+    /// Forces every reduction of the kernel into one layout (default: the code generator's
+    /// choice, COALESCED, on GPU targets; the fastest order on the CPU). On the CPU
+    /// executor, builtin reductions then combine their elements in that layout's order over
+    /// `num_warps x 32` simulated lanes ([`crate::exec::ReduceStrategy`]).
     pub fn reduction_layout(mut self, layout: ReductionLayout) -> Self {
         self.reduction_layout = Some(layout);
         self
@@ -420,7 +422,12 @@ impl<'k> Launch<'k> {
             t => t,
         };
         match target {
-            Target::Auto | Target::Cpu => run_cpu(kernel, grid, plan),
+            Target::Auto | Target::Cpu => {
+                let strategy = self
+                    .reduction_layout
+                    .map(|l| ReduceStrategy::new(l, self.num_warps));
+                run_cpu(kernel, grid, plan, strategy)
+            }
             Target::Metal => {
                 let prog = self.metal_program(&kernel)?;
                 run_metal(&kernel, &prog, grid, &plan)
@@ -576,7 +583,12 @@ struct Bound {
     outputs: Vec<(OutputSpec, Option<f64>)>,
 }
 
-fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound) -> Result<Vec<Array>> {
+fn run_cpu(
+    kernel: Arc<Kernel>,
+    grid: [usize; 3],
+    plan: Bound,
+    strategy: Option<ReduceStrategy>,
+) -> Result<Vec<Array>> {
     let Bound {
         slots,
         inputs,
@@ -606,7 +618,7 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound) -> Result<Vec<Arr
                 Slot::Scalar(ScalarValue::Float(v)) => ExecArg::Float(*v),
             });
         }
-        crate::exec::execute(&kernel, grid, &mut args)
+        crate::exec::execute_with(&kernel, grid, &mut args, strategy)
     };
     let refs: Vec<&Array> = inputs.iter().collect();
     cpu_launch(&name, Box::new(body), &refs, &specs)
