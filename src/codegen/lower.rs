@@ -1128,8 +1128,8 @@ impl<'k> Lowering<'k> {
         let off = self.el(ptr, "tm_i");
         let body = |me: &mut Self| {
             // Blocks of two elements have 2-wide chunks; every other chunk is 4 wide.
-            let load = me.d.vector_load[usize::from(v == 4)]
-                .replace("{p}", &format!("{p} + {off}"));
+            let load =
+                me.d.vector_load[usize::from(v == 4)].replace("{p}", &format!("{p} + {off}"));
             me.line(format!("const {vt} tm_v = {load};"));
             me.line(format!(
                 "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) {name}[tm_i + tm_e] = tm_v[tm_e];"
