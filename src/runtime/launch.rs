@@ -761,7 +761,10 @@ fn run_metal(
     let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
     let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
     let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
-    if fills.iter().any(|f| f.is_some() && *f != fills[0]) {
+    if fills
+        .iter()
+        .any(|f| f.is_some() && f.map(f64::to_bits) != fills[0].map(f64::to_bits))
+    {
         return Err(Error::Unsupported(format!(
             "kernel `{}`: MLX's metal_kernel has one init value for all outputs; got fills {fills:?}",
             kernel.name
@@ -793,7 +796,10 @@ fn run_cuda(
     let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
     let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
     let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
-    if fills.iter().any(|f| f.is_some() && *f != fills[0]) {
+    if fills
+        .iter()
+        .any(|f| f.is_some() && f.map(f64::to_bits) != fills[0].map(f64::to_bits))
+    {
         return Err(Error::Unsupported(format!(
             "kernel `{}`: MLX's cuda_kernel has one init value for all outputs; got fills {fills:?}",
             kernel.name
