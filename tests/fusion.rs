@@ -676,7 +676,7 @@ fn elementwise_chains_run_as_dsl_kernels_built_from_their_ops() {
 
 #[test]
 fn matmul_bias_activation_as_mlx_matmul_with_dsl_epilogue_and_as_one_dsl_kernel() {
-    use triton_metal::graph::dsl_build::DslMatmulKernels;
+    use triton_metal::graph::dsl_build::MlxMatmulEpilogueKernels;
     for act in ["tt.relu", "tt.gelu", "tt.silu", "tt.sigmoid", "tt.tanh"] {
         for bias_shape in [&[23usize][..], &[37, 23], &[1]] {
             let ins: &[(&str, &[usize])] =
@@ -689,12 +689,12 @@ fn matmul_bias_activation_as_mlx_matmul_with_dsl_epilogue_and_as_one_dsl_kernel(
             let g = graph(ins, &ops, None);
             check(&g, &[Pattern::MatmulBias]);
             let k = run_with(&g, Box::new(DslKernels), 5);
-            assert!(k[0].starts_with("mlx:matmul+dsl:epilogue"), "{act}: {k:?}");
-            let k = run_with(&g, Box::new(DslMatmulKernels), 6);
             assert!(
                 k[0].starts_with("dsl:fused_matmul_epilogue"),
                 "{act}: {k:?}"
             );
+            let k = run_with(&g, Box::new(MlxMatmulEpilogueKernels), 6);
+            assert!(k[0].starts_with("mlx:matmul+dsl:epilogue"), "{act}: {k:?}");
         }
     }
     // The tanh form of GELU, spelled out and absorbed into the epilogue.
@@ -716,17 +716,21 @@ fn matmul_bias_activation_as_mlx_matmul_with_dsl_epilogue_and_as_one_dsl_kernel(
     let g = graph(ins, &ops, None);
     let (fused, _) = fuse(&g);
     let grp = fused.groups().next().unwrap();
-    if matches!(
-        grp.params,
-        PatternParams::MatmulBias {
-            activation: Some(Activation::GeluTanh),
-            ..
-        }
-    ) {
-        run_with(&g, Box::new(DslKernels), 7);
-        let k = run_with(&g, Box::new(DslMatmulKernels), 7);
-        assert!(k[0].starts_with("dsl:fused_matmul_epilogue"), "{k:?}");
-    }
+    assert!(
+        matches!(
+            grp.params,
+            PatternParams::MatmulBias {
+                activation: Some(Activation::GeluTanh),
+                ..
+            }
+        ),
+        "{:?}",
+        grp.params
+    );
+    let k = run_with(&g, Box::new(DslKernels), 7);
+    assert!(k[0].starts_with("dsl:fused_matmul_epilogue"), "{k:?}");
+    let k = run_with(&g, Box::new(MlxMatmulEpilogueKernels), 7);
+    assert!(k[0].starts_with("mlx:matmul+dsl:epilogue"), "{k:?}");
 }
 
 #[test]

@@ -5,10 +5,11 @@
 //! kernel once per distinct expression and input layout, then cached:
 //!
 //! - elementwise chains: one kernel over the flattened result;
-//! - matmul + bias (+ activation): MLX's matmul, then the bias and activation as one DSL
-//!   epilogue kernel ([`DslKernels`](super::dsl::DslKernels)); or, with
-//!   [`DslMatmulKernels`], a DSL matmul (`tl::dot` over K tiles, as `examples/matmul.rs`)
-//!   with the epilogue applied to the accumulator before the only store;
+//! - matmul + bias (+ activation): a DSL matmul (`tl::dot` over K tiles, as
+//!   `examples/matmul.rs`) with the bias and activation applied to the accumulator before
+//!   the only store ([`DslKernels`](super::dsl::DslKernels); batched products use MLX's
+//!   matmul and the epilogue kernel); or, with [`MlxMatmulEpilogueKernels`], MLX's matmul
+//!   followed by the bias and activation as one DSL epilogue kernel;
 //! - conv2d + bias + activation: MLX's conv2d, then the DSL epilogue;
 //! - attention: MLX's fused scaled-dot-product attention (no epilogue to fuse);
 //! - hierarchical reductions: the reduced axes moved last (an MLX transpose, skipped when
@@ -875,16 +876,19 @@ impl FusedKernel for BuiltKernel<'_> {
     }
 }
 
-/// Matmul + bias (+ activation) as one DSL kernel (the matmul included), then whatever
-/// [`DslKernels`](super::dsl::DslKernels) offers. On the CPU executor MLX's matmul with a
-/// DSL epilogue is faster (see `benches/README.md`), so `DslKernels` alone uses that.
+/// Matmul + bias (+ activation) as MLX's matmul followed by the DSL epilogue kernel, then
+/// whatever [`DslKernels`](super::dsl::DslKernels) offers. `DslKernels` itself runs those
+/// groups as one DSL kernel (matmul and epilogue), which measured faster on the CPU
+/// executor (`benches/README.md`); on Apple GPUs, where MLX's matmul is a tuned
+/// `simdgroup_matrix` kernel, this provider may be the better one (not verified on Apple
+/// GPU).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct DslMatmulKernels;
+pub struct MlxMatmulEpilogueKernels;
 
-impl KernelProvider for DslMatmulKernels {
+impl KernelProvider for MlxMatmulEpilogueKernels {
     fn kernel_for<'g>(&self, group: &'g FusedGroup) -> Option<Box<dyn FusedKernel + 'g>> {
         if matches!(group.params, PatternParams::MatmulBias { .. }) {
-            return plan(group, true).map(|k| Box::new(k) as Box<dyn FusedKernel + 'g>);
+            return plan(group, false).map(|k| Box::new(k) as Box<dyn FusedKernel + 'g>);
         }
         super::dsl::DslKernels.kernel_for(group)
     }

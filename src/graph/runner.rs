@@ -6,7 +6,7 @@
 //! fused op (softmax, layer norm, RMS norm) and composite MLX
 //! evaluations derived from the roles the match found (FMA, GELU, SwiGLU, epilogues,
 //! reductions), so a wrong match shows up as a numerical difference. Kernels written with
-//! the DSL ([`super::dsl::DslKernels`], [`super::dsl_build::DslMatmulKernels`]) plug in
+//! the DSL ([`super::dsl::DslKernels`], [`super::dsl_build::MlxMatmulEpilogueKernels`]) plug in
 //! as providers placed in front ([`GraphRunner::with_provider`]).
 
 use std::collections::{BTreeMap, HashMap};
