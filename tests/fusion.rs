@@ -774,7 +774,8 @@ fn attention_runs_as_mlx_fused_attention() {
 
 #[test]
 fn hierarchical_reductions_run_as_dsl_reduce_kernels() {
-    let cases: Vec<(Vec<(&str, &[usize])>, Vec<OpDef>)> = vec![
+    type Case<'a> = (Vec<(&'a str, &'a [usize])>, Vec<OpDef<'a>>);
+    let cases: Vec<Case> = vec![
         // Two sums over trailing axes, ragged.
         (
             vec![("x", &[5, 7, 33])],

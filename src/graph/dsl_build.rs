@@ -893,3 +893,54 @@ impl KernelProvider for MlxMatmulEpilogueKernels {
         super::dsl::DslKernels.kernel_for(group)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Graph;
+
+    fn ops(json: &str) -> Graph {
+        Graph::from_json(json).unwrap()
+    }
+
+    #[test]
+    fn programs_from_op_lists() {
+        let g = ops(
+            r#"{"inputs": [{"id": "a", "shape": [4]}, {"id": "b", "shape": [4]}],
+            "ops": [{"type": "tt.sub", "id": "s", "inputs": ["a"], "args": {"scalar": 2.0, "reverse": true}},
+                    {"type": "tt.mul", "id": "m", "inputs": ["b", "s"]},
+                    {"type": "tt.exp", "id": "e", "inputs": ["m"]}]}"#,
+        );
+        let list: Vec<&OpNode> = g.ops.iter().collect();
+        let inputs = vec!["a".to_string(), "b".to_string()];
+        let (e, used) = Expr::from_ops(&list, &inputs, "e").unwrap();
+        assert_eq!(used, vec![0, 1]);
+        assert_eq!(
+            e.steps,
+            vec![
+                (Ew::Sub, vec![Src::Const(2.0), Src::In(0)]),
+                (Ew::Mul, vec![Src::In(1), Src::Step(0)]),
+                (Ew::Exp, vec![Src::Step(1)]),
+            ]
+        );
+        assert_eq!(e.result, Src::Step(2));
+        // Without the op computing `s`, `m` reads a value that is neither an input nor
+        // computed before it.
+        assert!(Expr::from_ops(&list[1..], &inputs, "e").is_none());
+        // `pow` has no exact DSL spelling.
+        let g = ops(r#"{"inputs": [{"id": "a", "shape": [4]}],
+            "ops": [{"type": "tt.pow", "id": "p", "inputs": ["a"], "args": {"scalar": 2.0}}]}"#);
+        let list: Vec<&OpNode> = g.ops.iter().collect();
+        assert!(Expr::from_ops(&list, &["a".to_string()], "p").is_none());
+    }
+
+    #[test]
+    fn suffix_operands_are_read_in_place() -> Result<()> {
+        let bias = mlx::zeros(&[1, 5], F32)?;
+        assert_eq!(bind(&bias, &[3, 5])?.1, Mode::Suffix);
+        let col = mlx::zeros(&[3, 1], F32)?;
+        let (m, mode) = bind(&col, &[3, 5])?;
+        assert_eq!((mode, m.shape()), (Mode::Full, vec![3, 5]));
+        Ok(())
+    }
+}
