@@ -65,12 +65,14 @@ fn scalar_arg(b: &EmuBuffer) -> ExecArg<'static> {
     }
 }
 
-/// Runs `kernel` on the executor and on emulated Metal; compares every output.
+/// Runs `kernel` on the executor and on emulated Metal; compares every output. Also prints
+/// it for CUDA (and compiles that with NVRTC when present).
 fn diff(kernel: &Kernel, opts: &LaunchOptions, grid: [usize; 3], args: &[Arg], tol: f64) {
     let prog = match metal::compile(kernel, opts) {
         Ok(p) => p,
         Err(e) => panic!("compile failed: {e}"),
     };
+    super::cuda_tests::check_cuda(kernel, opts);
     // Executor.
     let mut outs: Vec<Vec<u8>> = args
         .iter()

@@ -11,7 +11,7 @@
 //! goes through threadgroup memory only before and after it.
 
 use super::layout::{MATRIX_TILE, SIMD_WIDTH};
-use super::lower::{unsupported, Lowering, Repr};
+use super::lower::{unsupported_on, Lowering, Repr};
 use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -184,7 +184,11 @@ impl Lowering<'_> {
         let din = self.edt(a);
         let dacc = self.edt(res);
         if !(din.is_float() || din.is_int()) || !(dacc.is_float() || dacc.is_int()) {
-            return Err(unsupported(self.k, format!("dot of {din} into {dacc}")));
+            return Err(unsupported_on(
+                self.d,
+                self.k,
+                format!("dot of {din} into {dacc}"),
+            ));
         }
         let r = sa.len();
         let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);

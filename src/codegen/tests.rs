@@ -10,7 +10,7 @@ use crate::emu::{self, EmuBuffer, Emulator, MetalLaunch, OutputSpec};
 use crate::ir::Kernel;
 use crate::tl::{self, KernelBuilder, Tensor};
 
-fn build(name: &str, cx: &[(&str, i64)], f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
+pub(super) fn build(name: &str, cx: &[(&str, i64)], f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
     let map: BTreeMap<String, i64> = cx.iter().map(|(n, v)| (n.to_string(), *v)).collect();
     match tl::build(name, &map, f) {
         Ok(k) => k,
@@ -54,6 +54,7 @@ fn run(
         Ok(p) => p,
         Err(e) => panic!("compile failed: {e}"),
     };
+    super::cuda_tests::check_cuda(kernel, opts);
     run_prog(&prog, args, outs, programs)
 }
 
@@ -100,7 +101,7 @@ fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
     }
 }
 
-fn vector_add(k: &mut KernelBuilder) {
+pub(super) fn vector_add(k: &mut KernelBuilder) {
     let (x, y, out) = (
         k.ptr(F32, "x_ptr"),
         k.ptr(F32, "y_ptr"),
@@ -115,7 +116,7 @@ fn vector_add(k: &mut KernelBuilder) {
     tl::store(out + offs, a + b).mask(mask);
 }
 
-fn softmax(k: &mut KernelBuilder) {
+pub(super) fn softmax(k: &mut KernelBuilder) {
     let (out, inp) = (k.ptr(F32, "out_ptr"), k.ptr(F32, "in_ptr"));
     let (stride, ncols) = (k.scalar(I32, "row_stride"), k.scalar(I32, "n_cols"));
     let block = k.constexpr("BLOCK");
@@ -131,7 +132,7 @@ fn softmax(k: &mut KernelBuilder) {
     tl::store(out + row * stride + offs, num / den).mask(mask);
 }
 
-fn matmul(dtype: DType) -> impl FnOnce(&mut KernelBuilder) {
+pub(super) fn matmul(dtype: DType) -> impl FnOnce(&mut KernelBuilder) {
     move |k: &mut KernelBuilder| {
         let (a, b, c) = (
             k.ptr(dtype, "a_ptr"),
@@ -161,7 +162,7 @@ fn matmul(dtype: DType) -> impl FnOnce(&mut KernelBuilder) {
     }
 }
 
-fn layer_norm(k: &mut KernelBuilder) {
+pub(super) fn layer_norm(k: &mut KernelBuilder) {
     let (x, y, w, b) = (
         k.ptr(F32, "x_ptr"),
         k.ptr(F32, "y_ptr"),
@@ -185,7 +186,7 @@ fn layer_norm(k: &mut KernelBuilder) {
 
 /// Per program: a `[BM, BN]` tile of a row-major `[M, N]` matrix; row sums, column maxima
 /// and row argmaxes of the tile.
-fn tile_reductions(k: &mut KernelBuilder) {
+pub(super) fn tile_reductions(k: &mut KernelBuilder) {
     let x = k.ptr(F32, "x_ptr");
     let (rows, cols, amax) = (
         k.ptr(F32, "row_sum"),
@@ -207,7 +208,7 @@ fn tile_reductions(k: &mut KernelBuilder) {
     tl::store(amax + offs_m, masked.argmax(1)).mask(offs_m.lt(m));
 }
 
-fn cumsum_kernel(k: &mut KernelBuilder) {
+pub(super) fn cumsum_kernel(k: &mut KernelBuilder) {
     let (x, y, z) = (
         k.ptr(F32, "x_ptr"),
         k.ptr(F32, "y_ptr"),
