@@ -1,6 +1,6 @@
 //! Fused groups as DSL kernels built at run time from what the match found.
 //!
-//! The DSL is a runtime builder, so a group's elementwise ops become an [`Expr`] (a small
+//! The DSL is a runtime builder, so a group's elementwise ops become an expression (a small
 //! straight-line program over the group's inputs) and the expression is traced into a
 //! kernel once per distinct expression and input layout, then cached:
 //!
