@@ -108,6 +108,24 @@ pub(crate) mod bridge {
         ) -> Result<UniquePtr<MlxArrayList>>;
 
         #[allow(clippy::too_many_arguments)]
+        unsafe fn cuda_kernel_launch(
+            name: &str,
+            input_names: &[String],
+            output_names: &[String],
+            source: &str,
+            header: &str,
+            inputs: &[*const MlxArray],
+            out_shapes_flat: &[i32],
+            out_ndims: &[i32],
+            out_dtypes: &[u8],
+            grid: [i32; 3],
+            threadgroup: [i32; 3],
+            has_init: bool,
+            init_value: f32,
+            shared_memory: i32,
+        ) -> Result<UniquePtr<MlxArrayList>>;
+
+        #[allow(clippy::too_many_arguments)]
         unsafe fn metal_kernel_traced_source(
             name: &str,
             input_names: &[String],
