@@ -117,8 +117,11 @@ impl Lowering<'_> {
         } else {
             String::new()
         };
-        self.open(format!("{guard}for (uint tm_r = 0; tm_r < {}u; ++tm_r)", g.regs()));
-        self.line(format!("const uint tm_t = tm_r >> 2;"));
+        self.open(format!(
+            "{guard}for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
+            g.regs()
+        ));
+        self.line("const uint tm_t = tm_r >> 2;");
         self.line(format!(
             "const uint tm_row = (tm_w / {wn}u) * {}u + (tm_t / {fnn}u) * 16u + (tm_ln >> 2) + ((tm_r >> 1) & 1u) * 8u;",
             g.fm * 16,
@@ -138,8 +141,7 @@ impl Lowering<'_> {
         let g = self.warp_grid(m, n).expect("mma_ok checked the warp grid");
         let c = self.fresh("frag_c");
         self.line(format!("float {c}[{}];", g.regs()));
-        if let super::lower::Repr::Scalar(v) | super::lower::Repr::Splat(v) =
-            self.repr(acc).clone()
+        if let super::lower::Repr::Scalar(v) | super::lower::Repr::Splat(v) = self.repr(acc).clone()
         {
             self.line("#pragma unroll");
             self.open(format!("for (uint tm_r = 0; tm_r < {}u; ++tm_r)", g.regs()));
@@ -177,7 +179,9 @@ impl Lowering<'_> {
         let s = self.scratch_array(din, boff + k * nb)?;
         self.smem_write_begin();
         self.stage(a, &s, 0, &|l| format!("({l} / {k}u) * {ka}u + {l} % {k}u"))?;
-        self.stage(b, &s, boff, &|l| format!("({l} / {n}u) * {nb}u + {l} % {n}u"))?;
+        self.stage(b, &s, boff, &|l| {
+            format!("({l} / {n}u) * {nb}u + {l} % {n}u")
+        })?;
         self.smem_write_end();
         let ty = if din == DType::BF16 { "bf16" } else { "f16" };
         let (fm, fnn) = (g.fm, g.fn_);
@@ -289,7 +293,42 @@ impl Lowering<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cuda_tests::check_cuda;
+    use super::super::tests::{build, matmul};
+    use super::super::LaunchOptions;
     use super::WarpGrid;
+    use crate::dtype::DType::{BF16, F16, F32};
+
+    fn dot_layout(dtype: crate::DType, blocks: [i64; 3], warps: u32) -> String {
+        let k = build(
+            "mm",
+            &[("BM", blocks[0]), ("BN", blocks[1]), ("BK", blocks[2])],
+            matmul(dtype),
+        );
+        // NVRTC-compiles the standalone unit too when NVRTC is installed.
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(warps));
+        p.layouts
+            .iter()
+            .find(|l| l.op.starts_with("dot"))
+            .map(|l| l.layout.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn half_and_bfloat_dots_take_tensor_cores() {
+        let l = dot_layout(F16, [64, 64, 32], 4);
+        assert!(l.starts_with("mma.sync m16n8k16 f16->f32: 2x2 warps"), "{l}");
+        let l = dot_layout(BF16, [32, 16, 16], 4);
+        assert!(l.starts_with("mma.sync m16n8k16 bf16->f32"), "{l}");
+        // One 8-wide N tile per warp: B fragments come from the x2 `ldmatrix`.
+        let l = dot_layout(F16, [16, 16, 16], 2);
+        assert!(l.contains("1x2 warps of 16x8"), "{l}");
+    }
+
+    #[test]
+    fn other_dots_keep_the_fma_path() {
+        assert!(dot_layout(F32, [32, 32, 16], 4).starts_with("scalar FMA"));
+    }
 
     #[test]
     fn warp_grid_uses_all_warps_with_square_tiles() {
