@@ -359,6 +359,10 @@ ArrayPtr op_rms_norm(const MlxArray& x, const MlxArray* w, float eps) {
   return wrap(mx::fast::rms_norm(x.a, wo, eps));
 }
 
+ArrayPtr op_sdpa(const MlxArray& q, const MlxArray& k, const MlxArray& v, float scale) {
+  return wrap(mx::fast::scaled_dot_product_attention(q.a, k.a, v.a, scale));
+}
+
 ArrayPtr op_astype(const MlxArray& a, uint8_t dtype) { return wrap(mx::astype(a.a, to_dtype(dtype))); }
 ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.a, to_shape(shape))); }
 

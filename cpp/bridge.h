@@ -46,6 +46,7 @@ ArrayPtr op_where(const MlxArray& c, const MlxArray& x, const MlxArray& y);
 ArrayPtr op_softmax(const MlxArray& a, rust::Slice<const int32_t> axes, bool precise);
 ArrayPtr op_layer_norm(const MlxArray& x, const MlxArray* w, const MlxArray* b, float eps);
 ArrayPtr op_rms_norm(const MlxArray& x, const MlxArray* w, float eps);
+ArrayPtr op_sdpa(const MlxArray& q, const MlxArray& k, const MlxArray& v, float scale);
 ArrayPtr op_astype(const MlxArray& a, uint8_t dtype);
 ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape);
 ArrayPtr op_transpose(const MlxArray& a, rust::Slice<const int32_t> axes, bool reverse);

@@ -56,6 +56,12 @@ pub(crate) mod bridge {
             w: *const MlxArray,
             eps: f32,
         ) -> Result<UniquePtr<MlxArray>>;
+        fn op_sdpa(
+            q: &MlxArray,
+            k: &MlxArray,
+            v: &MlxArray,
+            scale: f32,
+        ) -> Result<UniquePtr<MlxArray>>;
         fn op_astype(a: &MlxArray, dtype: u8) -> Result<UniquePtr<MlxArray>>;
         fn op_reshape(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;
         fn op_transpose(a: &MlxArray, axes: &[i32], reverse: bool) -> Result<UniquePtr<MlxArray>>;

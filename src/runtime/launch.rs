@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::exec::{ExecArg, ReduceStrategy};
 use crate::ir::{Kernel, ParamKind};
 use crate::opt::HardwareProfile;
-use crate::passes::{pipeline, PassOptions};
+use crate::passes::PassOptions;
 use crate::runtime::mlx_kernel::{cpu_launch, CudaKernelCall, MetalKernelCall, OutputSpec};
 use crate::tl::JitKernel;
 
@@ -369,21 +369,13 @@ impl<'k> Launch<'k> {
     }
 
     /// The specialisation this launch would run (built once per constexpr set), after the
-    /// optimisation pipeline when [`Launch::optimize`] asked for it.
+    /// optimisation pipeline when [`Launch::optimize`] asked for it (run once per constexpr
+    /// set and options: [`JitKernel::specialize_optimized`]).
     pub fn specialize(&self) -> Result<Arc<Kernel>> {
-        let kernel = self.kernel.specialize(&self.constexprs)?;
-        let Some(opts) = self.passes else {
-            return Ok(kernel);
-        };
-        let (optimized, stats) = pipeline(&kernel, &opts)?;
-        if crate::codegen::debug_enabled() {
-            eprintln!("[triton-metal] IR before optimisation:\n{}", kernel.ir());
-            for s in &stats {
-                eprintln!("[triton-metal]   {s}");
-            }
-            eprintln!("[triton-metal] IR after optimisation:\n{}", optimized.ir());
+        match self.passes {
+            None => self.kernel.specialize(&self.constexprs),
+            Some(opts) => self.kernel.specialize_optimized(&self.constexprs, &opts),
         }
-        Ok(Arc::new(optimized))
     }
 
     /// Checks everything and runs; returns the outputs (the stored-to pointer arguments)
