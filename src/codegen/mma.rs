@@ -317,7 +317,10 @@ mod tests {
     #[test]
     fn half_and_bfloat_dots_take_tensor_cores() {
         let l = dot_layout(F16, [64, 64, 32], 4);
-        assert!(l.starts_with("mma.sync m16n8k16 f16->f32: 2x2 warps"), "{l}");
+        assert!(
+            l.starts_with("mma.sync m16n8k16 f16->f32: 2x2 warps"),
+            "{l}"
+        );
         let l = dot_layout(BF16, [32, 16, 16], 4);
         assert!(l.starts_with("mma.sync m16n8k16 bf16->f32"), "{l}");
         // One 8-wide N tile per warp: B fragments come from the x2 `ldmatrix`.
