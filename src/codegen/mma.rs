@@ -22,6 +22,16 @@ use crate::ir::Value;
 /// Elements of padding per shared-memory row (16 bytes of 16-bit elements).
 const PAD: usize = 8;
 
+/// Largest f32 accumulator (bytes) converted to the blocked layout in one pass.
+const WHOLE_C_BYTES: usize = 32 * 1024;
+
+/// Bytes of one row band when a larger accumulator is converted in passes.
+const BAND_BYTES: usize = 16 * 1024;
+
+/// Padding (floats) of a banded accumulator row: rows shift by 4 banks, so the 8 rows one
+/// fragment store touches collide at most 2-way.
+const C_PAD: usize = 4;
+
 /// How the warps of a program split an `[M, N]` accumulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct WarpGrid {
@@ -265,7 +275,9 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// Moves fragments `c` (`[m, n]`) into a block in the blocked layout as `res`.
+    /// Moves fragments `c` (`[m, n]`) into a block in the blocked layout as `res`. An
+    /// accumulator over [`WHOLE_C_BYTES`] goes through shared memory in row bands (so a
+    /// 128x128 f32 accumulator fits beside the A/B staging under the 48 KB static limit).
     pub(super) fn mma_frags_to_block(
         &mut self,
         res: Value,
@@ -274,17 +286,55 @@ impl Lowering<'_> {
         n: usize,
     ) -> Result<()> {
         let g = self.warp_grid(m, n).expect("mma_ok checked the warp grid");
-        let s = self.scratch_array(DType::F32, m * n)?;
+        let dacc = self.edt(res);
+        let ct = self.cty(dacc)?;
+        if m * n * 4 <= WHOLE_C_BYTES {
+            let s = self.scratch_array(DType::F32, m * n)?;
+            self.smem_write_begin();
+            self.line("#pragma unroll");
+            self.open_frag_elems(g);
+            self.line(format!("{s}[tm_row * {n}u + tm_col] = {c}[tm_r];"));
+            self.close();
+            self.close();
+            self.smem_write_end();
+            let name = self.gather("dot", dacc, m * n, &|l| format!("{ct}({s}[{l}])"))?;
+            self.smem_read_done();
+            self.set(res, super::lower::Repr::Block(name));
+            return Ok(());
+        }
+        let ld = n + C_PAD;
+        let mut rows = m;
+        while rows > 1 && rows * ld * 4 > BAND_BYTES {
+            rows /= 2;
+        }
+        let s = self.scratch_array(DType::F32, rows * ld)?;
+        let lay = self.layout_of(m * n);
+        let name = self.declare_block("dot", dacc, m * n)?;
+        if lay.has_idle_threads() {
+            self.open_regs(lay, false);
+            self.line(format!("{name}[tm_i] = {ct}(0);"));
+            self.close();
+        }
+        self.open(format!(
+            "for (uint tm_band = 0; tm_band < {m}u; tm_band += {rows}u)"
+        ));
+        // The previous band's reads (or earlier ones) may be pending.
+        self.hazard.reads_pending = true;
         self.smem_write_begin();
-        self.line("#pragma unroll");
         self.open_frag_elems(g);
-        self.line(format!("{s}[tm_row * {n}u + tm_col] = {c}[tm_r];"));
+        self.line(format!(
+            "if (tm_row - tm_band < {rows}u) {s}[(tm_row - tm_band) * {ld}u + tm_col] = {c}[tm_r];"
+        ));
         self.close();
         self.close();
         self.smem_write_end();
-        let dacc = self.edt(res);
-        let ct = self.cty(dacc)?;
-        let name = self.gather("dot", dacc, m * n, &|l| format!("{ct}({s}[{l}])"))?;
+        self.open_regs(lay, true);
+        self.line(format!(
+            "if (tm_l - tm_band * {n}u < {}u) {name}[tm_i] = {ct}({s}[(tm_l / {n}u - tm_band) * {ld}u + tm_l % {n}u]);",
+            rows * n
+        ));
+        self.close();
+        self.close();
         self.smem_read_done();
         self.set(res, super::lower::Repr::Block(name));
         Ok(())
@@ -326,6 +376,19 @@ mod tests {
         // One 8-wide N tile per warp: B fragments come from the x2 `ldmatrix`.
         let l = dot_layout(F16, [16, 16, 16], 2);
         assert!(l.contains("1x2 warps of 16x8"), "{l}");
+    }
+
+    #[test]
+    fn large_accumulators_leave_fragments_in_row_bands() {
+        // Triton's H100 config, 128x128x64 on 8 warps: a whole f32 C (64 KB) would not fit
+        // beside the A/B staging (35 KB) under the 48 KB static limit; bands do.
+        let k = build("mm", &[("BM", 128), ("BN", 128), ("BK", 64)], matmul(F16));
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(8));
+        assert!(p.source.contains("tm_band += 16u"), "{}", p.source);
+        assert!(p.shared_mem_bytes <= 48 * 1024, "{}", p.shared_mem_bytes);
+        let k = build("mm", &[("BM", 64), ("BN", 64), ("BK", 32)], matmul(F16));
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(4));
+        assert!(!p.source.contains("tm_band"), "{}", p.source);
     }
 
     #[test]
