@@ -68,6 +68,9 @@ pub struct Dialect {
     pub mulhi: &'static str,
     /// `8x8` matrix fragments (`simdgroup_matrix`) are available.
     pub matrix_8x8: bool,
+    /// `mma.sync.m16n8k16` tensor-core instructions (inline PTX) take `tl.dot` with fp16/bf16
+    /// operands and an fp32 accumulator (see `mma.rs`).
+    pub mma_m16n8k16: bool,
     /// Per-op overrides, checked before the shared printing.
     pub overrides: &'static [(&'static str, &'static str)],
     /// Start of every header (includes, typedefs, always-needed helpers).
@@ -164,6 +167,7 @@ pub const METAL: Dialect = Dialect {
     atomic_store: "atomic_store_explicit({addr}, {val}, memory_order_relaxed);",
     mulhi: "mulhi({a}, {b})",
     matrix_8x8: true,
+    mma_m16n8k16: false,
     // Metal has no `erf`; the header defines one.
     overrides: &[("erf", "tm_erf({x})")],
     prelude: "#include <metal_stdlib>\nusing namespace metal;\n",
@@ -230,6 +234,7 @@ pub const CUDA: Dialect = Dialect {
     atomic_store: "tm_atomic_store({addr}, {val});",
     mulhi: "tm_mulhi({a}, {b})",
     matrix_8x8: false,
+    mma_m16n8k16: true,
     overrides: &[],
     prelude: super::cuda::PRELUDE,
     helpers: &[

@@ -37,6 +37,7 @@ mod dot;
 pub mod layout;
 mod lower;
 pub mod metal;
+mod mma;
 pub mod nvrtc;
 mod reduce;
 
