@@ -1,12 +1,14 @@
 //! Finds (or installs) MLX 0.32.4, compiles the C++ bridge in `cpp/` and links libmlx.
 //!
 //! Where MLX comes from, in order:
-//! 1. `MLX_DIR`: a wheel-style `mlx/` folder holding `include/` and `lib/` (required for
-//!    feature `cuda`, pointing at an `mlx-cuda-13` install).
+//! 1. `MLX_DIR`: a wheel-style `mlx/` folder holding `include/` and `lib/` (e.g. an
+//!    `mlx-cuda-13` install for feature `cuda`).
 //! 2. Otherwise the pinned wheel (`mlx-cpu==0.32.4` on Linux, `mlx-metal==0.32.4` on macOS)
 //!    is installed once with `python3 -m pip install --target` into a cache folder shared by
 //!    all builds: `$TRITON_METAL_MLX_CACHE`, else `$XDG_CACHE_HOME/triton-metal`, else
-//!    `$HOME/.cache/triton-metal`.
+//!    `$HOME/.cache/triton-metal`. Feature `cuda` builds against it too: mlx-cpu 0.32.4 has
+//!    mlx-cuda-13 0.32.4's headers and exports `fast::cuda_kernel`, so the binary runs on an
+//!    NVIDIA machine with MLX's CUDA libmlx.so first on `LD_LIBRARY_PATH`.
 //!
 //! The wheel's layout is kept whole (libmlx finds its BLAS through
 //! `$ORIGIN/../../mlx_cpu.libs`), and a symlink to it is placed in `OUT_DIR` so that cargo
@@ -50,14 +52,6 @@ fn run() -> Result<(), String> {
             let dir = PathBuf::from(dir);
             check_mlx_dir(&dir)?;
             dir
-        }
-        None if cuda => {
-            return Err(
-                "feature `cuda` needs MLX_DIR pointing at the `mlx/` folder of an \
-                        mlx-cuda-13==0.32.4 install (e.g. `pip install --target DIR \
-                        mlx-cuda-13==0.32.4`, then MLX_DIR=DIR/mlx)."
-                    .into(),
-            )
         }
         None => install_wheel(&target_os)?,
     };

@@ -379,6 +379,10 @@ ArrayPtr op_rms_norm(const MlxArray& x, const MlxArray* w, float eps) {
   return wrap(mx::fast::rms_norm(x.a, wo, eps));
 }
 
+ArrayPtr op_sdpa(const MlxArray& q, const MlxArray& k, const MlxArray& v, float scale) {
+  return wrap(mx::fast::scaled_dot_product_attention(q.a, k.a, v.a, scale));
+}
+
 ArrayPtr op_astype(const MlxArray& a, uint8_t dtype) { return wrap(mx::astype(a.a, to_dtype(dtype))); }
 ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.a, to_shape(shape))); }
 
@@ -482,6 +486,24 @@ std::unique_ptr<MlxArrayList> metal_kernel_launch(rust::Str name, rust::Slice<co
                                         std::array<int32_t, 3> threadgroup, bool has_init, float init_value,
                                         bool atomic_outputs) {
   auto kernel = make_metal_kernel(name, input_names, output_names, source, header, atomic_outputs);
+  std::optional<float> init;
+  if (has_init) init = init_value;
+  auto outs = kernel(to_arrays(inputs), to_shapes(out_shapes_flat, out_ndims), to_dtypes(out_dtypes),
+                     {grid[0], grid[1], grid[2]}, {threadgroup[0], threadgroup[1], threadgroup[2]}, {}, init,
+                     false, {});
+  return wrap_all(std::move(outs));
+}
+
+std::unique_ptr<MlxArrayList> cuda_kernel_launch(rust::Str name, rust::Slice<const rust::String> input_names,
+                                                 rust::Slice<const rust::String> output_names, rust::Str source,
+                                                 rust::Str header, rust::Slice<const MlxArray* const> inputs,
+                                                 rust::Slice<const int32_t> out_shapes_flat,
+                                                 rust::Slice<const int32_t> out_ndims,
+                                                 rust::Slice<const uint8_t> out_dtypes, std::array<int32_t, 3> grid,
+                                                 std::array<int32_t, 3> threadgroup, bool has_init, float init_value,
+                                                 int32_t shared_memory) {
+  auto kernel = mx::fast::cuda_kernel(to_string(name), to_strings(input_names), to_strings(output_names),
+                                      to_string(source), to_string(header), true, shared_memory);
   std::optional<float> init;
   if (has_init) init = init_value;
   auto outs = kernel(to_arrays(inputs), to_shapes(out_shapes_flat, out_ndims), to_dtypes(out_dtypes),

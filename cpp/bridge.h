@@ -46,6 +46,7 @@ ArrayPtr op_where(const MlxArray& c, const MlxArray& x, const MlxArray& y);
 ArrayPtr op_softmax(const MlxArray& a, rust::Slice<const int32_t> axes, bool precise);
 ArrayPtr op_layer_norm(const MlxArray& x, const MlxArray* w, const MlxArray* b, float eps);
 ArrayPtr op_rms_norm(const MlxArray& x, const MlxArray* w, float eps);
+ArrayPtr op_sdpa(const MlxArray& q, const MlxArray& k, const MlxArray& v, float scale);
 ArrayPtr op_astype(const MlxArray& a, uint8_t dtype);
 ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape);
 ArrayPtr op_transpose(const MlxArray& a, rust::Slice<const int32_t> axes, bool reverse);
@@ -90,6 +91,24 @@ std::unique_ptr<MlxArrayList> metal_kernel_launch(
     bool has_init,
     float init_value,
     bool atomic_outputs);
+
+// `fast::cuda_kernel` (row-contiguous inputs, `shared_memory` bytes of dynamic shared
+// memory). MLX's CPU build exports it too; launching then fails with MLX's error (no GPU).
+std::unique_ptr<MlxArrayList> cuda_kernel_launch(
+    rust::Str name,
+    rust::Slice<const rust::String> input_names,
+    rust::Slice<const rust::String> output_names,
+    rust::Str source,
+    rust::Str header,
+    rust::Slice<const MlxArray* const> inputs,
+    rust::Slice<const int32_t> out_shapes_flat,
+    rust::Slice<const int32_t> out_ndims,
+    rust::Slice<const uint8_t> out_dtypes,
+    std::array<int32_t, 3> grid,
+    std::array<int32_t, 3> threadgroup,
+    bool has_init,
+    float init_value,
+    int32_t shared_memory);
 
 // MLX's own generated Metal source for a metal_kernel call, captured through
 // `export_function` tracing with verbose=true (works without Metal).

@@ -15,11 +15,16 @@ use triton_metal::{
 
 /// The kernel, as a Triton user writes it (also used by the benches).
 pub fn layer_norm_kernel() -> triton_metal::Result<JitKernel> {
-    tl::jit("layer_norm_fwd", |k| {
-        let x_ptr = k.ptr(F32, "X");
-        let y_ptr = k.ptr(F32, "Y");
-        let w_ptr = k.ptr(F32, "W");
-        let b_ptr = k.ptr(F32, "B");
+    layer_norm_kernel_for(F32)
+}
+
+/// The kernel for `X`, `Y`, `W`, `B` of `dtype`; statistics and arithmetic in f32.
+pub fn layer_norm_kernel_for(dtype: triton_metal::DType) -> triton_metal::Result<JitKernel> {
+    tl::jit("layer_norm_fwd", move |k| {
+        let x_ptr = k.ptr(dtype, "X");
+        let y_ptr = k.ptr(dtype, "Y");
+        let w_ptr = k.ptr(dtype, "W");
+        let b_ptr = k.ptr(dtype, "B");
         let stride = k.scalar(I32, "stride");
         let n = k.scalar(I32, "N");
         let eps = k.scalar(F32, "eps");
@@ -31,12 +36,12 @@ pub fn layer_norm_kernel() -> triton_metal::Result<JitKernel> {
 
         let sum = tl::range(0, n, block).fold(tl::zeros([block], F32), |off, acc| {
             let cols = off + cols0;
-            acc + tl::load(x_row + cols).mask(cols.lt(n)).other(0.0)
+            acc + tl::load(x_row + cols).mask(cols.lt(n)).other(0.0).cast(F32)
         });
         let mean = sum.sum(0) / n;
         let var = tl::range(0, n, block).fold(tl::zeros([block], F32), |off, acc| {
             let cols = off + cols0;
-            let x = tl::load(x_row + cols).mask(cols.lt(n)).other(0.0);
+            let x = tl::load(x_row + cols).mask(cols.lt(n)).other(0.0).cast(F32);
             let d = tl::where_(cols.lt(n), x - mean, 0.0);
             acc + d * d
         });
@@ -44,10 +49,10 @@ pub fn layer_norm_kernel() -> triton_metal::Result<JitKernel> {
         tl::range(0, n, block).for_each(|off| {
             let cols = off + cols0;
             let mask = cols.lt(n);
-            let w = tl::load(w_ptr + cols).mask(mask);
-            let b = tl::load(b_ptr + cols).mask(mask);
-            let x = tl::load(x_row + cols).mask(mask).other(0.0);
-            tl::store(y_row + cols, (x - mean) * rstd * w + b).mask(mask);
+            let w = tl::load(w_ptr + cols).mask(mask).cast(F32);
+            let b = tl::load(b_ptr + cols).mask(mask).cast(F32);
+            let x = tl::load(x_row + cols).mask(mask).other(0.0).cast(F32);
+            tl::store(y_row + cols, ((x - mean) * rstd * w + b).cast(dtype)).mask(mask);
         });
     })
 }

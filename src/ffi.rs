@@ -56,6 +56,12 @@ pub(crate) mod bridge {
             w: *const MlxArray,
             eps: f32,
         ) -> Result<UniquePtr<MlxArray>>;
+        fn op_sdpa(
+            q: &MlxArray,
+            k: &MlxArray,
+            v: &MlxArray,
+            scale: f32,
+        ) -> Result<UniquePtr<MlxArray>>;
         fn op_astype(a: &MlxArray, dtype: u8) -> Result<UniquePtr<MlxArray>>;
         fn op_reshape(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;
         fn op_transpose(a: &MlxArray, axes: &[i32], reverse: bool) -> Result<UniquePtr<MlxArray>>;
@@ -105,6 +111,24 @@ pub(crate) mod bridge {
             has_init: bool,
             init_value: f32,
             atomic_outputs: bool,
+        ) -> Result<UniquePtr<MlxArrayList>>;
+
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn cuda_kernel_launch(
+            name: &str,
+            input_names: &[String],
+            output_names: &[String],
+            source: &str,
+            header: &str,
+            inputs: &[*const MlxArray],
+            out_shapes_flat: &[i32],
+            out_ndims: &[i32],
+            out_dtypes: &[u8],
+            grid: [i32; 3],
+            threadgroup: [i32; 3],
+            has_init: bool,
+            init_value: f32,
+            shared_memory: i32,
         ) -> Result<UniquePtr<MlxArrayList>>;
 
         #[allow(clippy::too_many_arguments)]

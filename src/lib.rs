@@ -16,6 +16,7 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};
 
 pub mod array;
+pub mod bench;
 pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;

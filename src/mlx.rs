@@ -193,6 +193,15 @@ pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
     Array::wrap(r, Array::merged_pending(&deps))
 }
 
+/// `softmax(q @ k^T * scale) @ v` as one op (MLX `fast::scaled_dot_product_attention`):
+/// `q [B, H, Lq, D]`, `k [B, H, Lk, D]`, `v [B, H, Lk, Dv]` of one float dtype.
+pub fn scaled_dot_product_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
+    Array::wrap(
+        bridge::op_sdpa(q.raw(), k.raw(), v.raw(), scale)?,
+        Array::merged_pending(&[q, k, v]),
+    )
+}
+
 /// Converts to `dtype` (float -> int truncates toward zero, as C).
 pub fn astype(a: &Array, dtype: DType) -> Result<Array> {
     Array::wrap(

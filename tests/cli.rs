@@ -309,3 +309,140 @@ fn bad_input_is_one_line_and_exit_2() {
     rejected(&["analyze", "--frobnicate"], "--frobnicate");
     rejected(&["frobnicate"], "frobnicate");
 }
+
+#[test]
+fn bench_reductions_table_json_and_png() {
+    let png =
+        std::env::temp_dir().join(format!("triton-metal-cli-{}-bench.png", std::process::id()));
+    let png_arg = png.to_str().unwrap();
+    let o = run(&[
+        "bench-reductions",
+        "--sizes",
+        "4x100,3x33",
+        "--layouts",
+        "DEFAULT,ROW_MAJOR,COALESCED",
+        "--dtype",
+        "float16",
+        "--reps",
+        "2",
+        "--output",
+        png_arg,
+    ]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let table = stdout(&o);
+    // Two sizes x three layouts, in the order given.
+    let rows: Vec<&str> = table.lines().filter(|l| l.contains("float16")).collect();
+    assert_eq!(rows.len(), 6, "{table}");
+    for (row, (size, layout)) in rows.iter().zip([
+        ("4x100", "DEFAULT"),
+        ("4x100", "ROW_MAJOR"),
+        ("4x100", "COALESCED"),
+        ("3x33", "DEFAULT"),
+        ("3x33", "ROW_MAJOR"),
+        ("3x33", "COALESCED"),
+    ]) {
+        assert!(row.starts_with(size) && row.contains(layout), "{row}");
+        assert!(row.trim_end().ends_with("yes"), "{row}");
+    }
+    for col in [
+        "size", "layout", "dtype", "target", "median", "GB/s", "max err",
+    ] {
+        assert!(table.contains(col), "{col}: {table}");
+    }
+    if cfg!(target_os = "linux") {
+        assert!(table.contains("ran on the CPU executor"), "{table}");
+        assert!(rows.iter().all(|r| r.contains("cpu-executor")), "{table}");
+    }
+    let bytes = std::fs::read(&png).expect("the PNG was written");
+    std::fs::remove_file(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), 960);
+    assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), 540);
+
+    let v = json(&[
+        "bench-reductions",
+        "--sizes",
+        "2x5",
+        "--layouts",
+        "tiled,column_major",
+        "--reps",
+        "1",
+        "--json",
+    ]);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["layout"], "TILED");
+    assert_eq!(rows[1]["layout"], "COLUMN_MAJOR");
+    for r in rows {
+        assert_eq!((r["rows"].as_u64(), r["cols"].as_u64()), (Some(2), Some(5)));
+        assert_eq!(r["dtype"], "float32");
+        assert!(r["median_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["gb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["max_abs_err"].as_f64().unwrap() <= r["tolerance"].as_f64().unwrap());
+        assert_eq!(r["ok"], true);
+    }
+    if cfg!(target_os = "linux") {
+        assert_eq!(v["target"], "cpu-executor");
+        assert!(
+            v["notes"][0].as_str().unwrap().contains("CPU executor"),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn bench_reductions_emulated_says_timings_mean_nothing() {
+    let o = run(&[
+        "bench-reductions",
+        "--target",
+        "emulated",
+        "--sizes",
+        "2x40",
+        "--layouts",
+        "TILED",
+        "--reps",
+        "1",
+        "--num-warps",
+        "1",
+    ]);
+    if !o.status.success() && stderr(&o).contains("clang") {
+        let required =
+            std::env::var("TRITON_METAL_REQUIRE_EMU").is_ok_and(|v| !v.is_empty() && v != "0");
+        assert!(!required, "TRITON_METAL_REQUIRE_EMU is set: {}", stderr(&o));
+        eprintln!("skipped: no clang for the emulation harness");
+        return;
+    }
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("emulated-metal") && out.contains("say nothing about GPU speed"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bench_reductions_bad_input_is_one_line_and_exit_2() {
+    rejected(
+        &["bench-reductions", "--sizes", "128by1024"],
+        "--sizes: `128by1024`",
+    );
+    rejected(&["bench-reductions", "--sizes", "0x16"], "--sizes");
+    rejected(
+        &["bench-reductions", "--layouts", "DEFAULT,ZIGZAG"],
+        "`ZIGZAG`",
+    );
+    rejected(
+        &["bench-reductions", "--dtype", "int8"],
+        "--dtype: unsupported dtype `int8`",
+    );
+    rejected(&["bench-reductions", "--target", "tpu"], "tpu");
+    rejected(
+        &["bench-reductions", "--sizes", "2x2", "--reps", "0"],
+        "reps",
+    );
+    rejected(
+        &["bench-reductions", "--sizes", "2x2", "--num-warps", "3"],
+        "num_warps",
+    );
+}

@@ -156,6 +156,8 @@ fn out_of_bounds_is_reported_at_eval() {
         .grid([1])
         .args((&x, out_like(&x), 100, 1.0f32))
         .constexpr("BLOCK", 16)
+        // The CPU executor checks every access; GPU targets do not.
+        .target(Target::Cpu)
         .run()
         .unwrap();
     let e = y[0].eval().unwrap_err().to_string();
@@ -206,4 +208,45 @@ fn optimised_launches_match() {
     let plain = run(None);
     let exact = run(Some(PassOptions { exact: true }));
     assert_eq!(max_abs_diff(&plain, &exact).unwrap(), 0.0);
+}
+
+#[test]
+fn optimising_a_launch_twice_runs_the_passes_once() {
+    use std::sync::Arc;
+    use triton_metal::passes::PassOptions;
+    let k = scale();
+    let launch = |block: i64, opts: PassOptions| {
+        k.launch()
+            .constexpr("BLOCK", block)
+            .optimize(opts)
+            .specialize()
+            .unwrap()
+    };
+    let exact = PassOptions { exact: true };
+    let first = launch(128, exact);
+    assert!(Arc::ptr_eq(&first, &launch(128, exact)));
+    assert_eq!(k.cached_optimized(), 1);
+    // Other options or constexprs are other entries; the unoptimised kernel is its own.
+    assert!(!Arc::ptr_eq(&first, &launch(128, PassOptions::default())));
+    assert!(!Arc::ptr_eq(&first, &launch(64, exact)));
+    assert_eq!(k.cached_optimized(), 3);
+    let plain = k.launch().constexpr("BLOCK", 128).specialize().unwrap();
+    assert!(!Arc::ptr_eq(&first, &plain));
+    assert!(Arc::ptr_eq(
+        &plain,
+        &k.specialize_with(&[("BLOCK", 128)]).unwrap()
+    ));
+    // The cached kernel is the one that runs.
+    let x = mlx::random::normal(&[300], F32, 3).unwrap();
+    let y = k
+        .launch()
+        .grid([3])
+        .args((&x, out_like(&x).fill(f64::NAN), 300, 2.0f32))
+        .constexpr("BLOCK", 128)
+        .optimize(exact)
+        .run()
+        .unwrap();
+    let want = mlx::multiply(&x, &mlx::full(&[], 2.0, F32).unwrap()).unwrap();
+    assert_eq!(max_abs_diff(&y[0], &want).unwrap(), 0.0);
+    assert_eq!(k.cached_optimized(), 3);
 }

@@ -279,3 +279,46 @@ fn mlx_errors_carry_mlx_messages() {
     let e = mlx::argmax(&a, Some(5), false).unwrap_err().to_string();
     assert!(e.starts_with("MLX error:"), "{e}");
 }
+
+#[test]
+fn fused_attention_matches_an_f64_reference() {
+    // Ragged: Lq != Lk, D != Dv, two batch entries.
+    let (b, lq, lk, d, dv) = (2usize, 7usize, 9usize, 12usize, 5usize);
+    let (q, k, v) = (
+        data(b * lq * d, 1),
+        data(b * lk * d, 2),
+        data(b * lk * dv, 3),
+    );
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut want = vec![0f64; b * lq * dv];
+    for bi in 0..b {
+        for i in 0..lq {
+            let s: Vec<f64> = (0..lk)
+                .map(|j| {
+                    (0..d)
+                        .map(|c| q[(bi * lq + i) * d + c] as f64 * k[(bi * lk + j) * d + c] as f64)
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let m = s.iter().copied().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for c in 0..dv {
+                want[(bi * lq + i) * dv + c] = (0..lk)
+                    .map(|j| e[j] / z * v[(bi * lk + j) * dv + c] as f64)
+                    .sum();
+            }
+        }
+    }
+    let arr = |x: &[f32], l: usize, w: usize| Array::from_slice(x, &[b, 1, l, w]).unwrap();
+    let o = mlx::scaled_dot_product_attention(
+        &arr(&q, lq, d),
+        &arr(&k, lk, d),
+        &arr(&v, lk, dv),
+        scale as f32,
+    )
+    .unwrap();
+    assert_eq!(o.shape(), vec![b, 1, lq, dv]);
+    close(&o.to_vec::<f32>().unwrap(), &want, 2e-6);
+}

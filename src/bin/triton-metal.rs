@@ -1,9 +1,10 @@
 //! `triton-metal`: the analysis tools of the seed backend, in one binary.
 //!
-//! Tables for people, `--format json` for programs (`profiles` and `check-system` also take
-//! `--json`; in `analyze`, `layouts` and `fuse`, `--json FILE` is the seed tools' input
-//! flag). Exit codes: 0 success, 1 a check failed (a missing requirement, fused !=
-//! unfused), 2 bad input (one line on stderr).
+//! Tables for people, `--format json` for programs (`profiles`, `check-system` and
+//! `bench-reductions` also take `--json`; in `analyze`, `layouts` and `fuse`, `--json FILE`
+//! is the seed tools' input flag). Exit codes: 0 success, 1 a check failed (a missing
+//! requirement, fused != unfused, a benchmarked result off MLX's), 2 bad input (one line on
+//! stderr).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
+use triton_metal::bench::{plot, reductions, BenchTarget, ReductionBench};
 use triton_metal::device::{self, Backend, HardwareInfo};
 use triton_metal::graph::{
     fuse, random_inputs, samples, FusionSummary, Graph, GraphRunner, GraphSpec, OpSpec,
@@ -86,6 +88,44 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Times a row-sum kernel in each reduction layout on this device and checks every
+    /// result against MLX (Metal on a Mac; elsewhere the CPU executor, which says so).
+    BenchReductions {
+        /// Input sizes as ROWSxCOLS, comma-separated (the sum runs over COLS).
+        #[arg(
+            long,
+            value_name = "SIZES",
+            default_value = "128x1024,256x1024,1024x4096"
+        )]
+        sizes: String,
+        /// Layouts, comma-separated: DEFAULT, ROW_MAJOR, COLUMN_MAJOR, TILED, COALESCED, or
+        /// all.
+        #[arg(long, value_name = "LAYOUTS", default_value = "all")]
+        layouts: String,
+        /// Element type: float16, float32 or bfloat16.
+        #[arg(long, value_name = "DTYPE", default_value = "float32")]
+        dtype: String,
+        /// Where to run: auto (Metal if MLX has a Metal device, else the CPU executor),
+        /// cpu, metal, or emulated (the generated MSL through the emulation harness: a
+        /// correctness check; its timings mean nothing).
+        #[arg(long, value_enum, default_value_t = BenchTargetArg::Auto)]
+        target: BenchTargetArg,
+        /// Timed repetitions per size and layout (after one warm-up launch).
+        #[arg(long, default_value_t = 10)]
+        reps: usize,
+        /// SIMD-groups per program (threads = num_warps x 32).
+        #[arg(long, default_value_t = 4)]
+        num_warps: usize,
+        /// Seed of the random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Also draw GB/s per size and layout as a PNG to FILE.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// JSON on stdout (same as --format json).
+        #[arg(long)]
+        json: bool,
+    },
     /// OS, MLX, device, chip generation, Metal/CUDA and emulation-harness availability.
     CheckSystem {
         /// Treat a missing emulation harness (clang++) as a failure, as CI does
@@ -96,6 +136,14 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BenchTargetArg {
+    Auto,
+    Cpu,
+    Metal,
+    Emulated,
 }
 
 #[derive(clap::Args)]
@@ -202,10 +250,84 @@ fn run(cli: &Cli) -> Res<ExitCode> {
             verbose,
         } => fuse_cmd(cli, json, *verify, *seed, output.as_deref(), *verbose),
         Cmd::Profiles { json } => profiles(cli.format == Format::Json || *json),
+        Cmd::BenchReductions {
+            sizes,
+            layouts,
+            dtype,
+            target,
+            reps,
+            num_warps,
+            seed,
+            output,
+            json,
+        } => {
+            let flag = |name: &'static str| {
+                move |e: Error| match e {
+                    Error::InvalidArgument(m) => Fail::Input(format!("--{name}: {m}")),
+                    other => other.into(),
+                }
+            };
+            let bench = ReductionBench {
+                sizes: reductions::parse_sizes(sizes).map_err(flag("sizes"))?,
+                layouts: reductions::parse_layouts(layouts).map_err(flag("layouts"))?,
+                dtype: reductions::parse_dtype(dtype).map_err(flag("dtype"))?,
+                target: match target {
+                    BenchTargetArg::Auto => BenchTarget::Auto,
+                    BenchTargetArg::Cpu => BenchTarget::Cpu,
+                    BenchTargetArg::Metal => BenchTarget::Metal,
+                    BenchTargetArg::Emulated => BenchTarget::Emulated,
+                },
+                reps: *reps,
+                num_warps: *num_warps,
+                seed: *seed,
+            };
+            bench_reductions(
+                &bench,
+                output.as_deref(),
+                cli.format == Format::Json || *json,
+            )
+        }
         Cmd::CheckSystem { require_emu, json } => {
             check_system(cli, *require_emu, cli.format == Format::Json || *json)
         }
     }
+}
+
+fn bench_reductions(bench: &ReductionBench, png: Option<&Path>, as_json: bool) -> Res<ExitCode> {
+    bench.validate()?;
+    let total = (bench.sizes.len() * bench.layouts.len()) as u64;
+    // Hidden by indicatif itself when stderr is not a terminal.
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let report = bench.run(|done, _, what| {
+        bar.set_position(done as u64);
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    if let Some(p) = png {
+        plot::plot_png(&report, p)?;
+    }
+    if as_json {
+        println!(
+            "{}",
+            pretty(&serde_json::to_value(&report).unwrap_or(Value::Null))
+        );
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(p) = png {
+        eprintln!("wrote {}", p.display());
+    }
+    let failed = report.rows.iter().filter(|r| !r.ok).count();
+    if failed > 0 {
+        eprintln!("error: {failed} result(s) differ from MLX by more than the tolerance");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn profile(cli: &Cli) -> Res<HardwareProfile> {

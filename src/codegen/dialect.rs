@@ -1,19 +1,22 @@
 //! What differs between C-family GPU languages, as data (STYLE rule 10).
 //!
 //! The printer in `lower.rs` is shared; a dialect is this table of spellings plus the
-//! per-op overrides in [`Dialect::overrides`], consulted before the shared printing. Adding
-//! CUDA means adding one more `Dialect` value, not another printer. What is still Metal's
-//! alone: the `simdgroup_matrix` tile path of `tl.dot` (a dialect without `matrix_8x8`
-//! takes the FMA path), the helper header (`metal.rs`), and `uint` as the index type of
-//! generated loops (a CUDA header can `typedef unsigned int uint;`).
+//! per-op overrides in [`Dialect::overrides`], consulted before the shared printing, and the
+//! helper header ([`Dialect::header`]). [`METAL`] and [`CUDA`] are the two values. What is
+//! still Metal's alone: the `simdgroup_matrix` tile path of `tl.dot` (a dialect without
+//! `matrix_8x8` takes the FMA path). Generated code spells Metal's short scalar names
+//! (`uint` for loop indices, `ulong`, `uchar`, `ushort`); the CUDA prelude defines them as
+//! typedefs, so the shared printer needs no per-dialect index type.
 
 use crate::dtype::DType;
 
 /// Spellings of one target language.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dialect {
-    /// Short name used in error messages (`metal`, `cuda`).
+    /// Short name (`metal`, `cuda`).
     pub name: &'static str,
+    /// The language's name in error messages (`Metal`, `CUDA`).
+    pub title: &'static str,
     /// Element type names, indexed like [`DType::ALL`]; `None` when the language lacks it.
     pub types: [Option<&'static str>; 13],
     /// Qualifier of a per-threadgroup array declaration.
@@ -65,8 +68,24 @@ pub struct Dialect {
     pub mulhi: &'static str,
     /// `8x8` matrix fragments (`simdgroup_matrix`) are available.
     pub matrix_8x8: bool,
+    /// `mma.sync.m16n8k16` tensor-core instructions (inline PTX) take `tl.dot` with fp16/bf16
+    /// operands and an fp32 accumulator (see `mma.rs`).
+    pub mma_m16n8k16: bool,
     /// Per-op overrides, checked before the shared printing.
     pub overrides: &'static [(&'static str, &'static str)],
+    /// Start of every header (includes, typedefs, always-needed helpers).
+    pub prelude: &'static str,
+    /// Helper definitions printed once each when the body uses them, by helper name
+    /// (`erf`, `atomic`, `atomic_cas`, `atomic_fminmax`, `philox`, `packed`).
+    pub helpers: &'static [(&'static str, &'static str)],
+    /// Type of one chunk of a vectorised access: `{ty}` (element type) and `{n}`.
+    pub vector_type: &'static str,
+    /// Expressions loading one chunk of 2 and of 4 elements from the element pointer `{p}`.
+    pub vector_load: [&'static str; 2],
+    /// Statement storing the chunk `{v}` (of type `{vt}`) to the element pointer `{p}`.
+    pub vector_store: &'static str,
+    /// Type of four `uint`s indexable with `[k]` (Philox results).
+    pub uint4: &'static str,
 }
 
 impl Dialect {
@@ -83,11 +102,24 @@ impl Dialect {
             .find(|(name, _)| *name == op)
             .map(|(_, t)| *t)
     }
+
+    /// The header for a body that uses `helpers`: the prelude, then each helper's
+    /// definition (in name order, each once; names the dialect does not need print nothing).
+    pub fn header(&self, helpers: &std::collections::BTreeSet<&'static str>) -> String {
+        let mut s = String::from(self.prelude);
+        for h in helpers {
+            if let Some((_, def)) = self.helpers.iter().find(|(n, _)| n == h) {
+                s.push_str(def);
+            }
+        }
+        s
+    }
 }
 
 /// Metal Shading Language (MLX `fast::metal_kernel` bodies).
 pub const METAL: Dialect = Dialect {
     name: "metal",
+    title: "Metal",
     types: [
         Some("bool"),
         Some("char"),
@@ -135,6 +167,85 @@ pub const METAL: Dialect = Dialect {
     atomic_store: "atomic_store_explicit({addr}, {val}, memory_order_relaxed);",
     mulhi: "mulhi({a}, {b})",
     matrix_8x8: true,
+    mma_m16n8k16: false,
     // Metal has no `erf`; the header defines one.
     overrides: &[("erf", "tm_erf({x})")],
+    prelude: "#include <metal_stdlib>\nusing namespace metal;\n",
+    helpers: &[
+        ("erf", super::metal::ERF),
+        ("atomic_cas", super::metal::ATOMIC_CAS),
+        ("atomic_fminmax", super::metal::ATOMIC_FMINMAX),
+        ("philox", super::metal::PHILOX),
+        ("packed", super::metal::PACKED),
+    ],
+    vector_type: "packed_{ty}{n}",
+    vector_load: ["tm_vload2({p})", "tm_vload({p})"],
+    vector_store: "*((device {vt}*)({p})) = {v};",
+    uint4: "uint4",
+};
+
+/// CUDA C++ as NVRTC compiles it (MLX `fast::cuda_kernel` bodies and standalone kernels).
+///
+/// Threads of a program are `threadIdx.x` of one block; a warp is 32 lanes, like a Metal
+/// SIMD-group. Warp collectives are butterflies of `__shfl_xor_sync` over all 32 lanes (the
+/// printer calls them in uniform control flow only). Atomics are relaxed, as Triton's
+/// default; float max/min are CAS loops. 16-byte vector accesses check alignment at run
+/// time and fall back to element accesses (CUDA's vector types, unlike Metal's packed ones,
+/// must be naturally aligned).
+pub const CUDA: Dialect = Dialect {
+    name: "cuda",
+    title: "CUDA",
+    types: [
+        Some("bool"),
+        Some("schar"),
+        Some("short"),
+        Some("int"),
+        Some("long"),
+        Some("uchar"),
+        Some("ushort"),
+        Some("uint"),
+        Some("ulong"),
+        Some("__half"),
+        Some("__nv_bfloat16"),
+        Some("float"),
+        None,
+    ],
+    shared_array: "__shared__",
+    device_ptr: "",
+    barrier: "__syncthreads();",
+    device_barrier: "__threadfence();",
+    thread_index: "threadIdx.x",
+    lane_index: "(threadIdx.x & 31u)",
+    simdgroup_index: "(threadIdx.x >> 5)",
+    program_id: ["int(blockIdx.x)", "int(blockIdx.y)", "int(blockIdx.z)"],
+    num_programs: ["int(gridDim.x)", "int(gridDim.y)", "int(gridDim.z)"],
+    infinity: "__int_as_float(0x7f800000)",
+    nan: "__int_as_float(0x7fffffff)",
+    bitcast: "tm_bitcast<{ty}>({x})",
+    shuffle_xor: "__shfl_xor_sync(0xffffffffu, {x}, {m})",
+    simd_sum: None,
+    simd_max: None,
+    simd_min: None,
+    shuffle_up: "__shfl_up_sync(0xffffffffu, {x}, {d})",
+    prefix_exclusive_sum: None,
+    prefix_exclusive_product: None,
+    atomic_rmw: "tm_atomic_{op}({addr}, {val})",
+    atomic_load: "tm_atomic_load({addr})",
+    atomic_store: "tm_atomic_store({addr}, {val});",
+    mulhi: "tm_mulhi({a}, {b})",
+    matrix_8x8: false,
+    mma_m16n8k16: true,
+    overrides: &[],
+    prelude: super::cuda::PRELUDE,
+    helpers: &[
+        ("atomic", super::cuda::ATOMIC),
+        ("atomic_cas", super::cuda::ATOMIC_CAS),
+        ("atomic_fminmax", super::cuda::ATOMIC_FMINMAX),
+        ("philox", super::cuda::PHILOX),
+        ("packed", super::cuda::PACKED),
+    ],
+    vector_type: "tm_vec<{ty}, {n}>",
+    vector_load: ["tm_vload<2>({p})", "tm_vload<4>({p})"],
+    vector_store: "tm_vstore({p}, {v});",
+    uint4: "tm_uint4",
 };

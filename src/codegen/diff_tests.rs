@@ -65,12 +65,14 @@ fn scalar_arg(b: &EmuBuffer) -> ExecArg<'static> {
     }
 }
 
-/// Runs `kernel` on the executor and on emulated Metal; compares every output.
+/// Runs `kernel` on the executor and on emulated Metal; compares every output. Also prints
+/// it for CUDA (and compiles that with NVRTC when present).
 fn diff(kernel: &Kernel, opts: &LaunchOptions, grid: [usize; 3], args: &[Arg], tol: f64) {
     let prog = match metal::compile(kernel, opts) {
         Ok(p) => p,
         Err(e) => panic!("compile failed: {e}"),
     };
+    super::cuda_tests::check_cuda(kernel, opts);
     // Executor.
     let mut outs: Vec<Vec<u8>> = args
         .iter()
@@ -168,6 +170,33 @@ fn diff_integer_ops() {
     let x = [7, -7, 7, -7, i32::MAX, 300, -129, 65537];
     let y = [2, 2, -2, -2, 2, 7, 3, 65536];
     let args = [input("a", &x), input("b", &y), Arg::Out(I32, 48)];
+    diff(&k, &LaunchOptions::default(), [1, 1, 1], &args, 0.0);
+}
+
+#[test]
+fn diff_two_element_blocks_load_and_store_packed_pairs() {
+    if !emu_ok("diff_two_element_blocks_load_and_store_packed_pairs") {
+        return;
+    }
+    let k = kernel("pairs", |k| {
+        let (a, o) = (k.ptr(F32, "a"), k.ptr(F32, "o"));
+        let (h, ho) = (k.ptr(F16, "h"), k.ptr(F16, "ho"));
+        let offs = arange(0, 2);
+        store(o + offs, load(a + offs) * 2.0 + 1.0);
+        store(o + 2 + offs, load(a + 2 + offs) - 3.0);
+        store(ho + offs, load(h + offs) * 2.0);
+    });
+    let args = [
+        input("a", &[1.5f32, -2.0, 8.0, 0.25]),
+        Arg::Out(F32, 4),
+        input("h", &[f16::from_f32(0.5), f16::from_f32(-3.0)]),
+        Arg::Out(F16, 2),
+    ];
+    let src = msl(&k, &LaunchOptions::default()).unwrap().source.clone();
+    assert!(
+        src.contains("tm_vload2(") && src.contains("packed_half2"),
+        "{src}"
+    );
     diff(&k, &LaunchOptions::default(), [1, 1, 1], &args, 0.0);
 }
 

@@ -11,7 +11,7 @@
 //! goes through threadgroup memory only before and after it.
 
 use super::layout::{MATRIX_TILE, SIMD_WIDTH};
-use super::lower::{unsupported, Lowering, Repr};
+use super::lower::{unsupported_on, Lowering, Repr};
 use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -20,6 +20,9 @@ use crate::ir::Value;
 impl Lowering<'_> {
     /// True when `dot(a, b, acc)` with these types takes the `simdgroup_matrix` path.
     pub(super) fn dot_tiles_ok(&self, a: Value, b: Value, acc: Value) -> bool {
+        if self.d.mma_m16n8k16 {
+            return self.mma_ok(a, b, acc);
+        }
         let (sa, sb) = (&self.ty(a).shape, &self.ty(b).shape);
         let (din, dacc) = (self.edt(a), self.edt(acc));
         let t8 = MATRIX_TILE;
@@ -79,6 +82,9 @@ impl Lowering<'_> {
 
     /// Declares this SIMD-group's C fragments and loads them from block `acc` `[m, n]`.
     pub(super) fn frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
+        if self.d.mma_m16n8k16 {
+            return self.mma_frags_from(acc, m, n);
+        }
         let warps = self.threads / SIMD_WIDTH;
         let per = ((m / MATRIX_TILE) * (n / MATRIX_TILE)).div_ceil(warps);
         let c = self.fresh("frag_c");
@@ -115,6 +121,9 @@ impl Lowering<'_> {
         n: usize,
         k: usize,
     ) -> Result<()> {
+        if self.d.mma_m16n8k16 {
+            return self.mma_accumulate(c, a, b, m, n, k);
+        }
         let s = self.scratch_array(DType::F32, m * k + k * n)?;
         self.smem_write_begin();
         self.stage(a, &s, 0, &|l| l.to_string())?;
@@ -154,6 +163,9 @@ impl Lowering<'_> {
 
     /// Stores fragments `c` (`[m, n]`) back into a block in the blocked layout as `res`.
     pub(super) fn frags_to_block(&mut self, res: Value, c: &str, m: usize, n: usize) -> Result<()> {
+        if self.d.mma_m16n8k16 {
+            return self.mma_frags_to_block(res, c, m, n);
+        }
         let s = self.scratch_array(DType::F32, m * n)?;
         self.smem_write_begin();
         self.open_tiles(m, n);
@@ -184,7 +196,11 @@ impl Lowering<'_> {
         let din = self.edt(a);
         let dacc = self.edt(res);
         if !(din.is_float() || din.is_int()) || !(dacc.is_float() || dacc.is_int()) {
-            return Err(unsupported(self.k, format!("dot of {din} into {dacc}")));
+            return Err(unsupported_on(
+                self.d,
+                self.k,
+                format!("dot of {din} into {dacc}"),
+            ));
         }
         let r = sa.len();
         let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);

@@ -81,7 +81,12 @@ pub(super) const FLAT: &str = "{L}";
 const MAX_RECIPE: usize = 400;
 
 pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
-    Error::Unsupported(format!("kernel `{}`: {what} on Metal", k.name))
+    unsupported_on(&super::dialect::METAL, k, what)
+}
+
+/// `Error::Unsupported` naming the kernel, the construct and the target language.
+pub(super) fn unsupported_on(d: &Dialect, k: &Kernel, what: impl std::fmt::Display) -> Error {
+    Error::Unsupported(format!("kernel `{}`: {what} on {}", k.name, d.title))
 }
 
 impl<'k> Lowering<'k> {
@@ -186,7 +191,7 @@ impl<'k> Lowering<'k> {
     pub fn cty(&self, dtype: DType) -> Result<&'static str> {
         self.d
             .type_name(dtype)
-            .ok_or_else(|| unsupported(self.k, format!("dtype {dtype}")))
+            .ok_or_else(|| unsupported_on(self.d, self.k, format!("dtype {dtype}")))
     }
 
     pub fn layout_of(&self, n: usize) -> BlockedLayout {
@@ -429,7 +434,13 @@ impl<'k> Lowering<'k> {
                     format!("{cty}({f})")
                 }
             }
-            DType::F64 => return Err(unsupported(self.k, "f64 (Metal GPUs have no fp64)")),
+            DType::F64 => {
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    "f64 (Metal GPUs have no fp64)",
+                ))
+            }
         })
     }
 
@@ -482,7 +493,8 @@ impl<'k> Lowering<'k> {
                 } => {
                     let (a, b) = (get(*on_true, &self.prov), get(*on_false, &self.prov));
                     if a.is_some() && b.is_some() && a != b {
-                        return Err(unsupported(
+                        return Err(unsupported_on(
+                            self.d,
                             self.k,
                             format!("`{}` of pointers into different parameters", data.op.name()),
                         ));
@@ -544,8 +556,9 @@ impl<'k> Lowering<'k> {
     }
 
     fn param_name(&self, v: Value) -> Result<&'k str> {
-        let p = self.prov[v.index()]
-            .ok_or_else(|| unsupported(self.k, "a pointer not derived from a parameter"))?;
+        let p = self.prov[v.index()].ok_or_else(|| {
+            unsupported_on(self.d, self.k, "a pointer not derived from a parameter")
+        })?;
         Ok(&self.k.params[p].name)
     }
 
@@ -870,7 +883,13 @@ impl<'k> Lowering<'k> {
             DType::F32 => call,
             // Transcendentals on 16-bit floats run in float and round once.
             DType::F16 | DType::BF16 => format!("{ct}({})", call.replace("{x}", "float({x})")),
-            _ => return Err(unsupported(self.k, format!("`{}` on {dt}", kind.name()))),
+            _ => {
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    format!("`{}` on {dt}", kind.name()),
+                ))
+            }
         })
     }
 
@@ -1029,7 +1048,7 @@ impl<'k> Lowering<'k> {
             return Ok(None);
         };
         let param = &self.k.params[p];
-        let ok = lay.vec >= 2
+        let ok = matches!(lay.vec, 2 | 4)
             && self.axis[ptr.index()].contig >= lay.vec as u64
             && matches!(
                 dt,
@@ -1048,7 +1067,12 @@ impl<'k> Lowering<'k> {
             return Ok(None);
         }
         self.helpers.insert("packed");
-        Ok(Some(format!("packed_{}{}", self.cty(dt)?, lay.vec)))
+        Ok(Some(
+            self.d
+                .vector_type
+                .replace("{ty}", self.cty(dt)?)
+                .replace("{n}", &lay.vec.to_string()),
+        ))
     }
 
     /// Conditions under which a whole chunk (registers `tm_i ..`) may be accessed at once;
@@ -1103,7 +1127,10 @@ impl<'k> Lowering<'k> {
         self.open_chunks(lay);
         let off = self.el(ptr, "tm_i");
         let body = |me: &mut Self| {
-            me.line(format!("const {vt} tm_v = tm_vload({p} + {off});"));
+            // Blocks of two elements have 2-wide chunks; every other chunk is 4 wide.
+            let load =
+                me.d.vector_load[usize::from(v == 4)].replace("{p}", &format!("{p} + {off}"));
+            me.line(format!("const {vt} tm_v = {load};"));
             me.line(format!(
                 "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) {name}[tm_i + tm_e] = tm_v[tm_e];"
             ));
@@ -1151,7 +1178,12 @@ impl<'k> Lowering<'k> {
             me.line(format!(
                 "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) tm_v[tm_e] = {val};"
             ));
-            me.line(format!("*((device {vt}*)({p} + {off})) = tm_v;"));
+            me.line(
+                me.d.vector_store
+                    .replace("{vt}", vt)
+                    .replace("{p}", &format!("{p} + {off}"))
+                    .replace("{v}", "tm_v"),
+            );
         };
         if whole.is_empty() {
             body(self);
@@ -1231,8 +1263,9 @@ impl<'k> Lowering<'k> {
         val: &str,
     ) -> Result<String> {
         if !matches!(dt, DType::I32 | DType::U32 | DType::F32) {
-            return Err(unsupported(self.k, format!("atomics on {dt}")));
+            return Err(unsupported_on(self.d, self.k, format!("atomics on {dt}")));
         }
+        self.helpers.insert("atomic");
         let t = self.d.atomic_rmw;
         let f = |name: &str| {
             t.replace("{op}", name)
@@ -1241,7 +1274,7 @@ impl<'k> Lowering<'k> {
         };
         Ok(match kind {
             None if dt == DType::F32 => {
-                return Err(unsupported(self.k, "atomic_cas on f32"));
+                return Err(unsupported_on(self.d, self.k, "atomic_cas on f32"));
             }
             None => {
                 self.helpers.insert("atomic_cas");
@@ -1259,7 +1292,7 @@ impl<'k> Lowering<'k> {
             Some(AtomicOp::Max) => f("fetch_max"),
             Some(AtomicOp::Min) => f("fetch_min"),
             Some(AtomicOp::And | AtomicOp::Or | AtomicOp::Xor) if dt == DType::F32 => {
-                return Err(unsupported(self.k, "bitwise atomics on f32"));
+                return Err(unsupported_on(self.d, self.k, "bitwise atomics on f32"));
             }
             Some(AtomicOp::And) => f("fetch_and"),
             Some(AtomicOp::Or) => f("fetch_or"),
@@ -1499,7 +1532,8 @@ impl<'k> Lowering<'k> {
         if uniform {
             let xs: Vec<String> = args.iter().map(|a| self.el(*a, "")).collect();
             self.line(format!(
-                "const uint4 {tmp} = tm_philox({}, {rounds}u);",
+                "const {} {tmp} = tm_philox({}, {rounds}u);",
+                self.d.uint4,
                 xs.join(", ")
             ));
             for (k, n) in names.iter().enumerate() {
@@ -1519,7 +1553,8 @@ impl<'k> Lowering<'k> {
         let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_i")).collect();
         self.open_regs(lay, false);
         self.line(format!(
-            "const uint4 {tmp} = tm_philox({}, {rounds}u);",
+            "const {} {tmp} = tm_philox({}, {rounds}u);",
+            self.d.uint4,
             xs.join(", ")
         ));
         for (k, n) in names.iter().enumerate() {
@@ -1727,10 +1762,9 @@ impl<'k> Lowering<'k> {
         self.open("while (true)");
         self.hazard.reads_pending = true;
         let c = self.region(cond)?;
-        let cv = c
-            .first()
-            .copied()
-            .ok_or_else(|| unsupported(self.k, "a while condition that yields nothing"))?;
+        let cv = c.first().copied().ok_or_else(|| {
+            unsupported_on(self.d, self.k, "a while condition that yields nothing")
+        })?;
         self.line(format!("if (!{}) break;", self.el(cv, "")));
         let ys = self.region(body)?;
         self.assign_carried(&vars, &ys)?;

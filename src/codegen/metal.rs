@@ -137,7 +137,7 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
     }
     body.append(&mut lw.lines);
     let source = body.join("\n") + "\n";
-    let header = header(&lw.helpers);
+    let header = METAL.header(&lw.helpers);
 
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
@@ -198,24 +198,8 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
     })
 }
 
-/// Helper functions, each printed only when the body uses it.
-fn header(helpers: &std::collections::BTreeSet<&'static str>) -> String {
-    let mut s = String::from("#include <metal_stdlib>\nusing namespace metal;\n");
-    for h in helpers {
-        s.push_str(match *h {
-            "erf" => ERF,
-            "atomic_cas" => ATOMIC_CAS,
-            "atomic_fminmax" => ATOMIC_FMINMAX,
-            "philox" => PHILOX,
-            "packed" => PACKED,
-            _ => "",
-        });
-    }
-    s
-}
-
 /// `erf` for float (Metal has none): XLA's rational approximation on [-4, 4], about 1 ulp.
-const ERF: &str = r#"
+pub(super) const ERF: &str = r#"
 inline float tm_erf(float x) {
   x = clamp(x, -4.0f, 4.0f);
   const float x2 = x * x;
@@ -236,7 +220,7 @@ inline float tm_erf(float x) {
 "#;
 
 /// Strong compare-and-swap from Metal's weak one: retries spurious failures only.
-const ATOMIC_CAS: &str = r#"
+pub(super) const ATOMIC_CAS: &str = r#"
 template <typename T>
 inline T tm_cas_strong(device atomic<T>* p, T cmp, T val) {
   T expected = cmp;
@@ -249,7 +233,7 @@ inline T tm_cas_strong(device atomic<T>* p, T cmp, T val) {
 "#;
 
 /// Float max/min: Metal float atomics only add, so loop a CAS on the bits.
-const ATOMIC_FMINMAX: &str = r#"
+pub(super) const ATOMIC_FMINMAX: &str = r#"
 inline float tm_atomic_fmax(device atomic<float>* p, float v) {
   device atomic<uint>* u = (device atomic<uint>*)p;
   uint old = atomic_load_explicit(u, memory_order_relaxed);
@@ -273,7 +257,7 @@ inline float tm_atomic_fmin(device atomic<float>* p, float v) {
 "#;
 
 /// Philox-4x32 as Triton computes it (`philox_impl`).
-const PHILOX: &str = r#"
+pub(super) const PHILOX: &str = r#"
 inline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {
   for (uint r = 0; r < rounds; ++r) {
     const uint a0 = c0;
@@ -290,18 +274,23 @@ inline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uin
 "#;
 
 /// Metal's packed vectors (element alignment, so any element offset may start a chunk)
-/// and a chunk load for either address space MLX may bind an input in (`constant` below 8
+/// and a chunk load (`tm_vload`: 4 elements, `tm_vload2`: 2, for 2-element blocks) for
+/// either address space MLX may bind an input in (`constant` below 8
 /// elements). A CPU build of the body (the emulator: CPU target macros are defined there,
 /// never in the Metal compiler) has no address spaces and no packed types, so it gets
 /// element-aligned vector typedefs and one load per type (not a template: a template
 /// argument would drop the typedef's alignment).
-const PACKED: &str = r#"
+pub(super) const PACKED: &str = r#"
 #if defined(__x86_64__) || defined(__aarch64__)
 #define TM_PACKED(T, N, A) \
+  typedef T packed_##N##2 __attribute__((ext_vector_type(2), aligned(A))); \
   typedef T packed_##N##4 __attribute__((ext_vector_type(4), aligned(A))); \
+  inline packed_##N##2 tm_vload2(const T* p) { return *(const packed_##N##2*)p; } \
   inline packed_##N##4 tm_vload(const T* p) { return *(const packed_##N##4*)p; }
 #else
 #define TM_PACKED(T, N, A) \
+  inline packed_##N##2 tm_vload2(const device T* p) { return *(const device packed_##N##2*)p; } \
+  inline packed_##N##2 tm_vload2(const constant T* p) { return *(const constant packed_##N##2*)p; } \
   inline packed_##N##4 tm_vload(const device T* p) { return *(const device packed_##N##4*)p; } \
   inline packed_##N##4 tm_vload(const constant T* p) { return *(const constant packed_##N##4*)p; }
 #endif

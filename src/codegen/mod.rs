@@ -1,8 +1,8 @@
-//! Code generation: kernel IR to C-family GPU source (Metal Shading Language today).
+//! Code generation: kernel IR to C-family GPU source (Metal Shading Language and CUDA).
 //!
 //! One printer (`lower.rs`, `reduce.rs`, `dot.rs`) writes per-thread code for any
 //! [`dialect::Dialect`]; [`metal::compile`] wraps it for MLX's `fast::metal_kernel` (the
-//! ABI rules are in [`abi`]). Each program is one threadgroup of `num_warps x 32` threads;
+//! ABI rules are in [`abi`]) and [`cuda::compile`] for `fast::cuda_kernel` or NVRTC. Each program is one threadgroup of `num_warps x 32` threads;
 //! block tensors are spread over them by [`layout::BlockedLayout`].
 //!
 //! ```
@@ -31,11 +31,14 @@
 
 pub mod abi;
 mod axis;
+pub mod cuda;
 pub mod dialect;
 mod dot;
 pub mod layout;
 mod lower;
 pub mod metal;
+mod mma;
+pub mod nvrtc;
 mod reduce;
 
 use std::collections::hash_map::DefaultHasher;
@@ -43,6 +46,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
+pub use cuda::CudaProgram;
 pub use metal::MetalProgram;
 
 use crate::error::Result;
@@ -151,6 +155,12 @@ impl LaunchOptions {
         self
     }
 
+    /// Sets the device the code is generated for.
+    pub fn target(mut self, target: HardwareProfile) -> Self {
+        self.target = target;
+        self
+    }
+
     /// Forces a reduction layout.
     pub fn reduction_layout(mut self, l: impl Into<ReductionLayout>) -> Self {
         self.reduction_layout = Some(l.into());
@@ -235,6 +245,44 @@ fn msl_with(
     Ok(prog)
 }
 
+fn cuda_cache() -> &'static Mutex<HashMap<u64, Arc<CudaProgram>>> {
+    static CACHE: OnceLock<Mutex<HashMap<u64, Arc<CudaProgram>>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The CUDA program of a kernel specialisation under `opts` (whose target must be a CUDA
+/// profile, e.g. `HardwareProfile::of(Chip::Sm90)`), compiled once per process (keyed by
+/// [`cache_key`]). `TRITON_METAL_DEBUG` and `TRITON_METAL_CACHE_DIR` work as for [`msl`];
+/// the folder gets `<name>.cu`, the [`CudaProgram::standalone`] translation unit.
+pub fn cuda(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<CudaProgram>> {
+    let key = cache_key(kernel, opts);
+    if let Some(p) = cuda_cache().lock().map_err(|_| poisoned())?.get(&key) {
+        return Ok(p.clone());
+    }
+    let debug = debug_enabled();
+    if debug {
+        eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
+    }
+    let prog = Arc::new(cuda::compile(kernel, opts)?);
+    if debug {
+        eprintln!(
+            "[triton-metal] lowered for {} ({} warps):\n{}",
+            opts.target.chip,
+            opts.num_warps,
+            prog.describe()
+        );
+    }
+    if let Some(dir) = std::env::var_os(CACHE_DIR_ENV).map(std::path::PathBuf::from) {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(format!("{}.cu", prog.name)), prog.standalone())?;
+    }
+    cuda_cache()
+        .lock()
+        .map_err(|_| poisoned())?
+        .insert(key, prog.clone());
+    Ok(prog)
+}
+
 fn poisoned() -> crate::Error {
     crate::Error::Runtime {
         kernel: String::new(),
@@ -242,6 +290,8 @@ fn poisoned() -> crate::Error {
     }
 }
 
+#[cfg(test)]
+mod cuda_tests;
 #[cfg(test)]
 mod diff_tests;
 #[cfg(test)]

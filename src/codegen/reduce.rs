@@ -16,7 +16,7 @@
 //! index, so every strategy returns Triton's left-most answer; NaN is ignored like `max`.
 
 use super::layout::{deposit_expr, BitHome, SIMD_WIDTH};
-use super::lower::{bit_fields, remap_expr, unsupported, Lowering, Repr};
+use super::lower::{bit_fields, remap_expr, unsupported_on, Lowering, Repr};
 use super::{LayoutChoice, ReductionLayout};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -124,7 +124,11 @@ impl Lowering<'_> {
                 return Ok(format!("if {better} {{ {acc} = {v}; {ai} = {vi}; }}"));
             }
             ReduceKind::Custom => {
-                return Err(unsupported(self.k, "reduce with a custom combine function"))
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    "reduce with a custom combine function",
+                ))
             }
         };
         let e = self.binary_expr(op, dt)?;
@@ -143,8 +147,9 @@ impl Lowering<'_> {
         combine: Option<RegionId>,
     ) -> Result<()> {
         if kind == ReduceKind::Custom {
-            let r = combine
-                .ok_or_else(|| unsupported(self.k, "custom reduce without a combine region"))?;
+            let r = combine.ok_or_else(|| {
+                unsupported_on(self.d, self.k, "custom reduce without a combine region")
+            })?;
             return self.combine_custom(id, axis, srcs, r, None);
         }
         let x = srcs[0];
@@ -711,8 +716,9 @@ impl Lowering<'_> {
             ScanKind::Sum => BinaryOp::Add,
             ScanKind::Prod => BinaryOp::Mul,
             ScanKind::Custom => {
-                let r = combine
-                    .ok_or_else(|| unsupported(self.k, "custom scan without a combine region"))?;
+                let r = combine.ok_or_else(|| {
+                    unsupported_on(self.d, self.k, "custom scan without a combine region")
+                })?;
                 return self.combine_custom(id, axis, srcs, r, Some(reverse));
             }
         };

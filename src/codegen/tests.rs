@@ -10,7 +10,7 @@ use crate::emu::{self, EmuBuffer, Emulator, MetalLaunch, OutputSpec};
 use crate::ir::Kernel;
 use crate::tl::{self, KernelBuilder, Tensor};
 
-fn build(name: &str, cx: &[(&str, i64)], f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
+pub(super) fn build(name: &str, cx: &[(&str, i64)], f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
     let map: BTreeMap<String, i64> = cx.iter().map(|(n, v)| (n.to_string(), *v)).collect();
     match tl::build(name, &map, f) {
         Ok(k) => k,
@@ -54,6 +54,7 @@ fn run(
         Ok(p) => p,
         Err(e) => panic!("compile failed: {e}"),
     };
+    super::cuda_tests::check_cuda(kernel, opts);
     run_prog(&prog, args, outs, programs)
 }
 
@@ -63,6 +64,38 @@ fn run_prog(
     outs: &[OutputSpec],
     programs: [usize; 3],
 ) -> Vec<EmuBuffer> {
+    let l = emu_launch(prog, args, outs, programs);
+    match emu::run_all_orders(&l) {
+        Ok(v) => v,
+        Err(e) => panic!("emulated run failed: {e}\n{}", prog.describe()),
+    }
+}
+
+/// Runs in each lane order separately: for kernels whose result legitimately depends on
+/// which program wins a race (a `cas`), so the two orders' outputs cannot be compared.
+fn run_each_order(
+    kernel: &Kernel,
+    outs: &[OutputSpec],
+    programs: [usize; 3],
+) -> Vec<Vec<EmuBuffer>> {
+    let prog = metal::compile(kernel, &LaunchOptions::default()).expect("compiles");
+    super::cuda_tests::check_cuda(kernel, &LaunchOptions::default());
+    let l = emu_launch(&prog, &[], outs, programs);
+    [emu::LaneOrder::Forward, emu::LaneOrder::Reverse]
+        .into_iter()
+        .map(|o| match emu::run(&l.clone().lane_order(o)) {
+            Ok(v) => v,
+            Err(e) => panic!("emulated run ({o:?}) failed: {e}\n{}", prog.describe()),
+        })
+        .collect()
+}
+
+fn emu_launch(
+    prog: &MetalProgram,
+    args: &[EmuBuffer],
+    outs: &[OutputSpec],
+    programs: [usize; 3],
+) -> MetalLaunch {
     let (grid, tg) = prog.launch_dims(programs);
     let mut l = MetalLaunch::new(&prog.name, &prog.source)
         .header(&prog.header)
@@ -83,10 +116,7 @@ fn run_prog(
             .unwrap_or_else(|| panic!("no output `{n}`"));
         l = l.output(o.clone());
     }
-    match emu::run_all_orders(&l) {
-        Ok(v) => v,
-        Err(e) => panic!("emulated run failed: {e}\n{}", prog.describe()),
-    }
+    l
 }
 
 fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
@@ -100,7 +130,7 @@ fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
     }
 }
 
-fn vector_add(k: &mut KernelBuilder) {
+pub(super) fn vector_add(k: &mut KernelBuilder) {
     let (x, y, out) = (
         k.ptr(F32, "x_ptr"),
         k.ptr(F32, "y_ptr"),
@@ -115,7 +145,7 @@ fn vector_add(k: &mut KernelBuilder) {
     tl::store(out + offs, a + b).mask(mask);
 }
 
-fn softmax(k: &mut KernelBuilder) {
+pub(super) fn softmax(k: &mut KernelBuilder) {
     let (out, inp) = (k.ptr(F32, "out_ptr"), k.ptr(F32, "in_ptr"));
     let (stride, ncols) = (k.scalar(I32, "row_stride"), k.scalar(I32, "n_cols"));
     let block = k.constexpr("BLOCK");
@@ -131,7 +161,7 @@ fn softmax(k: &mut KernelBuilder) {
     tl::store(out + row * stride + offs, num / den).mask(mask);
 }
 
-fn matmul(dtype: DType) -> impl FnOnce(&mut KernelBuilder) {
+pub(super) fn matmul(dtype: DType) -> impl FnOnce(&mut KernelBuilder) {
     move |k: &mut KernelBuilder| {
         let (a, b, c) = (
             k.ptr(dtype, "a_ptr"),
@@ -161,7 +191,7 @@ fn matmul(dtype: DType) -> impl FnOnce(&mut KernelBuilder) {
     }
 }
 
-fn layer_norm(k: &mut KernelBuilder) {
+pub(super) fn layer_norm(k: &mut KernelBuilder) {
     let (x, y, w, b) = (
         k.ptr(F32, "x_ptr"),
         k.ptr(F32, "y_ptr"),
@@ -185,7 +215,7 @@ fn layer_norm(k: &mut KernelBuilder) {
 
 /// Per program: a `[BM, BN]` tile of a row-major `[M, N]` matrix; row sums, column maxima
 /// and row argmaxes of the tile.
-fn tile_reductions(k: &mut KernelBuilder) {
+pub(super) fn tile_reductions(k: &mut KernelBuilder) {
     let x = k.ptr(F32, "x_ptr");
     let (rows, cols, amax) = (
         k.ptr(F32, "row_sum"),
@@ -207,7 +237,7 @@ fn tile_reductions(k: &mut KernelBuilder) {
     tl::store(amax + offs_m, masked.argmax(1)).mask(offs_m.lt(m));
 }
 
-fn cumsum_kernel(k: &mut KernelBuilder) {
+pub(super) fn cumsum_kernel(k: &mut KernelBuilder) {
     let (x, y, z) = (
         k.ptr(F32, "x_ptr"),
         k.ptr(F32, "y_ptr"),
@@ -727,10 +757,8 @@ fn emulated_atomics_every_kind() {
         tl::atomic_and(r + 1 + z, !bit);
     });
     let progs = 64usize;
-    let out = run(
+    let runs = run_each_order(
         &k,
-        &LaunchOptions::default(),
-        &[],
         &[
             OutputSpec::new("f", F32, &[2]).init(0.0),
             OutputSpec::new("q", I32, &[8 + progs]).init(0.0),
@@ -738,19 +766,21 @@ fn emulated_atomics_every_kind() {
         ],
         [progs, 1, 1],
     );
-    let f = out[0].to_vec::<f32>().unwrap();
-    let q = out[1].to_vec::<i32>().unwrap();
-    let r = out[2].to_vec::<i32>().unwrap();
-    assert_eq!(f, [(progs * 10) as f32, -5.0]);
-    assert_eq!(q[0], (progs * 16) as i32);
-    assert_eq!(q[1], (progs * 16 - 1) as i32);
-    assert_eq!(q[2], -7);
-    assert_eq!(q[3], 0xff);
-    assert_eq!(q[4], 0, "an even number of xors");
-    assert!(q[6] > 0 && q[7] > 0);
-    let winners = q[8..].iter().filter(|&&v| v == 0).count();
-    assert_eq!(winners, 2, "exactly one cas per slot sees 0");
-    assert_eq!(r, [-1, !0xf]);
+    for out in runs {
+        let f = out[0].to_vec::<f32>().unwrap();
+        let q = out[1].to_vec::<i32>().unwrap();
+        let r = out[2].to_vec::<i32>().unwrap();
+        assert_eq!(f, [(progs * 10) as f32, -5.0]);
+        assert_eq!(q[0], (progs * 16) as i32);
+        assert_eq!(q[1], (progs * 16 - 1) as i32);
+        assert_eq!(q[2], -7);
+        assert_eq!(q[3], 0xff);
+        assert_eq!(q[4], 0, "an even number of xors");
+        assert!(q[6] > 0 && q[7] > 0);
+        let winners = q[8..].iter().filter(|&&v| v == 0).count();
+        assert_eq!(winners, 2, "exactly one cas per slot sees 0");
+        assert_eq!(r, [-1, !0xf]);
+    }
 }
 
 #[test]

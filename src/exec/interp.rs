@@ -8,6 +8,7 @@
 use super::data::{fill_const, ptr_pack, same_kind, Data};
 use super::memops::{self, MemErr, PtrArg};
 use super::memory::Mem;
+use super::reduce_layout::{self, ReduceStrategy};
 use super::{dot, elementwise as ew, reduce, shape};
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, Op, OpId, ParamKind, RegionId, Value, ValueDef};
@@ -25,6 +26,9 @@ pub(crate) struct Launch<'k, 'a> {
     pub(crate) folded: Folded,
     /// Per value: its buffer may be taken over by its only use (see [`Launch::stealable`]).
     pub(crate) steal: Vec<bool>,
+    /// Builtin reductions in a GPU layout's order (see `reduce_layout.rs`); `None`: the
+    /// executor's fastest order.
+    pub(crate) reduce_strategy: Option<ReduceStrategy>,
 }
 
 /// `addptr(splat(p), offsets)` whose only uses are as the address of loads, stores and
@@ -703,8 +707,12 @@ impl<'k, 'a> Launch<'k, 'a> {
                     Some(region) => self.custom_reduce(env, done, id, pid, srcs, dims, *region)?,
                     None => {
                         let d = t.dtype;
-                        with_out(env, r0()?, |env, o| {
-                            reduce::reduce(*kind, d, &env[src0.index()], dims, o)
+                        let strategy = self.reduce_strategy;
+                        with_out(env, r0()?, |env, o| match strategy {
+                            Some(st) => {
+                                reduce_layout::reduce(st, *kind, d, &env[src0.index()], dims, o)
+                            }
+                            None => reduce::reduce(*kind, d, &env[src0.index()], dims, o),
                         })
                         .map_err(wrap)?;
                     }

@@ -61,6 +61,7 @@ mod interp;
 mod memops;
 mod memory;
 mod reduce;
+mod reduce_layout;
 mod shape;
 #[cfg(test)]
 mod tests;
@@ -73,6 +74,7 @@ use crate::ir::{Kernel, Param, ParamKind, Type};
 use data::{canon_i32, class_of, f64_to_f32_class, Class, Data};
 use interp::Launch;
 use memory::Mem;
+pub use reduce_layout::ReduceStrategy;
 
 /// One kernel argument, in kernel-parameter order.
 ///
@@ -176,6 +178,17 @@ fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Da
 /// for failures while running (out-of-bounds accesses, writes through read-only buffers),
 /// naming the op and program.
 pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
+    execute_with(kernel, grid, args, None)
+}
+
+/// [`execute`], with builtin reductions combined in the order of a GPU reduction layout
+/// ([`ReduceStrategy`]; `None`: the executor's fastest order).
+pub fn execute_with(
+    kernel: &Kernel,
+    grid: [usize; 3],
+    args: &mut [ExecArg<'_>],
+    reduce_strategy: Option<ReduceStrategy>,
+) -> Result<()> {
     let k = kernel;
     // The interpreter relies on the verifier's invariants (operand types, region shapes);
     // checking here keeps a hand-edited kernel from reaching it.
@@ -259,6 +272,7 @@ pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> R
         invariant,
         folded,
         steal,
+        reduce_strategy,
     };
     let total = grid
         .iter()

@@ -1,11 +1,13 @@
 //! Fused groups as kernels written with our own DSL (`tl`), launched like user kernels.
 //!
 //! [`DslKernels`] covers FMA, GELU (erf and tanh), SwiGLU, softmax over the last axis,
-//! LayerNorm and RMSNorm over the last axis, for float results whose operands have the
-//! result's shape. Everything else — matmul(+bias+activation), conv, attention (MLX's
-//! matmul/conv/sdpa built-ins are the better kernels: the seeds' "MPS transformation"),
-//! broadcasting operands, rows longer than 16384 — is left to the next provider
-//! (`MlxKernels`): put `DslKernels` first in `GraphRunner::with_provider`.
+//! LayerNorm and RMSNorm over the last axis, for float results; and, with kernels built at
+//! run time from the group's ops ([`super::dsl_build`]), elementwise chains, matmul + bias
+//! (+ activation) as one DSL kernel, conv2d + bias + activation as MLX's conv2d followed by
+//! a DSL epilogue, hierarchical sum/mean/max/min reductions with their elementwise prologue, and
+//! attention as MLX's fused scaled-dot-product attention. Rows longer than 16384 and
+//! whatever has no DSL spelling (`pow`, integer results, argmax) are left to the next
+//! provider (`MlxKernels`): put `DslKernels` first in `GraphRunner::with_provider`.
 
 use std::sync::OnceLock;
 
@@ -48,6 +50,10 @@ enum RowKind {
 
 impl KernelProvider for DslKernels {
     fn kernel_for<'g>(&self, group: &'g FusedGroup) -> Option<Box<dyn FusedKernel + 'g>> {
+        // Kernels built from the group's op list (chains, epilogues, reductions).
+        if let Some(k) = super::dsl_build::plan(group, true) {
+            return Some(Box::new(k));
+        }
         if !group.ty.dtype.is_float() || group.ty.shape.is_empty() {
             return None;
         }

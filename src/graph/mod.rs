@@ -27,6 +27,7 @@
 //! ```
 
 pub mod dsl;
+pub mod dsl_build;
 pub mod fusion;
 pub mod ops;
 pub mod pattern;

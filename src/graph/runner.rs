@@ -2,11 +2,12 @@
 //! and comparing the two.
 //!
 //! A fused group runs through a [`FusedKernel`] chosen by the first [`KernelProvider`]
-//! that offers one. [`MlxKernels`] is the provider available today: MLX built-ins where MLX
-//! has the fused op (softmax, layer norm, RMS norm) and composite MLX evaluations derived
-//! from the roles the match found (FMA, GELU, SwiGLU, epilogues, attention, reductions),
-//! so a wrong match shows up as a numerical difference. Kernels written with the DSL plug
-//! in as another provider placed in front ([`GraphRunner::with_provider`]).
+//! that offers one. [`MlxKernels`] has one for every group: MLX built-ins where MLX has the
+//! fused op (softmax, layer norm, RMS norm) and composite MLX
+//! evaluations derived from the roles the match found (FMA, GELU, SwiGLU, epilogues,
+//! reductions), so a wrong match shows up as a numerical difference. Kernels written with
+//! the DSL ([`super::dsl::DslKernels`], [`super::dsl_build::MlxMatmulEpilogueKernels`]) plug in
+//! as providers placed in front ([`GraphRunner::with_provider`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::f64::consts::FRAC_1_SQRT_2;
@@ -165,9 +166,7 @@ impl FusedKernel for PatternKernel<'_> {
             } => {
                 let k = get(k)?;
                 let kt = if *k_transposed { swap_last_two(&k)? } else { k };
-                let s = mlx::matmul(&get(q)?, &kt)?;
-                let s = mlx::multiply(&s, &scalar(*scale, s.dtype())?)?;
-                mlx::matmul(&mlx::softmax(&s, &[-1], true)?, &get(v)?)?
+                attention_formula(&get(q)?, &kt, &get(v)?, *scale)?
             }
             PatternParams::HierarchicalReduction {
                 op, axes, source, ..
@@ -238,7 +237,47 @@ fn scalar(v: f64, dtype: DType) -> Result<Array> {
     mlx::full(&[], v, dtype)
 }
 
-fn swap_last_two(a: &Array) -> Result<Array> {
+/// `softmax(q @ kt * scale) @ v` with MLX's matmul and softmax.
+pub(crate) fn attention_formula(q: &Array, kt: &Array, v: &Array, scale: f64) -> Result<Array> {
+    let s = mlx::matmul(q, kt)?;
+    let s = mlx::multiply(&s, &scalar(scale, s.dtype())?)?;
+    mlx::matmul(&mlx::softmax(&s, &[-1], true)?, v)
+}
+
+/// MLX's fused attention over `[.., L, D]` operands with equal leading axes (seen as
+/// `[batch, 1 head, L, D]`); `None` when the shapes or dtypes do not fit it.
+pub(crate) fn sdpa(q: &Array, k: &Array, v: &Array, scale: f64) -> Result<Option<Array>> {
+    let (sq, sk, sv) = (q.shape(), k.shape(), v.shape());
+    let n = sq.len();
+    let fits = n >= 2
+        && sk.len() == n
+        && sv.len() == n
+        && sq[..n - 2] == sk[..n - 2]
+        && sq[..n - 2] == sv[..n - 2]
+        && sq[n - 1] == sk[n - 1]
+        && sk[n - 2] == sv[n - 2]
+        && q.dtype().is_float()
+        && q.dtype() == k.dtype()
+        && q.dtype() == v.dtype();
+    if !fits {
+        return Ok(None);
+    }
+    let batch: usize = sq[..n - 2].iter().product();
+    let four = |a: &Array, s: &[usize]| {
+        mlx::reshape(a, &[batch as i32, 1, s[n - 2] as i32, s[n - 1] as i32])
+    };
+    let o = mlx::scaled_dot_product_attention(
+        &four(q, &sq)?,
+        &four(k, &sk)?,
+        &four(v, &sv)?,
+        scale as f32,
+    )?;
+    let mut shape: Vec<i32> = sq[..n - 1].iter().map(|&d| d as i32).collect();
+    shape.push(sv[n - 1] as i32);
+    Ok(Some(mlx::reshape(&o, &shape)?))
+}
+
+pub(crate) fn swap_last_two(a: &Array) -> Result<Array> {
     let n = a.ndim();
     if n < 2 {
         return Ok(a.clone());

@@ -1,5 +1,6 @@
-//! Editing helpers for passes: use counts, dead-op removal, and compaction (renumbering the
-//! arenas in program order, dropping everything unreachable from the body).
+//! Editing helpers for passes: use counts, use replacement, and compaction (renumbering the
+//! arenas in program order, dropping everything unreachable from the body). Dead-code and
+//! common-subexpression elimination live with the other passes (`crate::passes`).
 
 use super::kernel::{
     Kernel, OpData, OpId, RegionData, RegionId, Value, ValueData, ValueDef, ValueRange,
@@ -20,36 +21,6 @@ impl Kernel {
             });
         }
         uses
-    }
-
-    /// Removes pure ops none of whose results is used, until none is left; returns how many
-    /// were removed. Removed ops stay in the arena, unplaced: call [`Kernel::compact`] next.
-    pub fn remove_dead_ops(&mut self) -> usize {
-        let mut removed = 0;
-        loop {
-            let uses = self.use_counts();
-            let before = removed;
-            for r in 0..self.regions.len() {
-                let ops = std::mem::take(&mut self.regions[r].ops);
-                let kept: Vec<OpId> = ops
-                    .into_iter()
-                    .filter(|id| {
-                        let d = &self.ops[id.index()];
-                        let dead = d.op.props().pure
-                            && !d.results.is_empty()
-                            && d.results
-                                .iter()
-                                .all(|v| uses.get(v.index()).is_some_and(|u| *u == 0));
-                        removed += dead as usize;
-                        !dead
-                    })
-                    .collect();
-                self.regions[r].ops = kept;
-            }
-            if removed == before {
-                return removed;
-            }
-        }
     }
 
     /// Renumbers values, ops and regions in program order (params first, then region arguments
@@ -185,65 +156,5 @@ impl Kernel {
                 }
             });
         }
-    }
-
-    /// Common-subexpression elimination of pure, region-free ops: an op equal to one that
-    /// dominates it (earlier in the same or an enclosing region) reuses its results. Returns
-    /// how many ops were replaced; call [`Kernel::remove_dead_ops`] and
-    /// [`Kernel::compact`] afterwards. Opt-in: the DSL does not run it.
-    pub fn cse(&mut self) -> usize {
-        let mut scopes: Vec<std::collections::HashMap<String, ValueRange>> = Vec::new();
-        let mut replaced = 0;
-        self.cse_region(self.body, &mut scopes, &mut replaced);
-        replaced
-    }
-
-    fn cse_region(
-        &mut self,
-        r: RegionId,
-        scopes: &mut Vec<std::collections::HashMap<String, ValueRange>>,
-        replaced: &mut usize,
-    ) {
-        scopes.push(std::collections::HashMap::new());
-        let ops = self
-            .regions
-            .get(r.index())
-            .map(|rd| rd.ops.clone())
-            .unwrap_or_default();
-        for id in ops {
-            let (op, results) = {
-                let d = &self.ops[id.index()];
-                (d.op.clone(), d.results)
-            };
-            let subs: Vec<RegionId> = op.regions().collect();
-            if subs.is_empty() && op.props().pure && !results.is_empty() {
-                let tys: Vec<String> = results.iter().map(|v| self.ty(v).to_string()).collect();
-                let key = format!("{op:?}|{}", tys.join(","));
-                let found = scopes.iter().rev().find_map(|s| s.get(&key).copied());
-                match found {
-                    Some(prev) => {
-                        for (old, new) in results.iter().zip(prev.iter()) {
-                            self.replace_all_uses(old, new);
-                        }
-                        *replaced += 1;
-                    }
-                    None => {
-                        if let Some(s) = scopes.last_mut() {
-                            s.insert(key, results);
-                        }
-                    }
-                }
-            }
-            // Combine regions are isolated: they cannot reuse values from outside.
-            let isolated = matches!(op, Op::Reduce { .. } | Op::Scan { .. });
-            for sub in subs {
-                if isolated {
-                    self.cse_region(sub, &mut Vec::new(), replaced);
-                } else {
-                    self.cse_region(sub, scopes, replaced);
-                }
-            }
-        }
-        scopes.pop();
     }
 }

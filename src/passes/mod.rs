@@ -6,6 +6,8 @@
 
 mod barrier;
 mod const_fold;
+mod cse;
+mod dce;
 mod fma;
 
 use std::fmt;
@@ -15,10 +17,12 @@ use crate::ir::{verify, Kernel};
 
 pub use barrier::eliminate_barriers;
 pub use const_fold::fold_constants;
+pub use cse::eliminate_common_subexpressions;
+pub use dce::eliminate_dead_code;
 pub use fma::contract_fma;
 
 /// What the pipeline may do.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PassOptions {
     /// Bit-exact results requested: no FMA contraction.
     pub exact: bool,
@@ -77,7 +81,7 @@ pub fn pipeline(kernel: &Kernel, opts: &PassOptions) -> Result<(Kernel, Vec<Pass
     let mut k = kernel.clone();
     let mut stats = Vec::new();
     step(&mut k, &mut stats, "constant-fold", fold_constants);
-    step(&mut k, &mut stats, "cse", Kernel::cse);
+    step(&mut k, &mut stats, "cse", eliminate_common_subexpressions);
     if !opts.exact {
         step(&mut k, &mut stats, "fma-contraction", contract_fma);
     }
@@ -87,7 +91,7 @@ pub fn pipeline(kernel: &Kernel, opts: &PassOptions) -> Result<(Kernel, Vec<Pass
         "barrier-elimination",
         eliminate_barriers,
     );
-    step(&mut k, &mut stats, "dead-code", Kernel::remove_dead_ops);
+    step(&mut k, &mut stats, "dead-code", eliminate_dead_code);
     k.compute_param_access();
     verify(&k)?;
     Ok((k, stats))

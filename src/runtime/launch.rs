@@ -11,16 +11,16 @@ use std::ops::Index;
 use std::sync::Arc;
 
 use crate::array::Array;
-use crate::codegen::{self, LaunchOptions, MetalProgram, ReductionLayout};
+use crate::codegen::{self, CudaProgram, LaunchOptions, MetalProgram, ReductionLayout};
 use crate::device::{self, Device};
 use crate::dtype::DType;
 use crate::emu::{self, EmuBuffer, LaneOrder};
 use crate::error::{Error, Result};
-use crate::exec::ExecArg;
+use crate::exec::{ExecArg, ReduceStrategy};
 use crate::ir::{Kernel, ParamKind};
 use crate::opt::HardwareProfile;
-use crate::passes::{pipeline, PassOptions};
-use crate::runtime::mlx_kernel::{cpu_launch, MetalKernelCall, OutputSpec};
+use crate::passes::PassOptions;
+use crate::runtime::mlx_kernel::{cpu_launch, CudaKernelCall, MetalKernelCall, OutputSpec};
 use crate::tl::JitKernel;
 
 /// `triton.cdiv`: `(x + d - 1) / d` for positive `d`.
@@ -236,16 +236,19 @@ impl IntoArgs for Vec<Arg> {
 /// Where a launch runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Target {
-    /// Metal when MLX's default device is an Apple GPU, otherwise the CPU executor. The
-    /// environment variable `TRITON_METAL_TARGET` (`cpu`, `metal`, `emulated`,
-    /// `emulated-reverse`) overrides the choice, e.g. to run a whole program on emulated
-    /// Metal.
+    /// Metal when MLX's default device is an Apple GPU, CUDA when it is an NVIDIA GPU and
+    /// the crate feature `cuda` is on, otherwise the CPU executor. The environment variable
+    /// `TRITON_METAL_TARGET` (`cpu`, `metal`, `cuda`, `emulated`, `emulated-reverse`)
+    /// overrides the choice, e.g. to run a whole program on emulated Metal.
     #[default]
     Auto,
     /// The CPU executor, as an MLX primitive (lazy outputs).
     Cpu,
     /// The generated MSL through MLX's `fast::metal_kernel` (needs MLX with Metal: macOS).
     Metal,
+    /// The generated CUDA through MLX's `fast::cuda_kernel` (needs MLX's CUDA build on an
+    /// NVIDIA GPU; elsewhere MLX's error comes back as `Err`).
+    Cuda,
     /// The generated MSL, wrapped exactly as MLX would, compiled with clang against a
     /// Metal shim and run on the CPU with threads as fibers (`crate::emu`). Synchronous;
     /// for testing the Metal path on machines without a Mac.
@@ -264,11 +267,12 @@ impl Target {
             "" | "auto" => return Ok(None),
             "cpu" => Target::Cpu,
             "metal" => Target::Metal,
+            "cuda" => Target::Cuda,
             "emulated" | "emu" => Target::Emulated(LaneOrder::Forward),
             "emulated-reverse" | "emu-reverse" => Target::Emulated(LaneOrder::Reverse),
             other => {
                 return Err(Error::InvalidArgument(format!(
-                    "{TARGET_ENV}={other}: expected cpu, metal, emulated or emulated-reverse"
+                    "{TARGET_ENV}={other}: expected cpu, metal, cuda, emulated or emulated-reverse"
                 )))
             }
         }))
@@ -334,8 +338,10 @@ impl<'k> Launch<'k> {
         self
     }
 
-    /// Forces every reduction of the kernel into one layout on GPU targets (default: the
-    /// code generator's choice, COALESCED).
+    /// Forces every reduction of the kernel into one layout (default: the code generator's
+    /// choice, COALESCED, on GPU targets; the fastest order on the CPU). On the CPU
+    /// executor, builtin reductions then combine their elements in that layout's order over
+    /// `num_warps x 32` simulated lanes ([`crate::exec::ReduceStrategy`]).
     pub fn reduction_layout(mut self, layout: ReductionLayout) -> Self {
         self.reduction_layout = Some(layout);
         self
@@ -363,21 +369,13 @@ impl<'k> Launch<'k> {
     }
 
     /// The specialisation this launch would run (built once per constexpr set), after the
-    /// optimisation pipeline when [`Launch::optimize`] asked for it.
+    /// optimisation pipeline when [`Launch::optimize`] asked for it (run once per constexpr
+    /// set and options: [`JitKernel::specialize_optimized`]).
     pub fn specialize(&self) -> Result<Arc<Kernel>> {
-        let kernel = self.kernel.specialize(&self.constexprs)?;
-        let Some(opts) = self.passes else {
-            return Ok(kernel);
-        };
-        let (optimized, stats) = pipeline(&kernel, &opts)?;
-        if crate::codegen::debug_enabled() {
-            eprintln!("[triton-metal] IR before optimisation:\n{}", kernel.ir());
-            for s in &stats {
-                eprintln!("[triton-metal]   {s}");
-            }
-            eprintln!("[triton-metal] IR after optimisation:\n{}", optimized.ir());
+        match self.passes {
+            None => self.kernel.specialize(&self.constexprs),
+            Some(opts) => self.kernel.specialize_optimized(&self.constexprs, &opts),
         }
-        Ok(Arc::new(optimized))
     }
 
     /// Checks everything and runs; returns the outputs (the stored-to pointer arguments)
@@ -404,26 +402,39 @@ impl<'k> Launch<'k> {
             Target::Auto => match Target::from_env()? {
                 Some(t) => t,
                 None if device::default_device()? == Device::Gpu => {
-                    if crate::device::HardwareInfo::detect()?.backend
-                        != crate::device::Backend::Metal
-                    {
-                        return Err(Error::Unsupported(format!(
-                            "kernel `{}`: MLX's default device is a non-Metal GPU; CUDA code \
-                             generation is not implemented yet (use .target(Target::Cpu))",
-                            kernel.name
-                        )));
+                    match crate::device::HardwareInfo::detect()?.backend {
+                        crate::device::Backend::Metal => Target::Metal,
+                        // Only a `cuda` build asks MLX about CUDA; without the feature a
+                        // GPU default device here would be a Metal-less, CUDA-less MLX.
+                        crate::device::Backend::Cuda if cfg!(feature = "cuda") => Target::Cuda,
+                        other => {
+                            return Err(Error::Unsupported(format!(
+                                "kernel `{}`: MLX's default device is a {other} GPU and this \
+                                 build has no launcher for it (build with feature `cuda` for \
+                                 NVIDIA GPUs, or use .target(Target::Cpu))",
+                                kernel.name
+                            )))
+                        }
                     }
-                    Target::Metal
                 }
                 None => Target::Cpu,
             },
             t => t,
         };
         match target {
-            Target::Auto | Target::Cpu => run_cpu(kernel, grid, plan),
+            Target::Auto | Target::Cpu => {
+                let strategy = self
+                    .reduction_layout
+                    .map(|l| ReduceStrategy::new(l, self.num_warps));
+                run_cpu(kernel, grid, plan, strategy)
+            }
             Target::Metal => {
                 let prog = self.metal_program(&kernel)?;
                 run_metal(&kernel, &prog, grid, &plan)
+            }
+            Target::Cuda => {
+                let prog = self.cuda_program(&kernel)?;
+                run_cuda(&kernel, &prog, grid, &plan)
             }
             Target::Emulated(order) => {
                 let prog = self.metal_program(&kernel)?;
@@ -436,6 +447,27 @@ impl<'k> Launch<'k> {
     pub fn msl(&self) -> Result<Arc<MetalProgram>> {
         let kernel = self.specialize()?;
         self.metal_program(&kernel)
+    }
+
+    /// The CUDA program this launch would run on an NVIDIA GPU.
+    pub fn cuda(&self) -> Result<Arc<CudaProgram>> {
+        let kernel = self.specialize()?;
+        self.cuda_program(&kernel)
+    }
+
+    fn cuda_program(&self, kernel: &Kernel) -> Result<Arc<CudaProgram>> {
+        // The NVIDIA GPU at hand (or TRITON_METAL_HW); otherwise sm_80, the oldest
+        // architecture MLX's CUDA back end targets.
+        let target = match HardwareProfile::detect()? {
+            p if p.backend == crate::device::Backend::Cuda => p,
+            _ => HardwareProfile::of(crate::opt::Chip::Sm80),
+        };
+        let opts = LaunchOptions {
+            num_warps: self.num_warps as u32,
+            reduction_layout: self.reduction_layout,
+            target,
+        };
+        codegen::cuda(kernel, &opts)
     }
 
     fn metal_program(&self, kernel: &Kernel) -> Result<Arc<MetalProgram>> {
@@ -576,7 +608,12 @@ struct Bound {
     outputs: Vec<(OutputSpec, Option<f64>)>,
 }
 
-fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound) -> Result<Vec<Array>> {
+fn run_cpu(
+    kernel: Arc<Kernel>,
+    grid: [usize; 3],
+    plan: Bound,
+    strategy: Option<ReduceStrategy>,
+) -> Result<Vec<Array>> {
     let Bound {
         slots,
         inputs,
@@ -606,7 +643,7 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound) -> Result<Vec<Arr
                 Slot::Scalar(ScalarValue::Float(v)) => ExecArg::Float(*v),
             });
         }
-        crate::exec::execute(&kernel, grid, &mut args)
+        crate::exec::execute_with(&kernel, grid, &mut args, strategy)
     };
     let refs: Vec<&Array> = inputs.iter().collect();
     cpu_launch(&name, Box::new(body), &refs, &specs)
@@ -660,7 +697,7 @@ fn scalar_bytes(v: ScalarValue, dtype: DType) -> Vec<u8> {
 
 /// Input arrays in the program's input order: pointer arguments as given, scalars as 0-d
 /// arrays of their parameter's dtype.
-fn gpu_inputs(kernel: &Kernel, prog: &MetalProgram, plan: &Bound) -> Result<Vec<Array>> {
+fn gpu_inputs(kernel: &Kernel, prog_inputs: &[usize], plan: &Bound) -> Result<Vec<Array>> {
     let mut by_param: Vec<Option<Array>> = vec![None; kernel.params.len()];
     let mut ins = plan.inputs.iter();
     for (i, (slot, p)) in plan.slots.iter().zip(&kernel.params).enumerate() {
@@ -672,7 +709,7 @@ fn gpu_inputs(kernel: &Kernel, prog: &MetalProgram, plan: &Bound) -> Result<Vec<
             _ => {}
         }
     }
-    prog.inputs
+    prog_inputs
         .iter()
         .map(|&i| {
             by_param
@@ -681,7 +718,7 @@ fn gpu_inputs(kernel: &Kernel, prog: &MetalProgram, plan: &Bound) -> Result<Vec<
                 .flatten()
                 .ok_or_else(|| Error::Launch {
                     kernel: kernel.name.clone(),
-                    msg: format!("internal: no argument for Metal input {i}"),
+                    msg: format!("internal: no argument for GPU input {i}"),
                 })
         })
         .collect()
@@ -689,18 +726,18 @@ fn gpu_inputs(kernel: &Kernel, prog: &MetalProgram, plan: &Bound) -> Result<Vec<
 
 fn gpu_outputs(
     kernel: &Kernel,
-    prog: &MetalProgram,
+    prog_outputs: &[usize],
     plan: &Bound,
 ) -> Result<Vec<(OutputSpec, Option<f64>)>> {
     // Outputs in parameter order; the program lists them the same way.
     let outs: Vec<&(OutputSpec, Option<f64>)> = plan.outputs.iter().collect();
-    if outs.len() != prog.outputs.len() {
+    if outs.len() != prog_outputs.len() {
         return Err(Error::Launch {
             kernel: kernel.name.clone(),
             msg: format!(
-                "internal: {} outputs bound, the Metal program has {}",
+                "internal: {} outputs bound, the GPU program has {}",
                 outs.len(),
-                prog.outputs.len()
+                prog_outputs.len()
             ),
         });
     }
@@ -713,10 +750,13 @@ fn run_metal(
     grid: [usize; 3],
     plan: &Bound,
 ) -> Result<Vec<Array>> {
-    let inputs = gpu_inputs(kernel, prog, plan)?;
-    let outputs = gpu_outputs(kernel, prog, plan)?;
+    let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
+    let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
     let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
-    if fills.iter().any(|f| f.is_some() && *f != fills[0]) {
+    if fills
+        .iter()
+        .any(|f| f.is_some() && f.map(f64::to_bits) != fills[0].map(f64::to_bits))
+    {
         return Err(Error::Unsupported(format!(
             "kernel `{}`: MLX's metal_kernel has one init value for all outputs; got fills {fills:?}",
             kernel.name
@@ -739,6 +779,41 @@ fn run_metal(
     call.launch()
 }
 
+fn run_cuda(
+    kernel: &Kernel,
+    prog: &CudaProgram,
+    grid: [usize; 3],
+    plan: &Bound,
+) -> Result<Vec<Array>> {
+    let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
+    let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
+    let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
+    if fills
+        .iter()
+        .any(|f| f.is_some() && f.map(f64::to_bits) != fills[0].map(f64::to_bits))
+    {
+        return Err(Error::Unsupported(format!(
+            "kernel `{}`: MLX's cuda_kernel has one init value for all outputs; got fills {fills:?}",
+            kernel.name
+        )));
+    }
+    let (g, t) = prog.launch_dims(grid)?;
+    let call = CudaKernelCall {
+        name: &prog.name,
+        input_names: prog.input_names.clone(),
+        output_names: prog.output_names.clone(),
+        source: &prog.source,
+        header: &prog.header,
+        inputs: inputs.iter().collect(),
+        outputs: outputs.into_iter().map(|(o, _)| o).collect(),
+        grid: g,
+        threadgroup: t,
+        init_value: fills.iter().flatten().next().map(|v| *v as f32),
+        shared_memory: 0,
+    };
+    call.launch()
+}
+
 fn run_emulated(
     kernel: &Kernel,
     prog: &MetalProgram,
@@ -746,8 +821,8 @@ fn run_emulated(
     plan: &Bound,
     order: LaneOrder,
 ) -> Result<Vec<Array>> {
-    let inputs = gpu_inputs(kernel, prog, plan)?;
-    let outputs = gpu_outputs(kernel, prog, plan)?;
+    let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
+    let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
     let (g, t) = prog.launch_dims(grid);
     let mut launch = emu::MetalLaunch::new(&prog.name, &prog.source)
         .header(&prog.header)

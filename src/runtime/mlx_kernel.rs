@@ -1,4 +1,5 @@
-//! Launch entry points into MLX: the CPU-executor primitive and `fast::metal_kernel`.
+//! Launch entry points into MLX: the CPU-executor primitive, `fast::metal_kernel` and
+//! `fast::cuda_kernel`.
 //!
 //! Everything about MLX's calling convention for custom kernels lives here and in
 //! `cpp/bridge.cpp`; code generators only produce kernel bodies.
@@ -113,7 +114,7 @@ impl MetalKernelCall<'_> {
         {
             return Err(Error::Launch {
                 kernel: self.name.into(),
-                msg: "metal_kernel: names and arrays differ in number".into(),
+                msg: "custom kernel: names and arrays differ in number".into(),
             });
         }
         let (flat, ndims, dtypes) = flatten_outputs(&self.outputs, self.name)?;
@@ -193,5 +194,77 @@ impl MetalKernelCall<'_> {
             .and_then(|(_, rest)| rest.rsplit_once("\n```"))
             .map(|(src, _)| src.to_string());
         body.ok_or_else(|| Error::Mlx(format!("could not read MLX's traced source from: {out}")))
+    }
+}
+
+/// One call of MLX's `fast::cuda_kernel` (inputs made row-contiguous by MLX).
+#[derive(Clone, Debug)]
+pub struct CudaKernelCall<'a> {
+    /// Kernel name (MLX names the function `custom_kernel_<name>`).
+    pub name: &'a str,
+    /// Input parameter names, in order (each becomes `const T*`, 0-d arrays too).
+    pub input_names: Vec<String>,
+    /// Output parameter names, in order (each becomes `T*`).
+    pub output_names: Vec<String>,
+    /// Kernel body (MLX writes the signature).
+    pub source: &'a str,
+    /// Code placed before the kernel (includes, helpers).
+    pub header: &'a str,
+    /// Inputs, matching `input_names`.
+    pub inputs: Vec<&'a Array>,
+    /// Outputs, matching `output_names`.
+    pub outputs: Vec<OutputSpec>,
+    /// Grid in threads per axis (MLX rounds it up to whole blocks).
+    pub grid: [usize; 3],
+    /// Threads per block, per axis.
+    pub threadgroup: [usize; 3],
+    /// Fill value for the outputs before the kernel runs.
+    pub init_value: Option<f32>,
+    /// Bytes of dynamic shared memory.
+    pub shared_memory: usize,
+}
+
+impl CudaKernelCall<'_> {
+    /// Launches through `fast::cuda_kernel` on MLX's default stream. Without a CUDA GPU
+    /// (any CPU build of MLX) MLX's error is returned as `Err`.
+    pub fn launch(&self) -> Result<Vec<Array>> {
+        let as_metal = MetalKernelCall {
+            name: self.name,
+            input_names: self.input_names.clone(),
+            output_names: self.output_names.clone(),
+            source: self.source,
+            header: self.header,
+            inputs: self.inputs.clone(),
+            outputs: self.outputs.clone(),
+            grid: self.grid,
+            threadgroup: self.threadgroup,
+            init_value: self.init_value,
+            atomic_outputs: false,
+        };
+        let (ptrs, flat, ndims, dtypes, g, t) = as_metal.parts()?;
+        let smem = i32::try_from(self.shared_memory).map_err(|_| Error::Launch {
+            kernel: self.name.into(),
+            msg: format!("{} bytes of shared memory", self.shared_memory),
+        })?;
+        // SAFETY: the input pointers are borrowed from live arrays for this call.
+        let list = unsafe {
+            bridge::cuda_kernel_launch(
+                self.name,
+                &self.input_names,
+                &self.output_names,
+                self.source,
+                self.header,
+                &ptrs,
+                &flat,
+                &ndims,
+                &dtypes,
+                g,
+                t,
+                self.init_value.is_some(),
+                self.init_value.unwrap_or(0.0),
+                smem,
+            )?
+        };
+        unpack(list, Array::merged_pending(&self.inputs))
     }
 }

@@ -8,6 +8,7 @@ use super::tensor::Tensor;
 use crate::dtype::DType;
 use crate::error::{Error, Result, SourceLoc};
 use crate::ir::{verify, Kernel, Param, ParamKind, Type, ValueDef};
+use crate::passes::{pipeline, PassOptions};
 
 /// Declares a kernel's parameters inside the `jit` closure.
 ///
@@ -110,11 +111,16 @@ impl KernelBuilder {
 
 type Body = dyn Fn(&mut KernelBuilder) + Send + Sync;
 
-/// A `@triton.jit` kernel: the closure plus a cache of its specialisations.
+/// Optimised specialisations, per constexpr set and pass options.
+type OptimizedCache = HashMap<(BTreeMap<String, i64>, PassOptions), Arc<Kernel>>;
+
+/// A `@triton.jit` kernel: the closure plus caches of its specialisations (as built, and
+/// after the optimisation pipeline).
 pub struct JitKernel {
     name: String,
     body: Arc<Body>,
     cache: Mutex<HashMap<BTreeMap<String, i64>, Arc<Kernel>>>,
+    optimized: Mutex<OptimizedCache>,
 }
 
 impl std::fmt::Debug for JitKernel {
@@ -189,6 +195,7 @@ pub fn jit(
         name: name.to_string(),
         body: Arc::new(body),
         cache: Mutex::new(HashMap::new()),
+        optimized: Mutex::new(HashMap::new()),
     };
     // Trial build with no constexprs: catches errors early for kernels that need none.
     let empty = BTreeMap::new();
@@ -239,5 +246,44 @@ impl JitKernel {
     /// Number of cached specialisations.
     pub fn cached(&self) -> usize {
         self.lock().len()
+    }
+
+    /// The specialisation for `constexprs` after the optimisation pipeline
+    /// ([`crate::passes::pipeline`]) with `opts`: the passes run once per constexpr set and
+    /// options, later calls return the same `Arc`. With `TRITON_METAL_DEBUG` set, the first
+    /// run prints the IR before and after and each pass's statistics.
+    pub fn specialize_optimized(
+        &self,
+        constexprs: &BTreeMap<String, i64>,
+        opts: &PassOptions,
+    ) -> Result<Arc<Kernel>> {
+        let key = (constexprs.clone(), *opts);
+        if let Some(k) = self.lock_optimized().get(&key) {
+            return Ok(k.clone());
+        }
+        let kernel = self.specialize(constexprs)?;
+        let (optimized, stats) = pipeline(&kernel, opts)?;
+        if crate::codegen::debug_enabled() {
+            eprintln!("[triton-metal] IR before optimisation:\n{}", kernel.ir());
+            for s in &stats {
+                eprintln!("[triton-metal]   {s}");
+            }
+            eprintln!("[triton-metal] IR after optimisation:\n{}", optimized.ir());
+        }
+        // Two threads optimising at once keep the first result, so every caller shares it.
+        Ok(self
+            .lock_optimized()
+            .entry(key)
+            .or_insert_with(|| Arc::new(optimized))
+            .clone())
+    }
+
+    /// Number of cached optimised specialisations.
+    pub fn cached_optimized(&self) -> usize {
+        self.lock_optimized().len()
+    }
+
+    fn lock_optimized(&self) -> std::sync::MutexGuard<'_, OptimizedCache> {
+        self.optimized.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -3,10 +3,14 @@ using namespace metal;
 
 #if defined(__x86_64__) || defined(__aarch64__)
 #define TM_PACKED(T, N, A) \
+  typedef T packed_##N##2 __attribute__((ext_vector_type(2), aligned(A))); \
   typedef T packed_##N##4 __attribute__((ext_vector_type(4), aligned(A))); \
+  inline packed_##N##2 tm_vload2(const T* p) { return *(const packed_##N##2*)p; } \
   inline packed_##N##4 tm_vload(const T* p) { return *(const packed_##N##4*)p; }
 #else
 #define TM_PACKED(T, N, A) \
+  inline packed_##N##2 tm_vload2(const device T* p) { return *(const device packed_##N##2*)p; } \
+  inline packed_##N##2 tm_vload2(const constant T* p) { return *(const constant packed_##N##2*)p; } \
   inline packed_##N##4 tm_vload(const device T* p) { return *(const device packed_##N##4*)p; } \
   inline packed_##N##4 tm_vload(const constant T* p) { return *(const constant packed_##N##4*)p; }
 #endif

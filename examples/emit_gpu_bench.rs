@@ -1,0 +1,240 @@
+//! Writes the CUDA kernels of `benches/gpu/bench.py`'s cases: for each case a standalone
+//! `<case>.cu` (exactly the kernel MLX's `cuda_kernel` would compile, as an `extern "C"`
+//! entry) and one `manifest.json` with entry names, launch shapes and parameters.
+//!
+//! `cargo run --release --example emit_gpu_bench -- [dir]` (default `benches/gpu/generated`).
+//! The kernels are the examples' own, with constexprs and warps chosen for an sm_90 GPU.
+
+#[allow(dead_code)]
+#[path = "fused_softmax.rs"]
+pub mod fused_softmax;
+#[allow(dead_code)]
+#[path = "layer_norm.rs"]
+pub mod layer_norm;
+#[allow(dead_code)]
+#[path = "matmul.rs"]
+pub mod matmul;
+#[allow(dead_code)]
+#[path = "row_sum.rs"]
+pub mod row_sum;
+#[allow(dead_code)]
+#[path = "vector_add.rs"]
+pub mod vector_add;
+
+use serde_json::{json, Value};
+use triton_metal::codegen::{self, CudaProgram, LaunchOptions};
+use triton_metal::ir::ParamKind;
+use triton_metal::opt::{Chip, HardwareProfile};
+use triton_metal::tl::JitKernel;
+use triton_metal::{DType, Error, Result};
+
+/// A scalar argument's value.
+#[derive(Clone, Copy, Debug)]
+enum Val {
+    I(i64),
+    F(f64),
+}
+
+/// One benchmark case: a kernel, its constexprs and warps, its scalars, its grid.
+struct Case {
+    case: &'static str,
+    kernel: JitKernel,
+    constexprs: Vec<(&'static str, i64)>,
+    num_warps: u32,
+    scalars: Vec<(&'static str, Val)>,
+    programs: [usize; 3],
+}
+
+fn cases() -> Result<Vec<Case>> {
+    let mut v = vec![
+        Case {
+            case: "vector_add",
+            kernel: vector_add::add_kernel()?,
+            constexprs: vec![("BLOCK_SIZE", 1024)],
+            num_warps: 4,
+            scalars: vec![("n_elements", Val::I(1 << 28))],
+            programs: [(1 << 28) / 1024, 1, 1],
+        },
+        Case {
+            case: "row_sum",
+            kernel: row_sum::row_sum_kernel()?,
+            constexprs: vec![("BLOCK_SIZE", 2048)],
+            num_warps: 8,
+            scalars: vec![("n_cols", Val::I(16384))],
+            programs: [16384, 1, 1],
+        },
+        Case {
+            case: "softmax",
+            kernel: fused_softmax::softmax_kernel()?,
+            constexprs: vec![("BLOCK_SIZE", 4096)],
+            num_warps: 16,
+            scalars: vec![
+                ("input_row_stride", Val::I(4096)),
+                ("output_row_stride", Val::I(4096)),
+                ("n_cols", Val::I(4096)),
+            ],
+            programs: [32768, 1, 1],
+        },
+        Case {
+            case: "layer_norm",
+            kernel: layer_norm::layer_norm_kernel_for(DType::F16)?,
+            constexprs: vec![("BLOCK_SIZE", 2048)],
+            num_warps: 8,
+            scalars: vec![
+                ("stride", Val::I(8192)),
+                ("N", Val::I(8192)),
+                ("eps", Val::F(1e-5)),
+            ],
+            programs: [4096, 1, 1],
+        },
+    ];
+    for size in [1024i64, 4096] {
+        // Measured on an H100 (benches/README.md): at 4096^3 Triton's own config,
+        // 128x128x64 on 8 warps, beats 64x128x32 on 4 (121 vs 114 TFLOP/s) and 64x64, 128x64,
+        // 128x256; at 1024^3 64x64 and 64x128 on 4 warps are within run-to-run noise
+        // (47-51 TFLOP/s), 128x128 is slower (37).
+        let (bm, bn, bk, warps) = if size == 1024 {
+            (64i64, 64i64, 32i64, 4u32)
+        } else {
+            (128, 128, 64, 8)
+        };
+        v.push(Case {
+            case: if size == 1024 {
+                "matmul_1024"
+            } else {
+                "matmul_4096"
+            },
+            kernel: matmul::matmul_kernel_for(DType::F16)?,
+            constexprs: vec![
+                ("BLOCK_SIZE_M", bm),
+                ("BLOCK_SIZE_N", bn),
+                ("BLOCK_SIZE_K", bk),
+                ("GROUP_SIZE_M", 8),
+            ],
+            num_warps: warps,
+            scalars: vec![
+                ("M", Val::I(size)),
+                ("N", Val::I(size)),
+                ("K", Val::I(size)),
+                ("stride_am", Val::I(size)),
+                ("stride_ak", Val::I(1)),
+                ("stride_bk", Val::I(size)),
+                ("stride_bn", Val::I(1)),
+                ("stride_cm", Val::I(size)),
+                ("stride_cn", Val::I(1)),
+            ],
+            programs: [((size / bm) * (size / bn)) as usize, 1, 1],
+        });
+    }
+    Ok(v)
+}
+
+/// bench.py's dtype names.
+fn dtype_name(d: DType) -> Result<&'static str> {
+    Ok(match d {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U32 => "uint32",
+        DType::Bool => "bool",
+        other => {
+            return Err(Error::Unsupported(format!(
+                "emit_gpu_bench: bench.py has no tensor dtype for {other}"
+            )))
+        }
+    })
+}
+
+/// Every generated file, `(name, contents)`, manifest last.
+pub fn generate() -> Result<Vec<(String, String)>> {
+    let target = HardwareProfile::of(Chip::Sm90);
+    let mut files = Vec::new();
+    let mut entries = Vec::new();
+    for c in cases()? {
+        let kernel = c.kernel.specialize_with(&c.constexprs)?;
+        let opts = LaunchOptions::default()
+            .num_warps(c.num_warps)
+            .target(target.clone());
+        let prog: std::sync::Arc<CudaProgram> = codegen::cuda(&kernel, &opts)?;
+        if let Some(rw) = prog.read_write_outputs.first() {
+            return Err(Error::Unsupported(format!(
+                "emit_gpu_bench: case {}: output `{rw}` is also read; bench.py passes outputs \
+                 uninitialised",
+                c.case
+            )));
+        }
+        let mut params = Vec::new();
+        for (&i, dt) in prog.inputs.iter().zip(&prog.input_dtypes) {
+            let p = &kernel.params[i];
+            let dtype = dtype_name(*dt)?;
+            match p.kind {
+                ParamKind::Scalar(_) => {
+                    let v = c
+                        .scalars
+                        .iter()
+                        .find(|(n, _)| *n == p.name)
+                        .map(|(_, v)| *v)
+                        .ok_or_else(|| {
+                            Error::InvalidArgument(format!(
+                                "emit_gpu_bench: case {}: no value for scalar `{}`",
+                                c.case, p.name
+                            ))
+                        })?;
+                    let value: Value = match v {
+                        Val::I(i) => json!(i),
+                        Val::F(f) => json!(f),
+                    };
+                    params.push(
+                        json!({"name": p.name, "role": "scalar", "dtype": dtype, "value": value}),
+                    );
+                }
+                ParamKind::Ptr(_) => {
+                    params.push(json!({"name": p.name, "role": "input", "dtype": dtype}))
+                }
+            }
+        }
+        for (n, dt) in prog.output_names.iter().zip(&prog.output_dtypes) {
+            params.push(json!({"name": n, "role": "output", "dtype": dtype_name(*dt)?}));
+        }
+        let grid = prog.grid_blocks(c.programs)?;
+        let file = format!("{}.cu", c.case);
+        entries.push(json!({
+            "case": c.case,
+            "file": file,
+            "entry": prog.name,
+            "grid": grid,
+            "block": [prog.threads_per_block, 1, 1],
+            "shared_mem": 0,
+            "static_shared_mem": prog.shared_mem_bytes,
+            "constexprs": c.constexprs.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
+            "num_warps": c.num_warps,
+            "params": params,
+        }));
+        files.push((file, prog.standalone()));
+    }
+    let manifest = serde_json::to_string_pretty(&json!({
+        "generator": "cargo run --release --example emit_gpu_bench",
+        "target": "sm_90",
+        "kernels": entries,
+    }))
+    .map_err(|e| Error::InvalidArgument(format!("manifest: {e}")))?;
+    files.push(("manifest.json".into(), manifest + "\n"));
+    Ok(files)
+}
+
+fn main() -> Result<()> {
+    let dir = std::env::args()
+        .nth(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu/generated")
+        });
+    std::fs::create_dir_all(&dir)?;
+    for (name, text) in generate()? {
+        std::fs::write(dir.join(&name), text)?;
+        println!("wrote {}", dir.join(&name).display());
+    }
+    Ok(())
+}

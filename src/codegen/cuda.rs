@@ -1,0 +1,501 @@
+//! The CUDA back end: a kernel's IR to an MLX `fast::cuda_kernel` body, header and launch
+//! shape, and to a self-contained NVRTC translation unit with the same parameter list.
+//!
+//! MLX 0.32's `cuda_kernel` writes the kernel itself (`mlx/backend/cuda/custom_kernel.cpp`):
+//! its default header (`mlx/backend/cuda/device/utils.cuh`, `<cooperative_groups.h>`), then
+//! our header, then inside `namespace mlx::core::cu` a
+//! `__global__ void custom_kernel_<name>(...)` taking every input as `const T*` (a 0-d
+//! scalar too, so scalars are read as `x[0]`), `const __grid_constant__ Shape/Strides/int
+//! <in>_shape/_strides/_ndim` after an input whose name appears so in the body, then the
+//! outputs as `T*`; template arguments would become `constexpr`/`using` lines before the
+//! body (we pass none). The grid it is given counts threads and is rounded up to whole
+//! blocks, `(g + t - 1) / t`; the block is `min(threadgroup, grid)` per axis. With
+//! `ensure_row_contiguous` (which the launcher passes, as for Metal) strided inputs are
+//! copied to row-major first. [`CudaProgram::mlx_source`] reproduces that text and
+//! [`CudaProgram::standalone`] prints the same kernel as an `extern "C"` entry that NVRTC
+//! compiles on its own.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use super::dialect::CUDA;
+use super::lower::{unsupported_on, Lowering};
+use super::{abi, LaunchOptions, LayoutChoice};
+use crate::device::Backend;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ir::{Kernel, ParamKind};
+
+/// Static shared memory a CUDA block may declare (more needs dynamic shared memory).
+pub const STATIC_SHARED_LIMIT: usize = 48 * 1024;
+
+/// Largest block CUDA launches.
+pub const MAX_THREADS_PER_BLOCK: usize = 1024;
+
+/// Identifiers a CUDA parameter must not take: built-in variables and the types and
+/// functions the generated code names.
+const CUDA_RESERVED: &[&str] = &[
+    "threadIdx",
+    "blockIdx",
+    "blockDim",
+    "gridDim",
+    "warpSize",
+    "schar",
+    "__half",
+    "__nv_bfloat16",
+    "cg",
+    "mlx",
+    "inf",
+    "Shape",
+    "Strides",
+];
+
+/// A kernel ready for `fast::cuda_kernel` (or NVRTC through [`CudaProgram::standalone`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CudaProgram {
+    /// The kernel's name and a hash of header and source (MLX names the function
+    /// `custom_kernel_<name>`).
+    pub name: String,
+    /// Kernel body (MLX writes the signature).
+    pub source: String,
+    /// Includes, typedefs and helpers placed before the kernel.
+    pub header: String,
+    /// Input names in parameter order (read-only pointers and scalars).
+    pub input_names: Vec<String>,
+    /// Output names: the pointer parameters the kernel stores to or updates atomically.
+    pub output_names: Vec<String>,
+    /// For each input, its index in [`Kernel::params`].
+    pub inputs: Vec<usize>,
+    /// For each output, its index in [`Kernel::params`].
+    pub outputs: Vec<usize>,
+    /// Element type of each input (a scalar's own type).
+    pub input_dtypes: Vec<DType>,
+    /// Element type of each output.
+    pub output_dtypes: Vec<DType>,
+    /// Which inputs are scalars (0-d arrays, read as `name[0]`).
+    pub scalar_inputs: Vec<bool>,
+    /// Outputs the kernel also reads: the launcher must fill them with the argument's
+    /// contents (MLX outputs start fresh).
+    pub read_write_outputs: Vec<String>,
+    /// Threads per block (`num_warps x 32`).
+    pub threads_per_block: usize,
+    /// Static shared memory the body declares, in bytes (no dynamic shared memory).
+    pub shared_mem_bytes: usize,
+    /// The kernel uses atomics (relaxed, on plain `T*` outputs).
+    pub uses_atomics: bool,
+    /// Layout and strategy decisions, in program order.
+    pub layouts: Vec<LayoutChoice>,
+}
+
+impl CudaProgram {
+    /// `(grid, block)` in threads for MLX's `cuda_kernel`, from the number of programs per
+    /// axis. MLX rounds the grid up to whole blocks, so it is given exact multiples; errors
+    /// when the thread count overflows MLX's `int` or a grid axis exceeds CUDA's limits
+    /// (2^31 - 1 blocks on x, 65535 on y and z).
+    pub fn launch_dims(&self, programs: [usize; 3]) -> Result<([usize; 3], [usize; 3])> {
+        let blocks = self.grid_blocks(programs)?;
+        let (grid, block) = abi::grid(blocks, self.threads_per_block);
+        if grid[0] > i32::MAX as usize {
+            return Err(self.launch_err(format!(
+                "{} programs x {} threads overflow the grid MLX takes (int)",
+                blocks[0], self.threads_per_block
+            )));
+        }
+        Ok((grid, block))
+    }
+
+    /// The grid in blocks (what a direct CUDA launch takes), checked against CUDA's limits.
+    pub fn grid_blocks(&self, programs: [usize; 3]) -> Result<[usize; 3]> {
+        let limits = [i32::MAX as usize, 65535, 65535];
+        let mut g = [1usize; 3];
+        for a in 0..3 {
+            g[a] = programs[a].max(1);
+            if programs[a] > limits[a] {
+                return Err(self.launch_err(format!(
+                    "{} programs on axis {a} exceed CUDA's grid limit of {}",
+                    programs[a], limits[a]
+                )));
+            }
+        }
+        Ok(g)
+    }
+
+    fn launch_err(&self, msg: String) -> Error {
+        Error::Launch {
+            kernel: self.name.clone(),
+            msg,
+        }
+    }
+
+    /// The translation unit MLX 0.32 builds from this program for arrays of the
+    /// parameters' dtypes (it needs MLX's device headers to compile).
+    pub fn mlx_source(&self) -> String {
+        let mut s = String::from(
+            "\n#include \"mlx/backend/cuda/device/utils.cuh\"\n\n#include <cooperative_groups.h>\n\n",
+        );
+        s.push_str(&self.header);
+        s.push_str("namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n");
+        s.push_str(&format!("__global__ void custom_kernel_{}(\n", self.name));
+        let mut params: Vec<String> = Vec::new();
+        for (n, dt) in self.input_names.iter().zip(&self.input_dtypes) {
+            params.push(format!("    const {}* {n}", mlx_cuda_type(*dt)));
+        }
+        for (n, dt) in self.output_names.iter().zip(&self.output_dtypes) {
+            params.push(format!("    {}* {n}", mlx_cuda_type(*dt)));
+        }
+        s.push_str(&params.join(",\n"));
+        s.push_str(") {\n");
+        s.push_str(&self.source);
+        s.push_str("\n}\n\n} // namespace mlx::core::cu\n");
+        s
+    }
+
+    /// A self-contained CUDA translation unit: the header, then
+    /// `extern "C" __global__ void <name>(...)` with MLX's parameter list (inputs
+    /// `const T*`, scalars included, then outputs `T*`; types spelled with the header's
+    /// typedefs, which have MLX's sizes) and the same body. Launch it with
+    /// [`CudaProgram::grid_blocks`] blocks of [`CudaProgram::threads_per_block`] threads.
+    pub fn standalone(&self) -> String {
+        let mut s = format!(
+            "// Generated by triton-metal: kernel `{}` ({} threads per block, {} bytes static shared memory).\n",
+            self.name, self.threads_per_block, self.shared_mem_bytes
+        );
+        s.push_str(&self.header);
+        s.push_str(&format!(
+            "\nextern \"C\" __global__ void __launch_bounds__({}) {}(\n",
+            self.threads_per_block, self.name
+        ));
+        let ty = |dt: DType| CUDA.type_name(dt).unwrap_or("void");
+        let mut params: Vec<String> = Vec::new();
+        for (n, dt) in self.input_names.iter().zip(&self.input_dtypes) {
+            params.push(format!("    const {}* {n}", ty(*dt)));
+        }
+        for (n, dt) in self.output_names.iter().zip(&self.output_dtypes) {
+            params.push(format!("    {}* {n}", ty(*dt)));
+        }
+        s.push_str(&params.join(",\n"));
+        s.push_str(") {\n");
+        s.push_str(&self.source);
+        s.push_str("}\n");
+        s
+    }
+
+    /// A readable dump: layouts, launch shape, header and source.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "cuda program `{}`: {} threads/block, {} bytes shared memory, atomics={}\n  inputs: {:?}\n  outputs: {:?}\n",
+            self.name,
+            self.threads_per_block,
+            self.shared_mem_bytes,
+            self.uses_atomics,
+            self.input_names,
+            self.output_names
+        );
+        for l in &self.layouts {
+            s.push_str(&format!("  layout: {} -> {}\n", l.op, l.layout));
+        }
+        s.push_str("---- header ----\n");
+        s.push_str(&self.header);
+        s.push_str("---- source ----\n");
+        s.push_str(&self.source);
+        s
+    }
+}
+
+/// MLX's `dtype_to_cuda_type`.
+fn mlx_cuda_type(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool => "bool",
+        DType::I8 => "int8_t",
+        DType::I16 => "int16_t",
+        DType::I32 => "int32_t",
+        DType::I64 => "int64_t",
+        DType::U8 => "uint8_t",
+        DType::U16 => "uint16_t",
+        DType::U32 => "uint32_t",
+        DType::U64 => "uint64_t",
+        DType::F16 => "__half",
+        DType::BF16 => "__nv_bfloat16",
+        DType::F32 => "float",
+        DType::F64 => "double",
+    }
+}
+
+/// Compiles `kernel` for CUDA under `opts` (whose target must be a CUDA profile). Errors
+/// before anything is launched: blocks over 1024 threads, static shared memory over 48 KB,
+/// unsupported ops (named with the kernel), parameter names that would break the signature.
+pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<CudaProgram> {
+    let launch_err = |msg: String| Error::Launch {
+        kernel: kernel.name.clone(),
+        msg,
+    };
+    if opts.target.backend != Backend::Cuda {
+        return Err(launch_err(format!(
+            "target {} is not a CUDA device (use LaunchOptions::target with an sm_80/sm_90 profile)",
+            opts.target.chip
+        )));
+    }
+    if opts.num_warps == 0 || !opts.num_warps.is_power_of_two() {
+        return Err(launch_err(format!(
+            "num_warps must be a power of two, got {}",
+            opts.num_warps
+        )));
+    }
+    let threads = opts.threads();
+    let max_threads = (opts.target.max_threads_per_threadgroup as usize).min(MAX_THREADS_PER_BLOCK);
+    if threads > max_threads {
+        return Err(launch_err(format!(
+            "{threads} threads per block (num_warps = {}) exceed the limit of {max_threads} on {}",
+            opts.num_warps, opts.target.chip
+        )));
+    }
+    for v in &kernel.values {
+        if v.ty.shape.iter().any(|d| !d.is_power_of_two()) {
+            return Err(unsupported_on(
+                &CUDA,
+                kernel,
+                format!("block shape {} (dims must be powers of two)", v.ty),
+            ));
+        }
+    }
+    let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
+    abi::check_param_names(&kernel.name, &names)?;
+    if let Some(n) = names.iter().find(|n| CUDA_RESERVED.contains(n)) {
+        return Err(launch_err(format!(
+            "parameter `{n}` is reserved in generated CUDA code"
+        )));
+    }
+
+    let mut lw = Lowering::new(kernel, &CUDA, opts);
+    lw.compute_provenance()?;
+    // Scalars arrive as 0-d arrays, i.e. pointers: read once, under a local name.
+    for p in &kernel.params {
+        if let ParamKind::Scalar(dt) = p.kind {
+            let ct = lw.cty(dt)?;
+            let local = lw.fresh(&format!("{}_val", p.name));
+            lw.line(format!("const {ct} {local} = {}[0];", p.name));
+            lw.set(p.value, super::lower::Repr::Scalar(local));
+        }
+    }
+    let mut body = Vec::new();
+    body.push(format!("  const uint tm_lid = {};", CUDA.thread_index));
+    lw.region(kernel.body)?;
+
+    let mut smem = 0usize;
+    for (dt, elems) in &lw.scratch {
+        let ct = lw.cty(*dt)?;
+        body.push(format!(
+            "  {} __align__(16) {ct} tm_smem_{}[{elems}];",
+            CUDA.shared_array,
+            dt.short_name()
+        ));
+        smem += (elems * dt.size_bytes()).next_multiple_of(16);
+    }
+    let limit = STATIC_SHARED_LIMIT.min(opts.target.threadgroup_memory_bytes as usize);
+    if smem > limit {
+        return Err(launch_err(format!(
+            "needs {smem} bytes of shared memory; static shared memory is limited to {limit} \
+             bytes per block (smaller blocks or fewer layout conversions)"
+        )));
+    }
+
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    let mut input_dtypes = Vec::new();
+    let mut output_dtypes = Vec::new();
+    let mut scalar_inputs = Vec::new();
+    let mut read_write = Vec::new();
+    for (i, p) in kernel.params.iter().enumerate() {
+        match p.kind {
+            ParamKind::Ptr(dt) if p.stored => {
+                lw.cty(dt)?;
+                outputs.push(i);
+                output_dtypes.push(dt);
+                if p.loaded {
+                    read_write.push(p.name.clone());
+                }
+            }
+            ParamKind::Ptr(dt) | ParamKind::Scalar(dt) => {
+                CUDA.type_name(dt).ok_or_else(|| {
+                    unsupported_on(&CUDA, kernel, format!("parameter `{}` of {dt}", p.name))
+                })?;
+                inputs.push(i);
+                input_dtypes.push(dt);
+                scalar_inputs.push(matches!(p.kind, ParamKind::Scalar(_)));
+            }
+        }
+    }
+    if outputs.is_empty() {
+        return Err(launch_err(
+            "stores to no pointer: MLX's cuda_kernel needs at least one output".into(),
+        ));
+    }
+    body.append(&mut lw.lines);
+    let source = body.join("\n") + "\n";
+    let header = CUDA.header(&lw.helpers);
+    let input_names: Vec<String> = inputs
+        .iter()
+        .map(|&i| kernel.params[i].name.clone())
+        .collect();
+    let output_names: Vec<String> = outputs
+        .iter()
+        .map(|&i| kernel.params[i].name.clone())
+        .collect();
+    let io: Vec<String> = input_names.iter().chain(&output_names).cloned().collect();
+    abi::check_source(&kernel.name, &source, &io)?;
+    abi::check_source(&kernel.name, &header, &io)?;
+
+    let mut h = DefaultHasher::new();
+    header.hash(&mut h);
+    source.hash(&mut h);
+    let name = format!("{}_{:016x}", kernel.name, h.finish());
+    Ok(CudaProgram {
+        name,
+        source,
+        header,
+        input_names,
+        output_names,
+        inputs,
+        outputs,
+        input_dtypes,
+        output_dtypes,
+        scalar_inputs,
+        read_write_outputs: read_write,
+        threads_per_block: threads,
+        shared_mem_bytes: smem,
+        uses_atomics: lw.atomic_outputs,
+        layouts: lw.layouts,
+    })
+}
+
+/// Always in the header: the fp16/bf16 headers, Metal's short scalar names as typedefs (the
+/// shared printer spells `uint`, `ulong`, ...; the sizes are MLX's on LP64 Linux), bit
+/// casts, `mulhi`, and the `__half` overloads of the float functions the printer calls
+/// (CUDA spells them `__hfma`, `__hmax`, ...; `__hmax` returns the other operand for a NaN,
+/// as `fmax` does).
+pub(super) const PRELUDE: &str = r#"#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+typedef signed char schar;
+typedef unsigned char uchar;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+typedef unsigned long ulong;
+template <typename T> struct tm_id { typedef T type; };
+template <typename T, typename S>
+__device__ inline T tm_bitcast(S s) {
+  static_assert(sizeof(T) == sizeof(S), "bitcast between types of different sizes");
+  T t;
+  memcpy(&t, &s, sizeof(T));
+  return t;
+}
+__device__ inline uint tm_mulhi(uint a, uint b) { return __umulhi(a, b); }
+__device__ inline ulong tm_mulhi(ulong a, ulong b) { return __umul64hi(a, b); }
+__device__ inline __half fma(__half a, __half b, __half c) { return __hfma(a, b, c); }
+__device__ inline __half fmax(__half a, __half b) { return __hmax(a, b); }
+__device__ inline __half fmin(__half a, __half b) { return __hmin(a, b); }
+__device__ inline __half fabs(__half a) { return __habs(a); }
+__device__ inline __half fmod(__half a, __half b) { return __float2half(fmodf(__half2float(a), __half2float(b))); }
+__device__ inline bool isnan(__half a) { return __hisnan(a); }
+__device__ inline bool isnan(__nv_bfloat16 a) { return __hisnan(a); }
+"#;
+
+/// Relaxed atomics on plain pointers (Triton's default semantics). The value parameter is
+/// not deduced, so a literal of another integer type converts to the element type.
+pub(super) const ATOMIC: &str = r#"
+template <typename T> __device__ inline T tm_atomic_fetch_add(T* p, typename tm_id<T>::type v) { return atomicAdd(p, v); }
+template <typename T> __device__ inline T tm_atomic_fetch_max(T* p, typename tm_id<T>::type v) { return atomicMax(p, v); }
+template <typename T> __device__ inline T tm_atomic_fetch_min(T* p, typename tm_id<T>::type v) { return atomicMin(p, v); }
+template <typename T> __device__ inline T tm_atomic_fetch_and(T* p, typename tm_id<T>::type v) { return atomicAnd(p, v); }
+template <typename T> __device__ inline T tm_atomic_fetch_or(T* p, typename tm_id<T>::type v) { return atomicOr(p, v); }
+template <typename T> __device__ inline T tm_atomic_fetch_xor(T* p, typename tm_id<T>::type v) { return atomicXor(p, v); }
+template <typename T> __device__ inline T tm_atomic_exchange(T* p, typename tm_id<T>::type v) { return atomicExch(p, v); }
+template <typename T> __device__ inline T tm_atomic_load(const T* p) { return *(const volatile T*)p; }
+template <typename T> __device__ inline void tm_atomic_store(T* p, typename tm_id<T>::type v) { *(volatile T*)p = v; }
+"#;
+
+/// CUDA's `atomicCAS` is already strong.
+pub(super) const ATOMIC_CAS: &str = r#"
+template <typename T>
+__device__ inline T tm_cas_strong(T* p, typename tm_id<T>::type cmp, typename tm_id<T>::type val) {
+  return atomicCAS(p, cmp, val);
+}
+"#;
+
+/// Float max/min: CUDA float atomics only add and exchange, so loop a CAS on the bits.
+pub(super) const ATOMIC_FMINMAX: &str = r#"
+__device__ inline float tm_atomic_fmax(float* p, float v) {
+  uint* u = (uint*)p;
+  uint old = *(volatile uint*)u;
+  while (true) {
+    const float o = __uint_as_float(old);
+    const uint next = __float_as_uint(fmaxf(o, v));
+    if (next == old) return o;
+    const uint seen = atomicCAS(u, old, next);
+    if (seen == old) return o;
+    old = seen;
+  }
+}
+__device__ inline float tm_atomic_fmin(float* p, float v) {
+  uint* u = (uint*)p;
+  uint old = *(volatile uint*)u;
+  while (true) {
+    const float o = __uint_as_float(old);
+    const uint next = __float_as_uint(fminf(o, v));
+    if (next == old) return o;
+    const uint seen = atomicCAS(u, old, next);
+    if (seen == old) return o;
+    old = seen;
+  }
+}
+"#;
+
+/// Philox-4x32 as Triton computes it (`philox_impl`).
+pub(super) const PHILOX: &str = r#"
+struct tm_uint4 {
+  uint v[4];
+  __device__ uint operator[](int i) const { return v[i]; }
+};
+__device__ inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {
+  for (uint r = 0; r < rounds; ++r) {
+    const uint a0 = c0;
+    const uint a2 = c2;
+    c0 = __umulhi(0xCD9E8D57u, a2) ^ c1 ^ k0;
+    c2 = __umulhi(0xD2511F53u, a0) ^ c3 ^ k1;
+    c1 = 0xCD9E8D57u * a2;
+    c3 = 0xD2511F53u * a0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  tm_uint4 out = {{c0, c1, c2, c3}};
+  return out;
+}
+"#;
+
+/// Chunk loads and stores. CUDA's wide accesses need natural alignment, which contiguity
+/// alone does not give (a row may start at any element), so each access checks the address
+/// and falls back to element accesses.
+pub(super) const PACKED: &str = r#"
+template <typename T, int N>
+struct __align__(sizeof(T) * N) tm_vec {
+  T v[N];
+  __device__ T& operator[](uint i) { return v[i]; }
+  __device__ T operator[](uint i) const { return v[i]; }
+};
+template <int N, typename T>
+__device__ inline tm_vec<T, N> tm_vload(const T* p) {
+  if ((reinterpret_cast<ulong>(p) & (sizeof(T) * N - 1)) == 0) return *reinterpret_cast<const tm_vec<T, N>*>(p);
+  tm_vec<T, N> r;
+#pragma unroll
+  for (int e = 0; e < N; ++e) r.v[e] = p[e];
+  return r;
+}
+template <typename T, int N>
+__device__ inline void tm_vstore(T* p, const tm_vec<T, N>& x) {
+  if ((reinterpret_cast<ulong>(p) & (sizeof(T) * N - 1)) == 0) {
+    *reinterpret_cast<tm_vec<T, N>*>(p) = x;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < N; ++e) p[e] = x.v[e];
+}
+"#;

@@ -1,0 +1,424 @@
+//! `tl.dot` on NVIDIA tensor cores: `mma.sync.m16n8k16` with fp16/bf16 operands and an
+//! fp32 accumulator (the CUDA dialect's counterpart of `dot.rs`'s `simdgroup_matrix` path).
+//!
+//! The warps of a program tile the `[M, N]` accumulator as a `wm x wn` grid; each warp owns
+//! `fm x fn` MMA tiles of 16x8 and keeps them in registers (4 floats per lane per tile, in
+//! the MMA's C-fragment layout). Each `dot` stages A (`[M, K]`) and B (`[K, N]`) in shared
+//! memory in their own dtype, rows padded by 8 elements so the 8 row addresses of an
+//! `ldmatrix` fall in distinct banks, then per 16-wide K step loads A fragments with
+//! `ldmatrix.x4` and B fragments with `ldmatrix.x4.trans` (two N tiles at a time) and issues
+//! one `mma.sync` per tile. As on Metal, an accumulator carried by a `for` loop and used
+//! only by the dot stays in fragments for the whole loop.
+//!
+//! Fragment layouts follow PTX ISA "Matrix Fragments for mma.m16n8k16": lane `l` holds
+//! C rows `l/4` and `l/4 + 8`, columns `2*(l%4) + {0, 1}`.
+
+use super::lower::Lowering;
+use super::LayoutChoice;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ir::Value;
+
+/// Elements of padding per shared-memory row (16 bytes of 16-bit elements).
+const PAD: usize = 8;
+
+/// Largest f32 accumulator (bytes) converted to the blocked layout in one pass.
+const WHOLE_C_BYTES: usize = 32 * 1024;
+
+/// Bytes of one row band when a larger accumulator is converted in passes.
+const BAND_BYTES: usize = 16 * 1024;
+
+/// Padding (floats) of a banded accumulator row: rows shift by 4 banks, so the 8 rows one
+/// fragment store touches collide at most 2-way.
+const C_PAD: usize = 4;
+
+/// How the warps of a program split an `[M, N]` accumulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct WarpGrid {
+    /// Warps along M.
+    pub wm: usize,
+    /// Warps along N.
+    pub wn: usize,
+    /// 16-row MMA tiles per warp.
+    pub fm: usize,
+    /// 8-column MMA tiles per warp.
+    pub fn_: usize,
+}
+
+impl WarpGrid {
+    /// The grid for `[m, n]` with at most `warps` warps: every active warp gets the same
+    /// whole number of tiles; among the grids using the most warps, the squarest warp tile
+    /// (fewest fragment loads per MMA). `None` when `m`/`n` are not multiples of 16/8.
+    pub fn choose(m: usize, n: usize, warps: usize) -> Option<WarpGrid> {
+        if m == 0 || n == 0 || m % 16 != 0 || n % 8 != 0 {
+            return None;
+        }
+        let (tm, tn) = (m / 16, n / 8);
+        let mut active = warps.max(1);
+        while active >= 1 {
+            let mut best: Option<WarpGrid> = None;
+            let mut wm = 1;
+            while wm <= active {
+                let wn = active / wm;
+                if wm * wn == active && tm % wm == 0 && tn % wn == 0 {
+                    let g = WarpGrid {
+                        wm,
+                        wn,
+                        fm: tm / wm,
+                        fn_: tn / wn,
+                    };
+                    if best.is_none_or(|b| g.perimeter() < b.perimeter()) {
+                        best = Some(g);
+                    }
+                }
+                wm *= 2;
+            }
+            if best.is_some() {
+                return best;
+            }
+            active /= 2;
+        }
+        None
+    }
+
+    /// Warps that hold tiles.
+    pub fn active(&self) -> usize {
+        self.wm * self.wn
+    }
+
+    fn perimeter(&self) -> usize {
+        self.fm * 16 + self.fn_ * 8
+    }
+
+    fn regs(&self) -> usize {
+        self.fm * self.fn_ * 4
+    }
+}
+
+impl Lowering<'_> {
+    /// True when `dot(a, b, acc)` takes the tensor-core path.
+    pub(super) fn mma_ok(&self, a: Value, b: Value, acc: Value) -> bool {
+        let (sa, sb) = (&self.ty(a).shape, &self.ty(b).shape);
+        let din = self.edt(a);
+        sa.len() == 2
+            && sb.len() == 2
+            && self.d.mma_m16n8k16
+            && matches!(din, DType::F16 | DType::BF16)
+            && self.edt(b) == din
+            && self.edt(acc) == DType::F32
+            && sa[1] % 16 == 0
+            && self.warp_grid(sa[0], sb[1]).is_some()
+    }
+
+    fn warp_grid(&self, m: usize, n: usize) -> Option<WarpGrid> {
+        WarpGrid::choose(m, n, self.threads / 32)
+    }
+
+    /// Opens the per-lane loops over this warp's accumulator registers: `tm_r` indexes the
+    /// fragment array, `tm_row`/`tm_col` are the element's coordinates in `[m, n]`. Warps
+    /// without tiles skip the block. The caller closes two scopes.
+    fn open_frag_elems(&mut self, g: WarpGrid) {
+        self.line("{");
+        self.indent += 1;
+        self.line("const uint tm_w = tm_lid >> 5;");
+        self.line("const uint tm_ln = tm_lid & 31u;");
+        let guard = if g.active() < self.threads / 32 {
+            format!("if (tm_w < {}u) ", g.active())
+        } else {
+            String::new()
+        };
+        self.open(format!(
+            "{guard}for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
+            g.regs()
+        ));
+        self.line("const uint tm_t = tm_r >> 2;");
+        self.line(format!(
+            "const uint tm_row = (tm_w / {wn}u) * {}u + (tm_t / {fnn}u) * 16u + (tm_ln >> 2) + ((tm_r >> 1) & 1u) * 8u;",
+            g.fm * 16,
+            wn = g.wn,
+            fnn = g.fn_
+        ));
+        self.line(format!(
+            "const uint tm_col = (tm_w % {wn}u) * {}u + (tm_t % {fnn}u) * 8u + (tm_ln & 3u) * 2u + (tm_r & 1u);",
+            g.fn_ * 8,
+            wn = g.wn,
+            fnn = g.fn_
+        ));
+    }
+
+    /// Declares this warp's C fragments and fills them from block `acc` `[m, n]`.
+    pub(super) fn mma_frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
+        let g = self.warp_grid(m, n).expect("mma_ok checked the warp grid");
+        let c = self.fresh("frag_c");
+        self.line(format!("float {c}[{}];", g.regs()));
+        if let super::lower::Repr::Scalar(v) | super::lower::Repr::Splat(v) = self.repr(acc).clone()
+        {
+            self.line("#pragma unroll");
+            self.open(format!("for (uint tm_r = 0; tm_r < {}u; ++tm_r)", g.regs()));
+            self.line(format!("{c}[tm_r] = float({v});"));
+            self.close();
+            return Ok(c);
+        }
+        let s = self.scratch_array(DType::F32, m * n)?;
+        self.smem_write_begin();
+        self.stage(acc, &s, 0, &|l| l.to_string())?;
+        self.smem_write_end();
+        self.line("#pragma unroll");
+        self.open_frag_elems(g);
+        self.line(format!("{c}[tm_r] = {s}[tm_row * {n}u + tm_col];"));
+        self.close();
+        self.close();
+        self.smem_read_done();
+        Ok(c)
+    }
+
+    /// `c += a @ b` on tensor cores (`c` from [`Lowering::mma_frags_from`]).
+    pub(super) fn mma_accumulate(
+        &mut self,
+        c: &str,
+        a: Value,
+        b: Value,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let g = self.warp_grid(m, n).expect("mma_ok checked the warp grid");
+        let din = self.edt(a);
+        let (ka, nb) = (k + PAD, n + PAD);
+        let boff = m * ka;
+        let s = self.scratch_array(din, boff + k * nb)?;
+        self.smem_write_begin();
+        self.stage(a, &s, 0, &|l| format!("({l} / {k}u) * {ka}u + {l} % {k}u"))?;
+        self.stage(b, &s, boff, &|l| {
+            format!("({l} / {n}u) * {nb}u + {l} % {n}u")
+        })?;
+        self.smem_write_end();
+        let ty = if din == DType::BF16 { "bf16" } else { "f16" };
+        let (fm, fnn) = (g.fm, g.fn_);
+        self.line("{");
+        self.indent += 1;
+        self.line("const uint tm_w = tm_lid >> 5;");
+        self.line("const uint tm_ln = tm_lid & 31u;");
+        if g.active() < self.threads / 32 {
+            self.open(format!("if (tm_w < {}u)", g.active()));
+        } else {
+            self.line("{");
+            self.indent += 1;
+        }
+        self.line(format!(
+            "const uint tm_r0 = (tm_w / {}u) * {}u;",
+            g.wn,
+            fm * 16
+        ));
+        self.line(format!(
+            "const uint tm_c0 = (tm_w % {}u) * {}u;",
+            g.wn,
+            fnn * 8
+        ));
+        self.line(format!(
+            "const uint tm_sa = (uint)__cvta_generic_to_shared({s}) + 2u * ((tm_r0 + (tm_ln & 15u)) * {ka}u + (tm_ln >> 4) * 8u);"
+        ));
+        self.line(format!(
+            "const uint tm_sb = (uint)__cvta_generic_to_shared({s}) + 2u * ({boff}u + (tm_ln & 15u) * {nb}u + tm_c0 + (tm_ln >> 4) * 8u);"
+        ));
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_kk = 0; tm_kk < {k}u; tm_kk += 16u)"));
+        self.line(format!("uint tm_fa[{}];", fm * 4));
+        self.line(format!("uint tm_fb[{}];", fnn.div_ceil(2) * 4));
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_i = 0; tm_i < {fm}u; ++tm_i)"));
+        self.line(format!(
+            "asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"(tm_fa[4 * tm_i]), \"=r\"(tm_fa[4 * tm_i + 1]), \"=r\"(tm_fa[4 * tm_i + 2]), \"=r\"(tm_fa[4 * tm_i + 3]) : \"r\"(tm_sa + 2u * (tm_i * {}u + tm_kk)));",
+            16 * ka
+        ));
+        self.close();
+        // `x4.trans` loads the B fragments of two neighbouring N tiles; an odd last tile
+        // takes `x2.trans` (only lanes 0-15 supply addresses, all within this tile).
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_j = 0; tm_j < {}u; ++tm_j)", fnn / 2));
+        self.line(format!(
+            "asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"(tm_fb[4 * tm_j]), \"=r\"(tm_fb[4 * tm_j + 1]), \"=r\"(tm_fb[4 * tm_j + 2]), \"=r\"(tm_fb[4 * tm_j + 3]) : \"r\"(tm_sb + 2u * (tm_kk * {nb}u + tm_j * 16u)));"
+        ));
+        self.close();
+        if fnn % 2 == 1 {
+            self.line(format!(
+                "asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {{%0, %1}}, [%2];\" : \"=r\"(tm_fb[{j4}]), \"=r\"(tm_fb[{j4} + 1]) : \"r\"(tm_sb - 2u * (tm_ln >> 4) * 8u + 2u * (tm_kk * {nb}u + {col}u)));",
+                j4 = (fnn / 2) * 4,
+                col = (fnn - 1) * 8
+            ));
+        }
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_i = 0; tm_i < {fm}u; ++tm_i)"));
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_j = 0; tm_j < {fnn}u; ++tm_j)"));
+        self.line(format!("float* tm_d = {c} + 4u * (tm_i * {fnn}u + tm_j);"));
+        self.line("const uint tm_b = 4u * (tm_j >> 1) + 2u * (tm_j & 1u);");
+        self.line(format!(
+            "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\" : \"+f\"(tm_d[0]), \"+f\"(tm_d[1]), \"+f\"(tm_d[2]), \"+f\"(tm_d[3]) : \"r\"(tm_fa[4 * tm_i]), \"r\"(tm_fa[4 * tm_i + 1]), \"r\"(tm_fa[4 * tm_i + 2]), \"r\"(tm_fa[4 * tm_i + 3]), \"r\"(tm_fb[tm_b]), \"r\"(tm_fb[tm_b + 1]));"
+        ));
+        self.close();
+        self.close();
+        self.close();
+        self.close();
+        self.close();
+        self.smem_read_done();
+        self.layouts.push(LayoutChoice {
+            op: format!("dot {m}x{n}x{k}"),
+            layout: format!(
+                "mma.sync m16n8k16 {ty}->f32: {}x{} warps of {}x{} (fragments in registers), A/B staged in shared memory (rows padded by {PAD}), ldmatrix",
+                g.wm,
+                g.wn,
+                g.fm * 16,
+                g.fn_ * 8
+            ),
+        });
+        Ok(())
+    }
+
+    /// Moves fragments `c` (`[m, n]`) into a block in the blocked layout as `res`. An
+    /// accumulator over [`WHOLE_C_BYTES`] goes through shared memory in row bands (so a
+    /// 128x128 f32 accumulator fits beside the A/B staging under the 48 KB static limit).
+    pub(super) fn mma_frags_to_block(
+        &mut self,
+        res: Value,
+        c: &str,
+        m: usize,
+        n: usize,
+    ) -> Result<()> {
+        let g = self.warp_grid(m, n).expect("mma_ok checked the warp grid");
+        let dacc = self.edt(res);
+        let ct = self.cty(dacc)?;
+        if m * n * 4 <= WHOLE_C_BYTES {
+            let s = self.scratch_array(DType::F32, m * n)?;
+            self.smem_write_begin();
+            self.line("#pragma unroll");
+            self.open_frag_elems(g);
+            self.line(format!("{s}[tm_row * {n}u + tm_col] = {c}[tm_r];"));
+            self.close();
+            self.close();
+            self.smem_write_end();
+            let name = self.gather("dot", dacc, m * n, &|l| format!("{ct}({s}[{l}])"))?;
+            self.smem_read_done();
+            self.set(res, super::lower::Repr::Block(name));
+            return Ok(());
+        }
+        let ld = n + C_PAD;
+        let mut rows = m;
+        while rows > 1 && rows * ld * 4 > BAND_BYTES {
+            rows /= 2;
+        }
+        let s = self.scratch_array(DType::F32, rows * ld)?;
+        let lay = self.layout_of(m * n);
+        let name = self.declare_block("dot", dacc, m * n)?;
+        if lay.has_idle_threads() {
+            self.open_regs(lay, false);
+            self.line(format!("{name}[tm_i] = {ct}(0);"));
+            self.close();
+        }
+        self.open(format!(
+            "for (uint tm_band = 0; tm_band < {m}u; tm_band += {rows}u)"
+        ));
+        // The previous band's reads (or earlier ones) may be pending.
+        self.hazard.reads_pending = true;
+        self.smem_write_begin();
+        self.open_frag_elems(g);
+        self.line(format!(
+            "if (tm_row - tm_band < {rows}u) {s}[(tm_row - tm_band) * {ld}u + tm_col] = {c}[tm_r];"
+        ));
+        self.close();
+        self.close();
+        self.smem_write_end();
+        self.open_regs(lay, true);
+        self.line(format!(
+            "if (tm_l - tm_band * {n}u < {}u) {name}[tm_i] = {ct}({s}[(tm_l / {n}u - tm_band) * {ld}u + tm_l % {n}u]);",
+            rows * n
+        ));
+        self.close();
+        self.close();
+        self.smem_read_done();
+        self.set(res, super::lower::Repr::Block(name));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::cuda_tests::check_cuda;
+    use super::super::tests::{build, matmul};
+    use super::super::LaunchOptions;
+    use super::WarpGrid;
+    use crate::dtype::DType::{BF16, F16, F32};
+
+    fn dot_layout(dtype: crate::DType, blocks: [i64; 3], warps: u32) -> String {
+        let k = build(
+            "mm",
+            &[("BM", blocks[0]), ("BN", blocks[1]), ("BK", blocks[2])],
+            matmul(dtype),
+        );
+        // NVRTC-compiles the standalone unit too when NVRTC is installed.
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(warps));
+        p.layouts
+            .iter()
+            .find(|l| l.op.starts_with("dot"))
+            .map(|l| l.layout.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn half_and_bfloat_dots_take_tensor_cores() {
+        let l = dot_layout(F16, [64, 64, 32], 4);
+        assert!(
+            l.starts_with("mma.sync m16n8k16 f16->f32: 2x2 warps"),
+            "{l}"
+        );
+        let l = dot_layout(BF16, [32, 16, 16], 4);
+        assert!(l.starts_with("mma.sync m16n8k16 bf16->f32"), "{l}");
+        // One 8-wide N tile per warp: B fragments come from the x2 `ldmatrix`.
+        let l = dot_layout(F16, [16, 16, 16], 2);
+        assert!(l.contains("1x2 warps of 16x8"), "{l}");
+    }
+
+    #[test]
+    fn large_accumulators_leave_fragments_in_row_bands() {
+        // Triton's H100 config, 128x128x64 on 8 warps: a whole f32 C (64 KB) would not fit
+        // beside the A/B staging (35 KB) under the 48 KB static limit; bands do.
+        let k = build("mm", &[("BM", 128), ("BN", 128), ("BK", 64)], matmul(F16));
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(8));
+        assert!(p.source.contains("tm_band += 16u"), "{}", p.source);
+        assert!(p.shared_mem_bytes <= 48 * 1024, "{}", p.shared_mem_bytes);
+        let k = build("mm", &[("BM", 64), ("BN", 64), ("BK", 32)], matmul(F16));
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(4));
+        assert!(!p.source.contains("tm_band"), "{}", p.source);
+    }
+
+    #[test]
+    fn other_dots_keep_the_fma_path() {
+        assert!(dot_layout(F32, [32, 32, 16], 4).starts_with("scalar FMA"));
+    }
+
+    #[test]
+    fn warp_grid_uses_all_warps_with_square_tiles() {
+        let g = WarpGrid::choose(128, 128, 8).unwrap();
+        assert_eq!(g.active(), 8);
+        assert_eq!(g.fm * 16 * g.wm, 128);
+        assert_eq!(g.fn_ * 8 * g.wn, 128);
+        assert_eq!(g.fm * 16 + g.fn_ * 8, 96);
+        let g = WarpGrid::choose(64, 64, 4).unwrap();
+        assert_eq!((g.wm, g.wn, g.fm, g.fn_), (2, 2, 2, 4));
+    }
+
+    #[test]
+    fn warp_grid_idles_warps_when_tiles_are_few() {
+        // One 16x8 tile: a single warp works.
+        let g = WarpGrid::choose(16, 8, 4).unwrap();
+        assert_eq!((g.active(), g.fm, g.fn_), (1, 1, 1));
+        let g = WarpGrid::choose(16, 16, 4).unwrap();
+        assert_eq!(g.active(), 2);
+    }
+
+    #[test]
+    fn warp_grid_needs_whole_tiles() {
+        assert_eq!(WarpGrid::choose(8, 8, 4), None);
+        assert_eq!(WarpGrid::choose(16, 4, 4), None);
+    }
+}

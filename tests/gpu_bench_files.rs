@@ -1,0 +1,124 @@
+//! The committed `benches/gpu/generated/` files are what `emit_gpu_bench` prints today, and
+//! every example kernel's CUDA compiles with NVRTC (when NVRTC is installed; required when
+//! `TRITON_METAL_REQUIRE_NVRTC=1`, as in CI).
+
+#[allow(dead_code)]
+#[path = "../examples/emit_gpu_bench.rs"]
+mod emit;
+
+#[allow(dead_code)]
+#[path = "../examples/dropout.rs"]
+mod dropout;
+#[allow(dead_code)]
+#[path = "../examples/strided.rs"]
+mod strided;
+
+use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
+use triton_metal::codegen::{self, LaunchOptions};
+use triton_metal::opt::{Chip, HardwareProfile};
+use triton_metal::DType::F32;
+
+fn nvrtc() -> Option<Nvrtc> {
+    let found = match std::env::var_os(NVRTC_DIR_ENV) {
+        Some(_) => Nvrtc::from_env(),
+        None => {
+            Nvrtc::from_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"))
+        }
+    };
+    match found {
+        Ok(n) => Some(n),
+        Err(e) => {
+            assert!(
+                std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
+                "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
+            );
+            println!("skipping NVRTC compiles: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn committed_gpu_bench_files_are_current() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu/generated");
+    let files = emit::generate().unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
+    want.sort();
+    assert_eq!(names, want, "stale files in {}", dir.display());
+    for (name, text) in &files {
+        let committed = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(
+            &committed == text,
+            "{name} is stale: run `cargo run --release --example emit_gpu_bench`"
+        );
+    }
+    if let Some(n) = nvrtc() {
+        for (name, text) in files.iter().filter(|(n, _)| n.ends_with(".cu")) {
+            if let Err(e) = n.compile(name, text, "compute_90") {
+                panic!("{e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_example_kernel_prints_cuda_that_compiles() {
+    let sm80 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm80));
+    let kernels = [
+        (
+            emit::vector_add::add_kernel().unwrap(),
+            vec![("BLOCK_SIZE", 1024)],
+        ),
+        (
+            emit::row_sum::row_sum_kernel().unwrap(),
+            vec![("BLOCK_SIZE", 512)],
+        ),
+        (
+            emit::fused_softmax::softmax_kernel().unwrap(),
+            vec![("BLOCK_SIZE", 1024)],
+        ),
+        (
+            emit::layer_norm::layer_norm_kernel().unwrap(),
+            vec![("BLOCK_SIZE", 256)],
+        ),
+        (
+            emit::layer_norm::layer_norm_kernel_for(triton_metal::DType::BF16).unwrap(),
+            vec![("BLOCK_SIZE", 256)],
+        ),
+        (
+            emit::matmul::matmul_kernel_for(F32).unwrap(),
+            vec![
+                ("BLOCK_SIZE_M", 64),
+                ("BLOCK_SIZE_N", 64),
+                ("BLOCK_SIZE_K", 32),
+                ("GROUP_SIZE_M", 8),
+            ],
+        ),
+        (
+            dropout::dropout_kernel().unwrap(),
+            vec![("BLOCK_SIZE", 1024)],
+        ),
+        (
+            strided::strided_kernel().unwrap(),
+            vec![("BLOCK_SIZE", 256)],
+        ),
+    ];
+    let n = nvrtc();
+    for (k, cx) in kernels {
+        let spec = k.specialize_with(&cx).unwrap();
+        let prog = match codegen::cuda(&spec, &sm80) {
+            Ok(p) => p,
+            Err(e) => panic!("{}: {e}", k.name()),
+        };
+        if let Some(n) = &n {
+            if let Err(e) = n.compile(&prog.name, &prog.standalone(), "compute_80") {
+                panic!("{e}");
+            }
+        }
+    }
+}
