@@ -341,4 +341,22 @@ mod tests {
         assert_eq!(w.compare_swap::<u32>(0, 0, 4), Some(0));
         assert_eq!(out, vec![4, 7, 8, 10]);
     }
+
+    #[test]
+    fn huge_page_advice_keeps_contents() {
+        // Big enough to be advised, with a ragged tail past the last 2 MiB boundary.
+        let n = (HUGE_PAGE_MIN + (3 << 20) + 4 * 37) / 4;
+        let mut buf: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
+        let want = buf.clone();
+        // SAFETY (test): viewing a u32 buffer as bytes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u8, n * 4) };
+        let w = Mem::writable(bytes, 4).expect("aligned");
+        let mut got: Vec<i32> = Vec::new();
+        assert!(w.copy_run(0, n, &mut got));
+        assert_eq!(got.len(), n);
+        assert!(got.iter().zip(&want).all(|(&g, &w)| g as u32 == w));
+        assert!(w.set_run::<u32, u32>(n - 3, &[1, 2, 3], |x| x));
+        assert!(!w.set_run::<u32, u32>(n - 2, &[1, 2, 3], |x| x));
+        assert_eq!(buf[n - 4..], [want[n - 4], 1, 2, 3]);
+    }
 }
