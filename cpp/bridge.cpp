@@ -2,7 +2,6 @@
 // is declared `Result` in src/ffi.rs); nothing here may abort the process.
 #include "bridge.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -113,24 +112,6 @@ std::vector<std::string> to_strings(rust::Slice<const rust::String> names) {
   return out;
 }
 
-// Kernel outputs are freshly allocated (large ones are fresh mmaps), so a memory-bound
-// kernel spends much of its time taking one page fault per 4 KiB of output. Asking for
-// transparent huge pages on the 2 MiB-aligned interior of a large output turns 512 faults
-// into one where the system allows it (THP "madvise" mode). Advice only: failure or
-// refusal changes nothing but speed.
-static void advise_huge_pages(void* p, size_t bytes) {
-#ifdef MADV_HUGEPAGE
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  if (bytes < 2 * kHuge) return;
-  uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 // Runs a Rust CPU-executor launch as an MLX primitive, so kernel outputs are lazy
 // arrays scheduled by MLX like any other op.
 class RustCpuKernel : public mx::Primitive {
@@ -162,7 +143,6 @@ class RustCpuKernel : public mx::Primitive {
         in_bytes.push_back(a.nbytes());
       }
       for (auto& a : outs) {
-        advise_huge_pages(a.data<uint8_t>(), a.nbytes());
         out_ptrs.push_back(reinterpret_cast<uintptr_t>(a.data<uint8_t>()));
         out_bytes.push_back(a.nbytes());
       }
