@@ -13,7 +13,7 @@
 //! Fragment layouts follow PTX ISA "Matrix Fragments for mma.m16n8k16": lane `l` holds
 //! C rows `l/4` and `l/4 + 8`, columns `2*(l%4) + {0, 1}`.
 
-use super::lower::Lowering;
+use super::lower::{unsupported_on, Lowering};
 use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -114,6 +114,21 @@ impl Lowering<'_> {
         WarpGrid::choose(m, n, self.threads / 32)
     }
 
+    /// The warp grid of an accumulator that [`Lowering::mma_ok`] accepted; an error (not a
+    /// panic) should a caller ever reach the tensor-core path without that check.
+    fn mma_grid(&self, m: usize, n: usize) -> Result<WarpGrid> {
+        self.warp_grid(m, n).ok_or_else(|| {
+            unsupported_on(
+                self.d,
+                self.k,
+                format!(
+                    "tensor-core dot with a {m}x{n} accumulator on {} warps",
+                    self.threads / 32
+                ),
+            )
+        })
+    }
+
     /// Opens the per-lane loops over this warp's accumulator registers: `tm_r` indexes the
     /// fragment array, `tm_row`/`tm_col` are the element's coordinates in `[m, n]`. Warps
     /// without tiles skip the block. The caller closes two scopes.
@@ -148,7 +163,7 @@ impl Lowering<'_> {
 
     /// Declares this warp's C fragments and fills them from block `acc` `[m, n]`.
     pub(super) fn mma_frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
-        let g = self.warp_grid(m, n).expect("mma_ok checked the warp grid");
+        let g = self.mma_grid(m, n)?;
         let c = self.fresh("frag_c");
         self.line(format!("float {c}[{}];", g.regs()));
         if let super::lower::Repr::Scalar(v) | super::lower::Repr::Splat(v) = self.repr(acc).clone()
@@ -182,7 +197,7 @@ impl Lowering<'_> {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let g = self.warp_grid(m, n).expect("mma_ok checked the warp grid");
+        let g = self.mma_grid(m, n)?;
         let din = self.edt(a);
         let (ka, nb) = (k + PAD, n + PAD);
         let boff = m * ka;
@@ -285,7 +300,7 @@ impl Lowering<'_> {
         m: usize,
         n: usize,
     ) -> Result<()> {
-        let g = self.warp_grid(m, n).expect("mma_ok checked the warp grid");
+        let g = self.mma_grid(m, n)?;
         let dacc = self.edt(res);
         let ct = self.cty(dacc)?;
         if m * n * 4 <= WHOLE_C_BYTES {
