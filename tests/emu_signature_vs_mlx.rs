@@ -2,7 +2,7 @@
 //! tracing the call under `export_function` with `verbose = true` (works without Metal).
 
 use triton_metal::emu::{MlxKernel, SigInput};
-use triton_metal::runtime::{MetalKernelCall, OutputSpec};
+use triton_metal::runtime::{KernelCall, MetalKernelCall, OutputSpec};
 use triton_metal::{Array, DType, Result};
 
 struct Case {
@@ -16,23 +16,25 @@ struct Case {
 
 fn check(case: Case) -> Result<()> {
     let call = MetalKernelCall {
-        name: case.name,
-        input_names: case.inputs.iter().map(|(n, _)| n.to_string()).collect(),
-        output_names: case.outputs.iter().map(|(n, _, _)| n.to_string()).collect(),
-        source: case.source,
-        header: case.header,
-        inputs: case.inputs.iter().map(|(_, a)| a).collect(),
-        outputs: case
-            .outputs
-            .iter()
-            .map(|(_, dtype, shape)| OutputSpec {
-                shape: shape.clone(),
-                dtype: *dtype,
-            })
-            .collect(),
-        grid: [32, 1, 1],
-        threadgroup: [32, 1, 1],
-        init_value: None,
+        kernel: KernelCall {
+            name: case.name,
+            input_names: case.inputs.iter().map(|(n, _)| n.to_string()).collect(),
+            output_names: case.outputs.iter().map(|(n, _, _)| n.to_string()).collect(),
+            source: case.source,
+            header: case.header,
+            inputs: case.inputs.iter().map(|(_, a)| a).collect(),
+            outputs: case
+                .outputs
+                .iter()
+                .map(|(_, dtype, shape)| OutputSpec {
+                    shape: shape.clone(),
+                    dtype: *dtype,
+                })
+                .collect(),
+            grid: [32, 1, 1],
+            threadgroup: [32, 1, 1],
+            init_value: None,
+        },
         atomic_outputs: case.atomic,
     };
     // MLX prints to the process's stdout, which the bridge redirects while tracing, so two

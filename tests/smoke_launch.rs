@@ -1,4 +1,4 @@
-use triton_metal::runtime::{cpu_launch, MetalKernelCall, OutputSpec};
+use triton_metal::runtime::{cpu_launch, KernelCall, MetalKernelCall, OutputSpec};
 use triton_metal::{mlx, Array, DType, Error};
 
 #[test]
@@ -51,19 +51,21 @@ fn cpu_primitive_errors_come_back_at_eval() {
 fn metal_kernel_without_metal_is_an_error_and_traces() {
     let x = Array::from_slice(&[1.0f32; 16], &[16]).unwrap();
     let call = MetalKernelCall {
-        name: "myadd",
-        input_names: vec!["x".into()],
-        output_names: vec!["out".into()],
-        source: "uint i = thread_position_in_grid.x; out[i] = x[i] + 1.0f;",
-        header: "",
-        inputs: vec![&x],
-        outputs: vec![OutputSpec {
-            shape: vec![16],
-            dtype: DType::F32,
-        }],
-        grid: [16, 1, 1],
-        threadgroup: [16, 1, 1],
-        init_value: None,
+        kernel: KernelCall {
+            name: "myadd",
+            input_names: vec!["x".into()],
+            output_names: vec!["out".into()],
+            source: "uint i = thread_position_in_grid.x; out[i] = x[i] + 1.0f;",
+            header: "",
+            inputs: vec![&x],
+            outputs: vec![OutputSpec {
+                shape: vec![16],
+                dtype: DType::F32,
+            }],
+            grid: [16, 1, 1],
+            threadgroup: [16, 1, 1],
+            init_value: None,
+        },
         atomic_outputs: false,
     };
     let err = call

@@ -50,17 +50,18 @@ impl MetalLaunch {
     /// The launch that `call.launch()` would make on a Mac (MLX copies inputs to row-major
     /// order, which [`EmuBuffer::from_array`] does too).
     pub fn from_call(call: &MetalKernelCall<'_>) -> Result<MetalLaunch> {
-        let mut launch = MetalLaunch::new(call.name, call.source)
-            .header(call.header)
-            .grid(call.grid)
-            .threadgroup(call.threadgroup)
+        let k = &call.kernel;
+        let mut launch = MetalLaunch::new(k.name, k.source)
+            .header(k.header)
+            .grid(k.grid)
+            .threadgroup(k.threadgroup)
             .atomic_outputs(call.atomic_outputs);
-        for (name, a) in call.input_names.iter().zip(&call.inputs) {
+        for (name, a) in k.input_names.iter().zip(&k.inputs) {
             launch = launch.input(EmuBuffer::from_array(name, a)?);
         }
-        for (name, o) in call.output_names.iter().zip(&call.outputs) {
+        for (name, o) in k.output_names.iter().zip(&k.outputs) {
             let mut spec = OutputSpec::new(name, o.dtype, &o.shape);
-            spec.init = call.init_value;
+            spec.init = k.init_value;
             launch = launch.output(spec);
         }
         Ok(launch)
@@ -88,20 +89,22 @@ mod tests {
         let x = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 4]).unwrap();
         let h = Array::from_slice(&[half::f16::from_f32(0.5); 8], &[8]).unwrap();
         let call = MetalKernelCall {
-            name: "axpy",
-            input_names: vec!["x".into(), "h".into()],
-            output_names: vec!["out".into()],
-            source:
-                "uint i = thread_position_in_grid.x;\n  if (i < 6) out[i] = x[i] * float(h[i]);",
-            header: "",
-            inputs: vec![&x, &h],
-            outputs: vec![runtime::OutputSpec {
-                shape: vec![8],
-                dtype: DType::F32,
-            }],
-            grid: [8, 1, 1],
-            threadgroup: [4, 1, 1],
-            init_value: Some(-1.0),
+            kernel: runtime::KernelCall {
+                name: "axpy",
+                input_names: vec!["x".into(), "h".into()],
+                output_names: vec!["out".into()],
+                source:
+                    "uint i = thread_position_in_grid.x;\n  if (i < 6) out[i] = x[i] * float(h[i]);",
+                header: "",
+                inputs: vec![&x, &h],
+                outputs: vec![runtime::OutputSpec {
+                    shape: vec![8],
+                    dtype: DType::F32,
+                }],
+                grid: [8, 1, 1],
+                threadgroup: [4, 1, 1],
+                init_value: Some(-1.0),
+            },
             atomic_outputs: false,
         };
         for order in [LaneOrder::Forward, LaneOrder::Reverse] {

@@ -1,5 +1,6 @@
 //! The op vocabulary of op graphs: names, arity, categories, typed arguments and shape
-//! inference. One table ([`OpKind::info`]) declares each op's properties so the validator,
+//! inference. One table (the `op_kinds!` invocation below: [`OpKind::name`],
+//! [`OpKind::arity`], [`OpKind::category`]) declares each op's properties so the validator,
 //! the layout planner, the fusion patterns and the runner never re-derive them.
 
 use std::fmt;

@@ -20,7 +20,9 @@ use crate::exec::{ExecArg, ReduceStrategy};
 use crate::ir::{Kernel, ParamKind};
 use crate::opt::HardwareProfile;
 use crate::passes::PassOptions;
-use crate::runtime::mlx_kernel::{cpu_launch, CudaKernelCall, MetalKernelCall, OutputSpec};
+use crate::runtime::mlx_kernel::{
+    cpu_launch, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec,
+};
 use crate::tl::JitKernel;
 
 /// `triton.cdiv`: `(x + d - 1) / d` for positive `d`.
@@ -744,6 +746,50 @@ fn gpu_outputs(
     Ok(outs.into_iter().cloned().collect())
 }
 
+/// The parts of a generated GPU program that MLX's custom-kernel calls need.
+struct GpuSource<'a> {
+    name: &'a str,
+    source: &'a str,
+    header: &'a str,
+    input_names: &'a [String],
+    output_names: &'a [String],
+    outputs: &'a [usize],
+}
+
+/// The MLX custom-kernel call for one launch; `api` names MLX's entry point in errors.
+fn kernel_call<'a>(
+    kernel: &Kernel,
+    api: &str,
+    prog: GpuSource<'a>,
+    inputs: &'a [Array],
+    plan: &Bound,
+    (grid, threadgroup): ([usize; 3], [usize; 3]),
+) -> Result<KernelCall<'a>> {
+    let outputs = gpu_outputs(kernel, prog.outputs, plan)?;
+    let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
+    if fills
+        .iter()
+        .any(|f| f.is_some() && f.map(f64::to_bits) != fills[0].map(f64::to_bits))
+    {
+        return Err(Error::Unsupported(format!(
+            "kernel `{}`: MLX's {api} has one init value for all outputs; got fills {fills:?}",
+            kernel.name
+        )));
+    }
+    Ok(KernelCall {
+        name: prog.name,
+        input_names: prog.input_names.to_vec(),
+        output_names: prog.output_names.to_vec(),
+        source: prog.source,
+        header: prog.header,
+        inputs: inputs.iter().collect(),
+        outputs: outputs.into_iter().map(|(o, _)| o).collect(),
+        grid,
+        threadgroup,
+        init_value: fills.iter().flatten().next().map(|v| *v as f32),
+    })
+}
+
 fn run_metal(
     kernel: &Kernel,
     prog: &MetalProgram,
@@ -751,32 +797,20 @@ fn run_metal(
     plan: &Bound,
 ) -> Result<Vec<Array>> {
     let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
-    let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
-    let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
-    if fills
-        .iter()
-        .any(|f| f.is_some() && f.map(f64::to_bits) != fills[0].map(f64::to_bits))
-    {
-        return Err(Error::Unsupported(format!(
-            "kernel `{}`: MLX's metal_kernel has one init value for all outputs; got fills {fills:?}",
-            kernel.name
-        )));
-    }
-    let (g, t) = prog.launch_dims(grid);
-    let call = MetalKernelCall {
+    let source = GpuSource {
         name: &prog.name,
-        input_names: prog.input_names.clone(),
-        output_names: prog.output_names.clone(),
         source: &prog.source,
         header: &prog.header,
-        inputs: inputs.iter().collect(),
-        outputs: outputs.into_iter().map(|(o, _)| o).collect(),
-        grid: g,
-        threadgroup: t,
-        init_value: fills.iter().flatten().next().map(|v| *v as f32),
-        atomic_outputs: prog.atomic_outputs,
+        input_names: &prog.input_names,
+        output_names: &prog.output_names,
+        outputs: &prog.outputs,
     };
-    call.launch()
+    let dims = prog.launch_dims(grid);
+    MetalKernelCall {
+        kernel: kernel_call(kernel, "metal_kernel", source, &inputs, plan, dims)?,
+        atomic_outputs: prog.atomic_outputs,
+    }
+    .launch()
 }
 
 fn run_cuda(
@@ -786,32 +820,21 @@ fn run_cuda(
     plan: &Bound,
 ) -> Result<Vec<Array>> {
     let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
-    let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
-    let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
-    if fills
-        .iter()
-        .any(|f| f.is_some() && f.map(f64::to_bits) != fills[0].map(f64::to_bits))
-    {
-        return Err(Error::Unsupported(format!(
-            "kernel `{}`: MLX's cuda_kernel has one init value for all outputs; got fills {fills:?}",
-            kernel.name
-        )));
-    }
-    let (g, t) = prog.launch_dims(grid)?;
-    let call = CudaKernelCall {
+    let source = GpuSource {
         name: &prog.name,
-        input_names: prog.input_names.clone(),
-        output_names: prog.output_names.clone(),
         source: &prog.source,
         header: &prog.header,
-        inputs: inputs.iter().collect(),
-        outputs: outputs.into_iter().map(|(o, _)| o).collect(),
-        grid: g,
-        threadgroup: t,
-        init_value: fills.iter().flatten().next().map(|v| *v as f32),
-        shared_memory: 0,
+        input_names: &prog.input_names,
+        output_names: &prog.output_names,
+        outputs: &prog.outputs,
     };
-    call.launch()
+    let dims = prog.launch_dims(grid)?;
+    // Shared arrays are static `__shared__` declarations in the source: no dynamic bytes.
+    CudaKernelCall {
+        kernel: kernel_call(kernel, "cuda_kernel", source, &inputs, plan, dims)?,
+        shared_memory: 0,
+    }
+    .launch()
 }
 
 fn run_emulated(

@@ -70,9 +70,11 @@ pub fn cpu_launch(
     unpack(list, pending.into())
 }
 
-/// One call of MLX's `fast::metal_kernel`.
+/// What every custom-kernel call of MLX (`fast::metal_kernel`, `fast::cuda_kernel`) is made
+/// of: names, sources, arrays and launch geometry. The backend calls below add their own
+/// options.
 #[derive(Clone, Debug)]
-pub struct MetalKernelCall<'a> {
+pub struct KernelCall<'a> {
     /// Kernel name (MLX prefixes `custom_kernel_`).
     pub name: &'a str,
     /// Input parameter names, in order.
@@ -87,28 +89,26 @@ pub struct MetalKernelCall<'a> {
     pub inputs: Vec<&'a Array>,
     /// Outputs, matching `output_names`.
     pub outputs: Vec<OutputSpec>,
-    /// Grid in threads (MLX's dispatchThreads), per axis.
+    /// Grid in threads per axis (Metal's dispatchThreads; CUDA rounds it up to whole blocks).
     pub grid: [usize; 3],
-    /// Threads per threadgroup, per axis.
+    /// Threads per threadgroup (block), per axis.
     pub threadgroup: [usize; 3],
     /// Fill value for the outputs before the kernel runs.
     pub init_value: Option<f32>,
-    /// Outputs as `device atomic<T>*`.
-    pub atomic_outputs: bool,
 }
 
-impl MetalKernelCall<'_> {
-    #[allow(clippy::type_complexity)]
-    fn parts(
-        &self,
-    ) -> Result<(
-        Vec<*const MlxArray>,
-        Vec<i32>,
-        Vec<i32>,
-        Vec<u8>,
-        [i32; 3],
-        [i32; 3],
-    )> {
+/// A [`KernelCall`] as the bridge takes it.
+struct Parts {
+    ptrs: Vec<*const MlxArray>,
+    flat: Vec<i32>,
+    ndims: Vec<i32>,
+    dtypes: Vec<u8>,
+    grid: [i32; 3],
+    threadgroup: [i32; 3],
+}
+
+impl KernelCall<'_> {
+    fn parts(&self) -> Result<Parts> {
         if self.inputs.len() != self.input_names.len()
             || self.outputs.len() != self.output_names.len()
         {
@@ -120,48 +120,60 @@ impl MetalKernelCall<'_> {
         let (flat, ndims, dtypes) = flatten_outputs(&self.outputs, self.name)?;
         let g = dims_to_i32(&self.grid, "grid")?;
         let t = dims_to_i32(&self.threadgroup, "threadgroup")?;
-        let ptrs = self.inputs.iter().map(|a| a.raw() as *const _).collect();
-        Ok((
-            ptrs,
+        Ok(Parts {
+            ptrs: self.inputs.iter().map(|a| a.raw() as *const _).collect(),
             flat,
             ndims,
             dtypes,
-            [g[0], g[1], g[2]],
-            [t[0], t[1], t[2]],
-        ))
+            grid: [g[0], g[1], g[2]],
+            threadgroup: [t[0], t[1], t[2]],
+        })
     }
+}
 
+/// One call of MLX's `fast::metal_kernel`.
+#[derive(Clone, Debug)]
+pub struct MetalKernelCall<'a> {
+    /// Names, sources, arrays and geometry.
+    pub kernel: KernelCall<'a>,
+    /// Outputs as `device atomic<T>*`.
+    pub atomic_outputs: bool,
+}
+
+impl MetalKernelCall<'_> {
     /// Launches through `fast::metal_kernel` on MLX's default stream. Without Metal (any
     /// Linux build) MLX answers `[metal_kernel] No Metal back-end.`, returned as `Err`.
     pub fn launch(&self) -> Result<Vec<Array>> {
-        let (ptrs, flat, ndims, dtypes, g, t) = self.parts()?;
+        let k = &self.kernel;
+        let p = k.parts()?;
         // SAFETY: the input pointers are borrowed from live arrays for this call.
         let list = unsafe {
             bridge::metal_kernel_launch(
-                self.name,
-                &self.input_names,
-                &self.output_names,
-                self.source,
-                self.header,
-                &ptrs,
-                &flat,
-                &ndims,
-                &dtypes,
-                g,
-                t,
-                self.init_value.is_some(),
-                self.init_value.unwrap_or(0.0),
+                k.name,
+                &k.input_names,
+                &k.output_names,
+                k.source,
+                k.header,
+                &p.ptrs,
+                &p.flat,
+                &p.ndims,
+                &p.dtypes,
+                p.grid,
+                p.threadgroup,
+                k.init_value.is_some(),
+                k.init_value.unwrap_or(0.0),
                 self.atomic_outputs,
             )?
         };
-        unpack(list, Array::merged_pending(&self.inputs))
+        unpack(list, Array::merged_pending(&k.inputs))
     }
 
     /// The complete Metal source MLX would compile for this call (signature included),
     /// captured from MLX itself by tracing the call under `export_function` with
     /// `verbose = true`. Works on builds without Metal.
     pub fn traced_source(&self) -> Result<String> {
-        let (ptrs, flat, ndims, dtypes, g, t) = self.parts()?;
+        let k = &self.kernel;
+        let p = k.parts()?;
         // The capture redirects the whole process's stdout: one trace at a time.
         static TRACE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _guard = TRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,17 +185,17 @@ impl MetalKernelCall<'_> {
         // SAFETY: as in `launch`.
         let out = unsafe {
             bridge::metal_kernel_traced_source(
-                self.name,
-                &self.input_names,
-                &self.output_names,
-                self.source,
-                self.header,
-                &ptrs,
-                &flat,
-                &ndims,
-                &dtypes,
-                g,
-                t,
+                k.name,
+                &k.input_names,
+                &k.output_names,
+                k.source,
+                k.header,
+                &p.ptrs,
+                &p.flat,
+                &p.ndims,
+                &p.dtypes,
+                p.grid,
+                p.threadgroup,
                 self.atomic_outputs,
                 &scratch,
             )?
@@ -197,29 +209,12 @@ impl MetalKernelCall<'_> {
     }
 }
 
-/// One call of MLX's `fast::cuda_kernel` (inputs made row-contiguous by MLX).
+/// One call of MLX's `fast::cuda_kernel` (inputs made row-contiguous by MLX; each input
+/// becomes `const T*`, 0-d arrays too, and each output `T*`).
 #[derive(Clone, Debug)]
 pub struct CudaKernelCall<'a> {
-    /// Kernel name (MLX names the function `custom_kernel_<name>`).
-    pub name: &'a str,
-    /// Input parameter names, in order (each becomes `const T*`, 0-d arrays too).
-    pub input_names: Vec<String>,
-    /// Output parameter names, in order (each becomes `T*`).
-    pub output_names: Vec<String>,
-    /// Kernel body (MLX writes the signature).
-    pub source: &'a str,
-    /// Code placed before the kernel (includes, helpers).
-    pub header: &'a str,
-    /// Inputs, matching `input_names`.
-    pub inputs: Vec<&'a Array>,
-    /// Outputs, matching `output_names`.
-    pub outputs: Vec<OutputSpec>,
-    /// Grid in threads per axis (MLX rounds it up to whole blocks).
-    pub grid: [usize; 3],
-    /// Threads per block, per axis.
-    pub threadgroup: [usize; 3],
-    /// Fill value for the outputs before the kernel runs.
-    pub init_value: Option<f32>,
+    /// Names, sources, arrays and geometry.
+    pub kernel: KernelCall<'a>,
     /// Bytes of dynamic shared memory.
     pub shared_memory: usize,
 }
@@ -228,43 +223,31 @@ impl CudaKernelCall<'_> {
     /// Launches through `fast::cuda_kernel` on MLX's default stream. Without a CUDA GPU
     /// (any CPU build of MLX) MLX's error is returned as `Err`.
     pub fn launch(&self) -> Result<Vec<Array>> {
-        let as_metal = MetalKernelCall {
-            name: self.name,
-            input_names: self.input_names.clone(),
-            output_names: self.output_names.clone(),
-            source: self.source,
-            header: self.header,
-            inputs: self.inputs.clone(),
-            outputs: self.outputs.clone(),
-            grid: self.grid,
-            threadgroup: self.threadgroup,
-            init_value: self.init_value,
-            atomic_outputs: false,
-        };
-        let (ptrs, flat, ndims, dtypes, g, t) = as_metal.parts()?;
+        let k = &self.kernel;
+        let p = k.parts()?;
         let smem = i32::try_from(self.shared_memory).map_err(|_| Error::Launch {
-            kernel: self.name.into(),
+            kernel: k.name.into(),
             msg: format!("{} bytes of shared memory", self.shared_memory),
         })?;
         // SAFETY: the input pointers are borrowed from live arrays for this call.
         let list = unsafe {
             bridge::cuda_kernel_launch(
-                self.name,
-                &self.input_names,
-                &self.output_names,
-                self.source,
-                self.header,
-                &ptrs,
-                &flat,
-                &ndims,
-                &dtypes,
-                g,
-                t,
-                self.init_value.is_some(),
-                self.init_value.unwrap_or(0.0),
+                k.name,
+                &k.input_names,
+                &k.output_names,
+                k.source,
+                k.header,
+                &p.ptrs,
+                &p.flat,
+                &p.ndims,
+                &p.dtypes,
+                p.grid,
+                p.threadgroup,
+                k.init_value.is_some(),
+                k.init_value.unwrap_or(0.0),
                 smem,
             )?
         };
-        unpack(list, Array::merged_pending(&self.inputs))
+        unpack(list, Array::merged_pending(&k.inputs))
     }
 }

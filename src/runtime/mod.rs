@@ -5,4 +5,4 @@ pub mod launch;
 pub mod mlx_kernel;
 
 pub use launch::{cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target};
-pub use mlx_kernel::{cpu_launch, CudaKernelCall, MetalKernelCall, OutputSpec};
+pub use mlx_kernel::{cpu_launch, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec};
