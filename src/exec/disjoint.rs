@@ -150,15 +150,11 @@ impl Analysis<'_> {
             Op::ProgramId { axis } => {
                 let mut coef = [0; 3];
                 coef[(*axis as usize).min(2)] = 1;
-                Abs::Int(Aff {
-                    coef,
-                    lo: 0,
-                    hi: 0,
-                })
+                Abs::Int(Aff { coef, lo: 0, hi: 0 })
             }
-            Op::NumPrograms { axis } => Abs::Int(Aff::konst(
-                self.grid[(*axis as usize).min(2)].max(1) as i128,
-            )),
+            Op::NumPrograms { axis } => {
+                Abs::Int(Aff::konst(self.grid[(*axis as usize).min(2)].max(1) as i128))
+            }
             Op::Constant { value } if rty.is_some_and(|t| !t.ptr) => match value {
                 crate::ir::Const::Int(v) => self.int(Aff::konst(*v as i128), d.unwrap()),
                 crate::ir::Const::Float(_) => Abs::Unknown,
@@ -215,26 +211,31 @@ impl Analysis<'_> {
                     Abs::Int(a) if a.pid_free() && a.lo == a.hi => Some(a.lo),
                     _ => None,
                 };
-                let exact = match (konst(self.get(*lo)), konst(self.get(*hi)), konst(self.get(*step))) {
-                    (Some(l), Some(h), Some(s)) if s > 0 && h > l => {
-                        Some(Aff { coef: [0; 3], lo: l, hi: l + (h - 1 - l) / s * s })
-                    }
+                let exact = match (
+                    konst(self.get(*lo)),
+                    konst(self.get(*hi)),
+                    konst(self.get(*step)),
+                ) {
+                    (Some(l), Some(h), Some(s)) if s > 0 && h > l => Some(Aff {
+                        coef: [0; 3],
+                        lo: l,
+                        hi: l + (h - 1 - l) / s * s,
+                    }),
                     _ => None,
                 };
                 let iv = match (self.get(*lo), self.get(*hi), args.first()) {
                     (_, _, Some(&v)) if exact.is_some() => {
                         self.int(exact.unwrap(), self.k.ty(v).dtype)
                     }
-                    (Abs::Int(l), Abs::Int(h), Some(&v)) if l.coef == h.coef && h.hi > l.lo => {
-                        self.int(
+                    (Abs::Int(l), Abs::Int(h), Some(&v)) if l.coef == h.coef && h.hi > l.lo => self
+                        .int(
                             Aff {
                                 coef: l.coef,
                                 lo: l.lo,
                                 hi: h.hi - 1,
                             },
                             self.k.ty(v).dtype,
-                        )
-                    }
+                        ),
                     _ => Abs::Unknown,
                 };
                 if let Some(&v) = args.first() {
@@ -286,7 +287,11 @@ impl Analysis<'_> {
 }
 
 fn add(a: Aff, b: Aff, sign: i128) -> Aff {
-    let (blo, bhi) = if sign > 0 { (b.lo, b.hi) } else { (-b.hi, -b.lo) };
+    let (blo, bhi) = if sign > 0 {
+        (b.lo, b.hi)
+    } else {
+        (-b.hi, -b.lo)
+    };
     Aff {
         coef: [
             a.coef[0] + sign * b.coef[0],
@@ -394,7 +399,50 @@ mod tests {
         );
         // Windows narrower than the step leave gaps: still disjoint.
         let k = windowed(64, 32);
-        assert_eq!(disjoint_stores(&k, [17, 1, 1], &[None, None, Some(9)])[1], true);
+        assert!(disjoint_stores(&k, [17, 1, 1], &[None, None, Some(9)])[1]);
+    }
+
+    #[test]
+    fn plain_stores_keep_masked_tails_and_bounds_checks() {
+        use crate::exec::{execute, ExecArg};
+        let k = windowed(64, 64);
+        let n = 1000usize;
+        assert!(disjoint_stores(&k, [16, 1, 1], &[None, None, Some(n as i64)])[1]);
+        let x: Vec<f32> = (0..1024).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let mut out = vec![f32::NAN; 1024];
+        let xb: Vec<u8> = x.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        // SAFETY (test): viewing an f32 buffer as bytes.
+        let ob = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, 4096) };
+        execute(
+            &k,
+            [16, 1, 1],
+            &mut [
+                ExecArg::Buffer(&xb),
+                ExecArg::BufferMut(ob),
+                ExecArg::Int(n as i64),
+            ],
+        )
+        .unwrap();
+        assert!(out[..n].iter().zip(&x).all(|(o, x)| o == x));
+        assert!(
+            out[n..].iter().all(|o| o.is_nan()),
+            "masked-off lanes untouched"
+        );
+        // A plain buffer too short for the stores is still an error, not a write past it.
+        let mut short = vec![0f32; 900];
+        // SAFETY (test): as above.
+        let sb = unsafe { std::slice::from_raw_parts_mut(short.as_mut_ptr() as *mut u8, 3600) };
+        let r = execute(
+            &k,
+            [16, 1, 1],
+            &mut [
+                ExecArg::Buffer(&xb),
+                ExecArg::BufferMut(sb),
+                ExecArg::Int(n as i64),
+            ],
+        );
+        let msg = format!("{:?}", r.unwrap_err());
+        assert!(msg.contains("store") && msg.contains("offset"), "{msg}");
     }
 
     #[test]
@@ -431,12 +479,24 @@ mod tests {
             tl::store(out + offs, 1.0f32);
         });
         // Axis 0 covers 4 * 16 = 64 elements: a row stride of 64 is disjoint, 48 is not.
-        assert_eq!(disjoint_stores(&k, [4, 3, 1], &[None, Some(64)]), [true, false]);
-        assert_eq!(disjoint_stores(&k, [4, 3, 1], &[None, Some(48)]), [false, false]);
+        assert_eq!(
+            disjoint_stores(&k, [4, 3, 1], &[None, Some(64)]),
+            [true, false]
+        );
+        assert_eq!(
+            disjoint_stores(&k, [4, 3, 1], &[None, Some(48)]),
+            [false, false]
+        );
         // Negative strides walk backwards, still disjoint.
-        assert_eq!(disjoint_stores(&k, [4, 3, 1], &[None, Some(-64)]), [true, false]);
+        assert_eq!(
+            disjoint_stores(&k, [4, 3, 1], &[None, Some(-64)]),
+            [true, false]
+        );
         // An unknown stride proves nothing.
-        assert_eq!(disjoint_stores(&k, [4, 3, 1], &[None, None]), [false, false]);
+        assert_eq!(
+            disjoint_stores(&k, [4, 3, 1], &[None, None]),
+            [false, false]
+        );
     }
 
     #[test]
@@ -462,7 +522,10 @@ mod tests {
             let offs = tl::program_id(0) * 16 + tl::arange(0, 16);
             tl::store(out + tl::load(idx + offs), 1.0f32);
         });
-        assert_eq!(disjoint_stores(&k, [4, 1, 1], &[None, None]), [false, false]);
+        assert_eq!(
+            disjoint_stores(&k, [4, 1, 1], &[None, None]),
+            [false, false]
+        );
         // A loop-carried pointer is not followed, and poisons every buffer.
         let k = kernel(|k| {
             let (a, out) = (k.ptr(F32, "a"), k.ptr(F32, "out"));
@@ -473,7 +536,10 @@ mod tests {
                 p + 16
             });
         });
-        assert_eq!(disjoint_stores(&k, [4, 1, 1], &[None, None]), [false, false]);
+        assert_eq!(
+            disjoint_stores(&k, [4, 1, 1], &[None, None]),
+            [false, false]
+        );
     }
 
     #[test]

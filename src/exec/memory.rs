@@ -391,6 +391,25 @@ mod tests {
     }
 
     #[test]
+    fn plain_stores_are_bounds_checked() {
+        let mut out = vec![u32::MAX; 6];
+        // SAFETY (test): viewing a u32 buffer as bytes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, 24) };
+        // SAFETY (test): one thread, stores only.
+        let w = unsafe { Mem::writable(bytes, 4).expect("aligned").assume_disjoint() };
+        assert!(w.set_run::<u32, f32>(1, &[1.5, 2.5, 3.5], |x| x as u32));
+        assert!(!w.set_run::<u32, f32>(4, &[1.0, 2.0, 3.0], |x| x as u32));
+        assert!(w.set::<u32>(5, 9));
+        assert!(!w.set::<u32>(6, 9));
+        // Read-only buffers stay read-only.
+        let ro = [0u8; 8];
+        // SAFETY (test): nothing is written.
+        let r = unsafe { Mem::read_only(&ro, 4).assume_disjoint() };
+        assert!(!r.set::<u32>(0, 1));
+        assert_eq!(out, [u32::MAX, 1, 2, 3, u32::MAX, 9]);
+    }
+
+    #[test]
     fn huge_page_advice_keeps_contents() {
         // Big enough to be advised, with a ragged tail past the last 2 MiB boundary.
         let n = (HUGE_PAGE_MIN + (3 << 20) + 4 * 37) / 4;
