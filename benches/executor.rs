@@ -17,8 +17,32 @@ fn copy(c: &mut Criterion) {
     let src = vec![1.0f32; n];
     let mut dst = vec![0.0f32; n];
     g.throughput(Throughput::Bytes((2 * n * 4) as u64));
+    // Best case: the destination is already faulted in and stays allocated.
     g.bench_function("memcpy_16M_f32", |b| {
         b.iter(|| dst.copy_from_slice(criterion::black_box(&src)))
+    });
+    // What a kernel output faces: MLX allocates every output anew, and glibc serves 64 MB
+    // with a fresh `mmap`, so the copy also pays the page faults and the kernel's zeroing.
+    g.bench_function("fresh_16M_f32", |b| {
+        b.iter(|| criterion::black_box(&src).to_vec())
+    });
+    // The same with the transparent-huge-page advice the executor gives large outputs
+    // (src/exec/memory.rs), before the first write.
+    #[cfg(target_os = "linux")]
+    g.bench_function("fresh_thp_16M_f32", |b| {
+        b.iter(|| {
+            let mut v: Vec<f32> = Vec::with_capacity(n);
+            let huge = 2usize << 20;
+            let start = v.as_mut_ptr() as usize;
+            let (lo, hi) = (start.next_multiple_of(huge), (start + n * 4) / huge * huge);
+            if hi > lo {
+                // SAFETY: `[lo, hi)` lies inside `v`'s allocation; the advice changes only
+                // how pages are backed, never their contents.
+                unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+            }
+            v.extend_from_slice(criterion::black_box(&src));
+            v
+        })
     });
     g.finish();
 }
