@@ -7,6 +7,13 @@
 //! between two programs is then the kernel's own bug with a well-defined outcome, never
 //! undefined behaviour. Read-only buffers are never written by anyone during a launch, so
 //! they are read with plain (unaligned) loads and bulk copies.
+//!
+//! The exception: a writable buffer that `disjoint.rs` proves, for one launch, is only
+//! stored to, each program in a window no other program reaches, is marked `plain`, and
+//! its stores are ordinary (vectorised, bulk) writes. With no loads or atomics on it and no
+//! two programs touching one element, no two threads ever access the same byte, so plain
+//! writes cannot race; and since the decision is per buffer per launch, plain and atomic
+//! accesses never mix on the same memory.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -82,6 +89,8 @@ pub(crate) struct Mem<'a> {
     /// Element size of the argument's pointee dtype.
     elem: usize,
     writable: bool,
+    /// Stores are plain writes (see the module docs and [`Mem::assume_disjoint`]).
+    plain: bool,
     _borrow: PhantomData<&'a [u8]>,
 }
 
@@ -102,6 +111,7 @@ impl<'a> Mem<'a> {
             bytes: buf.len(),
             elem,
             writable: false,
+            plain: false,
             _borrow: PhantomData,
         }
     }
@@ -117,8 +127,23 @@ impl<'a> Mem<'a> {
             bytes: buf.len(),
             elem,
             writable: true,
+            plain: false,
             _borrow: PhantomData,
         })
+    }
+
+    /// This buffer with plain (non-atomic) stores.
+    ///
+    /// # Safety
+    ///
+    /// For the whole launch, no element of the buffer may be accessed by two programs, and
+    /// nothing may load from it or run an atomic on it (`disjoint::disjoint_stores` proves
+    /// this for a kernel, grid and scalar arguments).
+    pub(crate) unsafe fn assume_disjoint(self) -> Mem<'a> {
+        Mem {
+            plain: self.writable,
+            ..self
+        }
     }
 
     /// Number of whole elements.
@@ -154,6 +179,7 @@ impl<'a> Mem<'a> {
     /// Element `i`, or `None` when out of bounds.
     #[inline(always)]
     pub(crate) fn get<R: Raw>(&self, i: usize) -> Option<R> {
+        debug_assert!(!self.plain, "a plain buffer is only stored to");
         if !self.fits::<R>(i, 1) {
             return None;
         }
@@ -175,6 +201,7 @@ impl<'a> Mem<'a> {
         out: &mut Vec<S>,
         f: impl Fn(R) -> S,
     ) -> bool {
+        debug_assert!(!self.plain, "a plain buffer is only stored to");
         if !self.fits::<R>(start, n) {
             return false;
         }
@@ -193,6 +220,7 @@ impl<'a> Mem<'a> {
     /// buffers); false when out of bounds.
     #[inline(always)]
     pub(crate) fn copy_run<S: Bits>(&self, start: usize, n: usize, out: &mut Vec<S>) -> bool {
+        debug_assert!(!self.plain, "a plain buffer is only stored to");
         if !self.fits::<S::Raw>(start, n) {
             return false;
         }
@@ -224,7 +252,13 @@ impl<'a> Mem<'a> {
         if !self.writable || !self.fits::<R>(i, 1) {
             return false;
         }
-        R::store(self.atomic::<R>(i), v);
+        if self.plain {
+            // SAFETY: in bounds (checked above), aligned (`writable`), and no other thread
+            // touches this element during the launch (`assume_disjoint`'s contract).
+            unsafe { (self.ptr.add(i * R::SIZE) as *mut R).write(v) };
+        } else {
+            R::store(self.atomic::<R>(i), v);
+        }
         true
     }
 
@@ -239,6 +273,18 @@ impl<'a> Mem<'a> {
     ) -> bool {
         if !self.writable || !self.fits::<R>(start, vals.len()) {
             return false;
+        }
+        if self.plain {
+            // SAFETY: the range is in bounds (checked above) and aligned (`writable`), and
+            // no other thread touches it during the launch (`assume_disjoint`'s contract),
+            // so this program may view it as its own `&mut [R]`.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(self.ptr.add(start * R::SIZE) as *mut R, vals.len())
+            };
+            for (d, v) in dst.iter_mut().zip(vals) {
+                *d = f(*v);
+            }
+            return true;
         }
         for (a, v) in self.atomics::<R>(start, vals.len()).iter().zip(vals) {
             R::store(a, f(*v));
@@ -258,6 +304,7 @@ impl<'a> Mem<'a> {
     /// Atomically replaces element `i` by `f(old)` (a CAS loop); returns the old bits, or
     /// `None` when out of bounds or read-only.
     pub(crate) fn update<R: Raw>(&self, i: usize, f: impl Fn(R) -> R) -> Option<R> {
+        debug_assert!(!self.plain, "a plain buffer is only stored to");
         if !self.writable || !self.fits::<R>(i, 1) {
             return None;
         }
@@ -273,6 +320,7 @@ impl<'a> Mem<'a> {
 
     /// Atomic compare-and-swap of element `i`; returns the old bits.
     pub(crate) fn compare_swap<R: Raw>(&self, i: usize, cmp: R, new: R) -> Option<R> {
+        debug_assert!(!self.plain, "a plain buffer is only stored to");
         if !self.writable || !self.fits::<R>(i, 1) {
             return None;
         }
@@ -340,6 +388,25 @@ mod tests {
         assert_eq!(w.update::<u32>(3, |x| x + 1), Some(9));
         assert_eq!(w.compare_swap::<u32>(0, 0, 4), Some(0));
         assert_eq!(out, vec![4, 7, 8, 10]);
+    }
+
+    #[test]
+    fn plain_stores_are_bounds_checked() {
+        let mut out = vec![u32::MAX; 6];
+        // SAFETY (test): viewing a u32 buffer as bytes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, 24) };
+        // SAFETY (test): one thread, stores only.
+        let w = unsafe { Mem::writable(bytes, 4).expect("aligned").assume_disjoint() };
+        assert!(w.set_run::<u32, f32>(1, &[1.5, 2.5, 3.5], |x| x as u32));
+        assert!(!w.set_run::<u32, f32>(4, &[1.0, 2.0, 3.0], |x| x as u32));
+        assert!(w.set::<u32>(5, 9));
+        assert!(!w.set::<u32>(6, 9));
+        // Read-only buffers stay read-only.
+        let ro = [0u8; 8];
+        // SAFETY (test): nothing is written.
+        let r = unsafe { Mem::read_only(&ro, 4).assume_disjoint() };
+        assert!(!r.set::<u32>(0, 1));
+        assert_eq!(out, [u32::MAX, 1, 2, 3, u32::MAX, 9]);
     }
 
     #[test]

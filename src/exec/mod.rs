@@ -55,6 +55,7 @@
 //! ```
 
 mod data;
+mod disjoint;
 mod dot;
 mod elementwise;
 mod interp;
@@ -255,6 +256,25 @@ pub fn execute_with(
                 mems.push(None);
                 scalars.push(Some(scalar_value(k, p, d, arg)?));
             }
+        }
+    }
+    let ints: Vec<Option<i64>> = scalars
+        .iter()
+        .map(|s| match s {
+            Some(Data::I32(v)) if v.len() == 1 => Some(v[0] as i64),
+            Some(Data::I64(v)) if v.len() == 1 => Some(v[0]),
+            _ => None,
+        })
+        .collect();
+    for (m, disjoint) in mems
+        .iter_mut()
+        .zip(disjoint::disjoint_stores(k, grid, &ints))
+    {
+        if let (Some(mem), true) = (m.as_mut(), disjoint) {
+            // SAFETY: `disjoint_stores` proved, for this kernel, grid and these scalar
+            // arguments, that programs store to pairwise disjoint elements of this buffer
+            // and that nothing loads from it or runs an atomic on it.
+            *mem = unsafe { mem.assume_disjoint() };
         }
     }
     let read_only: Vec<bool> = mems
