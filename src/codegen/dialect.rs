@@ -80,8 +80,9 @@ pub struct Dialect {
     pub helpers: &'static [(&'static str, &'static str)],
     /// Type of one chunk of a vectorised access: `{ty}` (element type) and `{n}`.
     pub vector_type: &'static str,
-    /// Expressions loading one chunk of 2 and of 4 elements from the element pointer `{p}`.
-    pub vector_load: [&'static str; 2],
+    /// Chunk widths with a packed access, each with the expression loading one chunk from
+    /// the element pointer `{p}`; the widest bounds the chunk of the blocked layout.
+    pub vector_load: &'static [(usize, &'static str)],
     /// Statement storing the chunk `{v}` (of type `{vt}`) to the element pointer `{p}`.
     pub vector_store: &'static str,
     /// Type of four `uint`s indexable with `[k]` (Philox results).
@@ -89,6 +90,19 @@ pub struct Dialect {
 }
 
 impl Dialect {
+    /// The expression loading a chunk of `n` elements from `{p}`, if the language has one.
+    pub fn vector_load(&self, n: usize) -> Option<&'static str> {
+        self.vector_load
+            .iter()
+            .find(|(w, _)| *w == n)
+            .map(|(_, e)| *e)
+    }
+
+    /// The widest chunk with a packed access.
+    pub fn widest_vector(&self) -> usize {
+        self.vector_load.iter().map(|(w, _)| *w).max().unwrap_or(1)
+    }
+
     /// The language's name for `dtype`, if it has one.
     pub fn type_name(&self, dtype: DType) -> Option<&'static str> {
         let i = DType::ALL.iter().position(|d| *d == dtype)?;
@@ -179,7 +193,7 @@ pub const METAL: Dialect = Dialect {
         ("packed", super::metal::PACKED),
     ],
     vector_type: "packed_{ty}{n}",
-    vector_load: ["tm_vload2({p})", "tm_vload({p})"],
+    vector_load: &[(2, "tm_vload2({p})"), (4, "tm_vload({p})")],
     vector_store: "*((device {vt}*)({p})) = {v};",
     uint4: "uint4",
 };
@@ -245,7 +259,11 @@ pub const CUDA: Dialect = Dialect {
         ("packed", super::cuda::PACKED),
     ],
     vector_type: "tm_vec<{ty}, {n}>",
-    vector_load: ["tm_vload<2>({p})", "tm_vload<4>({p})"],
+    vector_load: &[
+        (2, "tm_vload<2>({p})"),
+        (4, "tm_vload<4>({p})"),
+        (8, "tm_vload<8>({p})"),
+    ],
     vector_store: "tm_vstore({p}, {v});",
     uint4: "tm_uint4",
 };

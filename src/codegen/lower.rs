@@ -89,6 +89,38 @@ pub(super) fn unsupported_on(d: &Dialect, k: &Kernel, what: impl std::fmt::Displ
     Error::Unsupported(format!("kernel `{}`: {what} on {}", k.name, d.title))
 }
 
+/// Elements per chunk of the kernel's blocked layout. Where the dialect has packed accesses
+/// wider than the profile's 32-bit-word chunk, a load or store proven contiguous (`axis`)
+/// over one full vector of the target's width asks for that many elements (8 halves or 4
+/// floats in 16 bytes, as Triton's `sizePerThread`); the widest such request wins. Accesses
+/// that cannot be packed (runtime strides) ask nothing: wider chunks would only spread a
+/// warp's scalar accesses further apart. One width for the whole kernel keeps layouts a
+/// function of the element count (see `layout`), so mixed f16/f32 kernels move no data.
+fn chunk_elems(k: &Kernel, d: &Dialect, opts: &LaunchOptions, axis: &[AxisInfo]) -> usize {
+    let base = opts.vector_elems();
+    let widest = d.widest_vector();
+    if widest <= base {
+        return base;
+    }
+    let want = |bytes: usize| {
+        (opts.target.vector_bytes as usize / bytes.max(1))
+            .next_power_of_two()
+            .clamp(base, widest)
+    };
+    k.ops
+        .iter()
+        .filter_map(|o| match o.op {
+            Op::Load { ptr, .. } => Some((ptr, o.result()?)),
+            Op::Store { ptr, value, .. } => Some((ptr, value)),
+            _ => None,
+        })
+        .map(|(ptr, v)| (ptr, want(k.ty(v).dtype.size_bytes())))
+        .filter(|&(ptr, w)| axis[ptr.index()].contig >= w as u64)
+        .map(|(_, w)| w)
+        .max()
+        .unwrap_or(base)
+}
+
 impl<'k> Lowering<'k> {
     pub fn new(k: &'k Kernel, d: &'static Dialect, opts: &'k LaunchOptions) -> Lowering<'k> {
         let threads = opts.threads();
@@ -97,12 +129,13 @@ impl<'k> Lowering<'k> {
         );
         let mut names: HashSet<String> = k.params.iter().map(|p| p.name.clone()).collect();
         names.insert(k.name.clone());
+        let axis = super::axis::analyse(k);
         Lowering {
+            vec: chunk_elems(k, d, opts, &axis),
             k,
             d,
             opts,
             threads,
-            vec: opts.vector_elems(),
             reprs: vec![None; k.values.len()],
             prov: vec![None; k.values.len()],
             names,
@@ -119,7 +152,7 @@ impl<'k> Lowering<'k> {
             off_dtype: if wide { DType::I64 } else { DType::I32 },
             uses_simd: false,
             recipes: vec![None; k.values.len()],
-            axis: super::axis::analyse(k),
+            axis,
             frags: HashMap::new(),
             uses: {
                 let mut u = vec![0u32; k.values.len()];
@@ -195,7 +228,16 @@ impl<'k> Lowering<'k> {
     }
 
     pub fn layout_of(&self, n: usize) -> BlockedLayout {
-        BlockedLayout::new(n, self.vec, self.threads)
+        // A chunk wider than the profile's base width only where every thread still gets a
+        // whole chunk (Triton caps `sizePerThread` by `numel / threads` the same way): a
+        // 32x16 tile on 128 threads keeps 4-wide chunks instead of idling half the threads.
+        let base = self.opts.vector_elems();
+        let vec = if self.vec > base && n < self.vec * self.threads {
+            (n / self.threads).clamp(base, self.vec)
+        } else {
+            self.vec
+        };
+        BlockedLayout::new(n, vec, self.threads)
     }
 
     pub fn layout(&self, v: Value) -> BlockedLayout {
@@ -1048,7 +1090,7 @@ impl<'k> Lowering<'k> {
             return Ok(None);
         };
         let param = &self.k.params[p];
-        let ok = matches!(lay.vec, 2 | 4)
+        let ok = self.d.vector_load(lay.vec).is_some()
             && self.axis[ptr.index()].contig >= lay.vec as u64
             && matches!(
                 dt,
@@ -1127,9 +1169,11 @@ impl<'k> Lowering<'k> {
         self.open_chunks(lay);
         let off = self.el(ptr, "tm_i");
         let body = |me: &mut Self| {
-            // Blocks of two elements have 2-wide chunks; every other chunk is 4 wide.
+            // `vector_type` admitted this width only if the dialect has a load for it.
             let load =
-                me.d.vector_load[usize::from(v == 4)].replace("{p}", &format!("{p} + {off}"));
+                me.d.vector_load(v)
+                    .unwrap_or_default()
+                    .replace("{p}", &format!("{p} + {off}"));
             me.line(format!("const {vt} tm_v = {load};"));
             me.line(format!(
                 "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) {name}[tm_i + tm_e] = tm_v[tm_e];"
