@@ -687,6 +687,32 @@ multiversion! {
     fn cmp(p: CmpPred, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res = cmp_impl;
 }
 
+/// `where(cond, a, b)` for a condition whose lanes `0..k` are true and the rest false
+/// (`n` lanes; `a` and `b` may be one-element).
+pub(crate) fn select_prefix(k: usize, n: usize, a: &Data, b: &Data, out: &mut Data) -> Res {
+    fn put<T: Copy>(k: usize, n: usize, a: &[T], b: &[T], o: &mut Vec<T>) -> Res {
+        o.clear();
+        let k = k.min(n);
+        for (src, lo, hi) in [(a, 0, k), (b, k, n)] {
+            match src.len() {
+                1 => o.resize(hi, src[0]),
+                l if l == n => o.extend_from_slice(&src[lo..hi]),
+                l => return Err(len_err(l, n)),
+            }
+        }
+        Ok(())
+    }
+    match (a, b) {
+        (Data::Bool(a), Data::Bool(b)) => put(k, n, a, b, out.bools()),
+        (Data::I32(a), Data::I32(b)) => put(k, n, a, b, out.i32s()),
+        (Data::I64(a), Data::I64(b)) => put(k, n, a, b, out.i64s()),
+        (Data::F32(a), Data::F32(b)) => put(k, n, a, b, out.f32s()),
+        (Data::F64(a), Data::F64(b)) => put(k, n, a, b, out.f64s()),
+        (Data::Ptr(a), Data::Ptr(b)) => put(k, n, a, b, out.ptrs()),
+        _ => Err("select branches have different types".into()),
+    }
+}
+
 multiversion! {
     /// `where(cond, a, b)`.
     fn select(cond: &Data, a: &Data, b: &Data, out: &mut Data) -> Res = select_impl;

@@ -6,7 +6,8 @@
 //! too; loops copy yielded values into them between iterations.
 
 use super::data::{fill_const, ptr_pack, same_kind, Data};
-use super::memops::{self, MemErr, PtrArg};
+use super::lazy::{self, Lazy};
+use super::memops::{self, MaskArg, MemErr, PtrArg};
 use super::memory::Mem;
 use super::reduce_layout::{self, ReduceStrategy};
 use super::{dot, elementwise as ew, reduce, shape};
@@ -142,7 +143,7 @@ impl PooledEnv {
     pub(crate) fn get(&mut self) -> &mut Env {
         self.0.get_or_insert_with(|| Env {
             vals: Vec::new(),
-            done: Vec::new(),
+            side: Side::default(),
         })
     }
 }
@@ -164,8 +165,19 @@ impl Drop for PooledEnv {
 /// A worker's values: one slot per SSA value, kept across the programs it runs.
 pub(crate) struct Env {
     vals: Vec<Data>,
+    side: Side,
+}
+
+/// What a worker knows about its slots besides their buffers.
+#[derive(Default)]
+pub(crate) struct Side {
     /// Per op: an invariant op already computed in `vals`.
     done: Vec<bool>,
+    /// Per value: the value in closed form (`lazy.rs`); its buffer is stale unless
+    /// `filled`.
+    lazy: Vec<Option<Lazy>>,
+    /// Per value: a lazy value's buffer has been written out.
+    filled: Vec<bool>,
 }
 
 /// An error message plus what the interpreter knows about where it happened.
@@ -208,12 +220,17 @@ impl<'k, 'a> Launch<'k, 'a> {
     pub(crate) fn env(&self) -> PooledEnv {
         let mut env = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| Env {
             vals: Vec::new(),
-            done: Vec::new(),
+            side: Side::default(),
         });
         env.vals
             .resize_with(self.kernel.values.len(), Data::default);
-        env.done.clear();
-        env.done.resize(self.kernel.ops.len(), false);
+        let side = &mut env.side;
+        side.done.clear();
+        side.done.resize(self.kernel.ops.len(), false);
+        side.lazy.clear();
+        side.lazy.resize(self.kernel.values.len(), None);
+        side.filled.clear();
+        side.filled.resize(self.kernel.values.len(), false);
         for (p, d) in self.kernel.params.iter().zip(&self.params) {
             env.vals[p.value.index()].assign(d);
         }
@@ -326,8 +343,8 @@ impl<'k, 'a> Launch<'k, 'a> {
 
     /// Runs program `pid` in `env`.
     pub(crate) fn run_program(&self, env: &mut Env, pid: [usize; 3]) -> Result<()> {
-        let Env { vals, done } = env;
-        self.region(vals, done, self.kernel.body, pid)
+        let Env { vals, side } = env;
+        self.region(vals, side, self.kernel.body, pid)
     }
 
     fn err(&self, id: OpId, pid: [usize; 3], msg: impl std::fmt::Display) -> Error {
@@ -372,7 +389,12 @@ impl<'k, 'a> Launch<'k, 'a> {
     }
 
     /// The addresses of a memory op: folded base + offsets, or a pointer block.
-    fn ptr_arg<'e>(&self, env: &'e [Data], v: Value) -> std::result::Result<PtrArg<'e>, MemErr> {
+    fn ptr_arg<'e>(
+        &self,
+        env: &'e [Data],
+        side: &Side,
+        v: Value,
+    ) -> std::result::Result<PtrArg<'e>, MemErr> {
         let k = self.kernel;
         if let Some((base, off)) = self.folded.by_value[v.index()] {
             let b = match &env[base.index()] {
@@ -383,6 +405,23 @@ impl<'k, 'a> Launch<'k, 'a> {
                     ))
                 }
             };
+            match side.lazy[off.index()] {
+                Some(Lazy::Affine {
+                    base: start,
+                    stride,
+                }) => {
+                    return Ok(PtrArg::Affine {
+                        base: b,
+                        start,
+                        stride,
+                        len: k.ty(off).numel(),
+                    })
+                }
+                Some(Lazy::Prefix(_)) => {
+                    return Err(MemErr::Internal("folded offsets are a mask".into()))
+                }
+                None => {}
+            }
             return match &env[off.index()] {
                 Data::I32(o) => Ok(PtrArg::Off32 {
                     base: b,
@@ -417,25 +456,98 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn region(
         &self,
         env: &mut [Data],
-        done: &mut [bool],
+        side: &mut Side,
         r: RegionId,
         pid: [usize; 3],
     ) -> Result<()> {
         for &id in &self.kernel.region(r).ops {
             // Program-invariant ops keep their value from the first program this worker ran.
             let hoisted = self.invariant[id.index()];
-            if (hoisted && done[id.index()]) || self.folded.skip[id.index()] {
+            if (hoisted && side.done[id.index()]) || self.folded.skip[id.index()] {
                 continue;
             }
-            self.op(env, done, id, pid)?;
+            self.prepare(env, side, id);
+            self.op(env, side, id, pid)?;
             if hoisted {
-                done[id.index()] = true;
+                side.done[id.index()] = true;
             }
         }
         Ok(())
     }
 
-    fn op(&self, env: &mut [Data], done: &mut [bool], id: OpId, pid: [usize; 3]) -> Result<()> {
+    /// Before op `id` runs: its results lose their closed forms, and the operands it cannot
+    /// read in closed form are written out.
+    fn prepare(&self, env: &mut [Data], side: &mut Side, id: OpId) {
+        let d = self.kernel.op(id);
+        for r in d.results.iter() {
+            side.lazy[r.index()] = None;
+        }
+        let keep = |v: Value| match &d.op {
+            Op::Binary { .. } | Op::Cmp { .. } => true,
+            Op::Select { cond, .. } => v == *cond,
+            Op::Load { mask, .. } | Op::Store { mask, .. } => Some(v) == *mask,
+            _ => false,
+        };
+        d.op.for_each_operand(|v| {
+            if !keep(v) {
+                self.fill(env, side, v);
+            }
+        });
+    }
+
+    /// Writes out `v`'s buffer if it is only known in closed form.
+    fn fill(&self, env: &mut [Data], side: &mut Side, v: Value) {
+        if let (Some(l), false) = (side.lazy[v.index()], side.filled[v.index()]) {
+            let t = self.kernel.ty(v);
+            lazy::materialize(l, t.dtype, t.numel(), &mut env[v.index()]);
+            side.filled[v.index()] = true;
+        }
+    }
+
+    /// Marks `r` as known in closed form (its buffer is not written).
+    fn set_lazy(side: &mut Side, r: Value, l: Lazy) {
+        side.lazy[r.index()] = Some(l);
+        side.filled[r.index()] = false;
+    }
+
+    /// Operand `v` of dtype `d` as `(base, stride)`: a closed form, or a one-element value.
+    fn affine_of(
+        &self,
+        env: &[Data],
+        side: &Side,
+        v: Value,
+        d: crate::dtype::DType,
+    ) -> Option<(i64, i64)> {
+        match side.lazy[v.index()] {
+            Some(Lazy::Affine { base, stride }) => Some((base, stride)),
+            Some(Lazy::Prefix(_)) => None,
+            None if env[v.index()].len() == 1 => env[v.index()].get_i64(0, d).map(|x| (x, 0)),
+            None => None,
+        }
+    }
+
+    /// The lane count of a 1-D integer/bool result that may be kept in closed form, when
+    /// one of the operands already is.
+    fn lazy_lanes(&self, side: &Side, r: Value, operands: [Value; 2]) -> Option<usize> {
+        let t = self.kernel.ty(r);
+        (t.shape.len() == 1
+            && t.numel() > 1
+            && operands.iter().any(|v| side.lazy[v.index()].is_some()))
+        .then(|| t.numel())
+    }
+
+    /// A memory op's mask: a lane prefix, or the block.
+    fn mask_arg<'e>(&self, env: &'e [Data], side: &Side, m: Option<Value>) -> MaskArg<'e> {
+        match m {
+            None => MaskArg::All,
+            Some(m) => match side.lazy[m.index()] {
+                Some(Lazy::Prefix(k)) => MaskArg::Prefix(k),
+                _ => MaskArg::Block(&env[m.index()]),
+            },
+        }
+    }
+
+    fn op(&self, env: &mut [Data], side: &mut Side, id: OpId, pid: [usize; 3]) -> Result<()> {
         let k = self.kernel;
         let data = k.op(id);
         let res0 = data.results.get(0);
@@ -459,6 +571,10 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let r = r0()?;
                 let t = ty(r);
                 fill_const(&mut env[r.index()], t, *value, t.numel());
+            }
+            Op::Arange { start, end } if end - start > 1 => {
+                let base = *start;
+                Self::set_lazy(side, r0()?, Lazy::Affine { base, stride: 1 });
             }
             Op::Arange { start, end } => {
                 let r = r0()?;
@@ -489,6 +605,21 @@ impl<'k, 'a> Launch<'k, 'a> {
             Op::Binary { kind, lhs, rhs } => {
                 let d = ty(*lhs).dtype;
                 let (l, r) = (self.operand(*lhs), self.operand(*rhs));
+                let res = r0()?;
+                if let Some(n) = self
+                    .lazy_lanes(side, res, [l, r])
+                    .filter(|_| lazy::affine_dtype(d))
+                {
+                    let form = self
+                        .affine_of(env, side, l, d)
+                        .zip(self.affine_of(env, side, r, d));
+                    if let Some(f) = form.and_then(|(a, b)| lazy::binary(*kind, a, b, n, d)) {
+                        Self::set_lazy(side, res, f);
+                        return Ok(());
+                    }
+                }
+                self.fill(env, side, l);
+                self.fill(env, side, r);
                 with_out(env, r0()?, |env, o| {
                     ew::binary(*kind, d, &env[l.index()], &env[r.index()], o)
                 })
@@ -497,6 +628,21 @@ impl<'k, 'a> Launch<'k, 'a> {
             Op::Cmp { pred, lhs, rhs } => {
                 let d = ty(*lhs).dtype;
                 let (l, r) = (self.operand(*lhs), self.operand(*rhs));
+                let res = r0()?;
+                if let Some(n) = self
+                    .lazy_lanes(side, res, [l, r])
+                    .filter(|_| lazy::affine_dtype(d))
+                {
+                    let form = self
+                        .affine_of(env, side, l, d)
+                        .zip(self.affine_of(env, side, r, d));
+                    if let Some(f) = form.and_then(|(a, b)| lazy::cmp(*pred, a, b, n)) {
+                        Self::set_lazy(side, res, f);
+                        return Ok(());
+                    }
+                }
+                self.fill(env, side, l);
+                self.fill(env, side, r);
                 with_out(env, r0()?, |env, o| {
                     ew::cmp(*pred, d, &env[l.index()], &env[r.index()], o)
                 })
@@ -507,6 +653,13 @@ impl<'k, 'a> Launch<'k, 'a> {
                 on_true,
                 on_false,
             } => {
+                if let Some(Lazy::Prefix(k)) = side.lazy[cond.index()] {
+                    let n = ty(r0()?).numel();
+                    return with_out(env, r0()?, |env, o| {
+                        ew::select_prefix(k, n, &env[on_true.index()], &env[on_false.index()], o)
+                    })
+                    .map_err(wrap);
+                }
                 with_out(env, r0()?, |env, o| {
                     ew::select(
                         &env[cond.index()],
@@ -565,13 +718,13 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let run = pt.shape.last().copied().unwrap_or(1);
                 let r = r0()?;
                 let mut out = take(env, r);
-                let res = self.ptr_arg(env, *ptr).and_then(|p| {
+                let res = self.ptr_arg(env, side, *ptr).and_then(|p| {
                     memops::load(
                         &self.mems,
                         pt.dtype,
                         run,
                         p,
-                        mask.map(|m| &env[m.index()]),
+                        self.mask_arg(env, side, *mask),
                         other.map(|o| &env[o.index()]),
                         &mut out,
                     )
@@ -582,7 +735,7 @@ impl<'k, 'a> Launch<'k, 'a> {
             Op::Store { ptr, value, mask } => {
                 let pt = ty(*ptr);
                 let run = pt.shape.last().copied().unwrap_or(1);
-                self.ptr_arg(env, *ptr)
+                self.ptr_arg(env, side, *ptr)
                     .and_then(|p| {
                         memops::store(
                             &self.mems,
@@ -590,7 +743,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                             run,
                             p,
                             &env[value.index()],
-                            mask.map(|m| &env[m.index()]),
+                            self.mask_arg(env, side, *mask),
                         )
                     })
                     .map_err(memw)?;
@@ -604,14 +757,14 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let d = ty(*ptr).dtype;
                 let r = r0()?;
                 let mut out = take(env, r);
-                let res = self.ptr_arg(env, *ptr).and_then(|p| {
+                let res = self.ptr_arg(env, side, *ptr).and_then(|p| {
                     memops::atomic_rmw(
                         &self.mems,
                         *kind,
                         d,
                         p,
                         &env[value.index()],
-                        mask.map(|m| &env[m.index()]),
+                        mask.map_or(MaskArg::All, |m| MaskArg::Block(&env[m.index()])),
                         &mut out,
                     )
                 });
@@ -622,7 +775,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let d = ty(*ptr).dtype;
                 let r = r0()?;
                 let mut out = take(env, r);
-                let res = self.ptr_arg(env, *ptr).and_then(|p| {
+                let res = self.ptr_arg(env, side, *ptr).and_then(|p| {
                     memops::atomic_cas(
                         &self.mems,
                         d,
@@ -704,7 +857,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let t = ty(src0);
                 let dims = reduce::split_axis(&t.shape, *axis as usize);
                 match combine {
-                    Some(region) => self.custom_reduce(env, done, id, pid, srcs, dims, *region)?,
+                    Some(region) => self.custom_reduce(env, side, id, pid, srcs, dims, *region)?,
                     None => {
                         let d = t.dtype;
                         let strategy = self.reduce_strategy;
@@ -732,7 +885,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let dims = reduce::split_axis(&t.shape, *axis as usize);
                 match combine {
                     Some(region) => {
-                        self.custom_scan(env, done, id, pid, srcs, dims, *reverse, *region)?
+                        self.custom_scan(env, side, id, pid, srcs, dims, *reverse, *region)?
                     }
                     None => {
                         let d = t.dtype;
@@ -775,9 +928,9 @@ impl<'k, 'a> Launch<'k, 'a> {
                 step,
                 init,
                 body,
-            } => self.for_loop(env, done, id, pid, [*lo, *hi, *step], init, *body)?,
+            } => self.for_loop(env, side, id, pid, [*lo, *hi, *step], init, *body)?,
             Op::While { init, cond, body } => {
-                self.while_loop(env, done, id, pid, init, *cond, *body)?
+                self.while_loop(env, side, id, pid, init, *cond, *body)?
             }
             Op::If {
                 cond,
@@ -793,7 +946,7 @@ impl<'k, 'a> Launch<'k, 'a> {
                 } else {
                     *else_region
                 };
-                self.region(env, done, taken, pid)?;
+                self.region(env, side, taken, pid)?;
                 for (r, y) in data.results.iter().zip(self.yields(taken)) {
                     copy(env, r, *y);
                 }
@@ -806,7 +959,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn for_loop(
         &self,
         env: &mut [Data],
-        done: &mut [bool],
+        side: &mut Side,
         id: OpId,
         pid: [usize; 3],
         bounds: [Value; 3],
@@ -837,8 +990,8 @@ impl<'k, 'a> Launch<'k, 'a> {
         let mut i = lo;
         while i < hi {
             fill_const(&mut env[iv.index()], &iv_ty, crate::ir::Const::Int(i), 1);
-            self.region(env, done, body, pid)?;
-            self.feed_back(env, body, ys, carried, &mut tmp);
+            self.region(env, side, body, pid)?;
+            self.feed_back(env, side, body, ys, carried, &mut tmp);
             i = match i.checked_add(step) {
                 Some(n) => n,
                 None => break,
@@ -856,6 +1009,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn feed_back(
         &self,
         env: &mut [Data],
+        side: &mut Side,
         body: RegionId,
         ys: &[Value],
         carried: &[Value],
@@ -875,6 +1029,8 @@ impl<'k, 'a> Launch<'k, 'a> {
         for (y, a) in ys.iter().zip(carried) {
             if moved(*y) {
                 env.swap(y.index(), a.index());
+                // The slot now holds the carried buffer, not `y`'s closed form.
+                side.lazy[y.index()] = None;
             }
         }
         for ((t, y), a) in tmp.iter_mut().zip(ys).zip(carried) {
@@ -888,7 +1044,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn while_loop(
         &self,
         env: &mut [Data],
-        done: &mut [bool],
+        side: &mut Side,
         id: OpId,
         pid: [usize; 3],
         init: &[Value],
@@ -904,7 +1060,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         let by = self.yields(body);
         let mut tmp: Vec<Data> = vec![Data::default(); by.len()];
         loop {
-            self.region(env, done, cond, pid)?;
+            self.region(env, side, cond, pid)?;
             let go = cy
                 .first()
                 .and_then(|c| env[c.index()].get_bool(0))
@@ -915,8 +1071,8 @@ impl<'k, 'a> Launch<'k, 'a> {
             for (b, c) in bargs.iter().zip(cargs) {
                 copy(env, *b, *c);
             }
-            self.region(env, done, body, pid)?;
-            self.feed_back(env, body, by, cargs, &mut tmp);
+            self.region(env, side, body, pid)?;
+            self.feed_back(env, side, body, by, cargs, &mut tmp);
         }
         for (r, a) in k.op(id).results.iter().zip(cargs) {
             copy(env, r, *a);
@@ -930,7 +1086,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn combine(
         &self,
         env: &mut [Data],
-        done: &mut [bool],
+        side: &mut Side,
         id: OpId,
         pid: [usize; 3],
         region: RegionId,
@@ -949,7 +1105,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         for (a, d) in args.iter().zip(left.iter().chain(right)) {
             env[a.index()].assign(d);
         }
-        self.region(env, done, region, pid)?;
+        self.region(env, side, region, pid)?;
         Ok(self
             .yields(region)
             .iter()
@@ -967,7 +1123,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn custom_reduce(
         &self,
         env: &mut [Data],
-        done: &mut [bool],
+        side: &mut Side,
         id: OpId,
         pid: [usize; 3],
         srcs: &[Value],
@@ -992,7 +1148,7 @@ impl<'k, 'a> Launch<'k, 'a> {
             };
             let (left, right) = (pick(&evens)?, pick(&odds)?);
             let combined =
-                self.combine(env, done, id, pid, region, &left, &right, outer * h * inner)?;
+                self.combine(env, side, id, pid, region, &left, &right, outer * h * inner)?;
             let tail = (m % 2 == 1).then(|| pick(&[m - 1])).transpose()?;
             cur = match tail {
                 None => combined,
@@ -1020,7 +1176,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     fn custom_scan(
         &self,
         env: &mut [Data],
-        done: &mut [bool],
+        side: &mut Side,
         id: OpId,
         pid: [usize; 3],
         srcs: &[Value],
@@ -1052,7 +1208,7 @@ impl<'k, 'a> Launch<'k, 'a> {
             // In flipped order the earlier element comes later in the original sequence.
             let (l, r) = if reverse { (&b, &a) } else { (&a, &b) };
             let combined =
-                self.combine(env, done, id, pid, region, l, r, outer * (n - d) * inner)?;
+                self.combine(env, side, id, pid, region, l, r, outer * (n - d) * inner)?;
             let head = pick(&cur, &(0..d).collect::<Vec<_>>())?;
             cur = head
                 .iter()

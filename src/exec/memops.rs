@@ -93,9 +93,44 @@ fn contiguous(run: &[u64]) -> bool {
         .fold(true, |ok, (j, &p)| ok & (p == p0.wrapping_add(j as u64)))
 }
 
-#[inline(always)]
-fn all_on(mask: Option<&[bool]>, lo: usize, hi: usize) -> bool {
-    mask.is_none_or(|m| m[lo..hi].iter().fold(true, |a, &b| a & b))
+/// The mask of a memory op as given by the interpreter.
+#[derive(Clone, Copy)]
+pub(crate) enum MaskArg<'a> {
+    /// No mask: every lane is active.
+    All,
+    /// A `bool` block of the pointers' shape.
+    Block(&'a Data),
+    /// Lanes `0..k` are active (see `lazy.rs`).
+    Prefix(usize),
+}
+
+/// Active lanes, checked against the pointer count.
+#[derive(Clone, Copy)]
+enum Lanes<'a> {
+    All,
+    Some(&'a [bool]),
+    Prefix(usize),
+}
+
+impl Lanes<'_> {
+    #[inline(always)]
+    fn on(&self, i: usize) -> bool {
+        match *self {
+            Lanes::All => true,
+            Lanes::Some(m) => m[i],
+            Lanes::Prefix(k) => i < k,
+        }
+    }
+
+    /// `Some(e)` when lanes `lo..e` are all active and `e..hi` all inactive.
+    #[inline(always)]
+    fn split(&self, lo: usize, hi: usize) -> Option<usize> {
+        match *self {
+            Lanes::All => Some(hi),
+            Lanes::Prefix(k) => Some(k.clamp(lo, hi)),
+            Lanes::Some(m) => m[lo..hi].iter().fold(true, |a, &b| a & b).then_some(hi),
+        }
+    }
 }
 
 /// A block of pointers: materialised, or a base pointer plus integer offsets (the executor
@@ -112,6 +147,13 @@ pub(crate) enum PtrArg<'a> {
     },
     /// `base + off[i]` with 64-bit offsets.
     Off64 { base: u64, off: &'a [i64] },
+    /// `base + start + stride * i` for `i < len` (offsets in closed form, exact in i64).
+    Affine {
+        base: u64,
+        start: i64,
+        stride: i64,
+        len: usize,
+    },
 }
 
 impl PtrArg<'_> {
@@ -121,6 +163,7 @@ impl PtrArg<'_> {
             PtrArg::Block(p) => p.len(),
             PtrArg::Off32 { off, .. } => off.len(),
             PtrArg::Off64 { off, .. } => off.len(),
+            PtrArg::Affine { len, .. } => *len,
         }
     }
 
@@ -136,6 +179,12 @@ impl PtrArg<'_> {
             } => ptr_add(base, off[i] as i64),
             PtrArg::Off32 { base, off, .. } => ptr_add(base, off[i] as u32 as i64),
             PtrArg::Off64 { base, off } => ptr_add(base, off[i]),
+            PtrArg::Affine {
+                base,
+                start,
+                stride,
+                ..
+            } => ptr_add(base, start + stride * i as i64),
         }
     }
 
@@ -167,6 +216,7 @@ impl PtrArg<'_> {
                     .fold(true, |ok, (j, &o)| ok & (o == o0.wrapping_add(j as i64)))
                     && o0.checked_add((run.len() - 1) as i64) == Some(run[run.len() - 1])
             }
+            PtrArg::Affine { stride, .. } => stride == 1 || hi - lo == 1,
         }
     }
 }
@@ -185,7 +235,7 @@ fn load_impl<R: Raw, S: Copy + Default>(
     mems: &[Option<Mem<'_>>],
     run: usize,
     ptr: PtrArg<'_>,
-    mask: Option<&[bool]>,
+    mask: Lanes<'_>,
     other: Option<&[S]>,
     out: &mut Vec<S>,
     from: impl Fn(R) -> S + Copy,
@@ -201,18 +251,24 @@ fn load_impl<R: Raw, S: Copy + Default>(
     let (run, n) = (run.max(1), ptr.len());
     for lo in (0..n).step_by(run) {
         let hi = (lo + run).min(n);
-        if all_on(mask, lo, hi) && ptr.contiguous(lo, hi) {
-            let p0 = ptr.at(lo);
-            let m = mem(mems, p0)?;
-            let start = index(m, p0)?;
-            if !copy(m, start, hi - lo, out) {
-                return Err(out_of_bounds(m, ptr.at(hi - 1)));
+        // An active prefix of the run at consecutive addresses: one check, one copy.
+        if let Some(e) = mask.split(lo, hi) {
+            if e == lo || ptr.contiguous(lo, e) {
+                if e > lo {
+                    let p0 = ptr.at(lo);
+                    let m = mem(mems, p0)?;
+                    let start = index(m, p0)?;
+                    if !copy(m, start, e - lo, out) {
+                        return Err(out_of_bounds(m, ptr.at(e - 1)));
+                    }
+                }
+                out.extend((e..hi).map(fill));
+                continue;
             }
-            continue;
         }
         for i in lo..hi {
             let p = ptr.at(i);
-            if mask.is_some_and(|m| !m[i]) {
+            if !mask.on(i) {
                 out.push(fill(i));
                 continue;
             }
@@ -244,11 +300,11 @@ fn load_impl_all(
     d: DType,
     run: usize,
     ptr: PtrArg<'_>,
-    mask: Option<&Data>,
+    mask: MaskArg<'_>,
     other: Option<&Data>,
     out: &mut Data,
 ) -> Res {
-    let mask = bools(mask, ptr.len())?;
+    let mask = lanes(mask, ptr.len())?;
     macro_rules! go {
         ($r:tt, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
             let other = match other {
@@ -271,11 +327,12 @@ fn load_impl_all(
     for_dtype!(d, go,)
 }
 
-fn bools(mask: Option<&Data>, n: usize) -> Result<Option<&[bool]>, MemErr> {
+fn lanes(mask: MaskArg<'_>, n: usize) -> Result<Lanes<'_>, MemErr> {
     match mask {
-        None => Ok(None),
-        Some(Data::Bool(m)) if m.len() == n => Ok(Some(m)),
-        Some(_) => Err(MemErr::Internal(
+        MaskArg::All => Ok(Lanes::All),
+        MaskArg::Prefix(k) => Ok(Lanes::Prefix(k.min(n))),
+        MaskArg::Block(Data::Bool(m)) if m.len() == n => Ok(Lanes::Some(m)),
+        MaskArg::Block(_) => Err(MemErr::Internal(
             "mask is not a bool block of the pointer shape".into(),
         )),
     }
@@ -286,7 +343,7 @@ fn store_impl<R: Raw, S: Copy>(
     mems: &[Option<Mem<'_>>],
     run: usize,
     ptr: PtrArg<'_>,
-    mask: Option<&[bool]>,
+    mask: Lanes<'_>,
     vals: &[S],
     to: impl Fn(S) -> R + Copy,
 ) -> Res {
@@ -299,23 +356,30 @@ fn store_impl<R: Raw, S: Copy>(
     let (run, n) = (run.max(1), ptr.len());
     for lo in (0..n).step_by(run) {
         let hi = (lo + run).min(n);
-        if vals.len() == n && all_on(mask, lo, hi) && ptr.contiguous(lo, hi) {
-            let p0 = ptr.at(lo);
-            let m = mem(mems, p0)?;
-            let start = index(m, p0)?;
-            if !m.is_writable() {
-                return Err(MemErr::ReadOnly {
-                    param: ptr_param(p0),
-                });
-            }
-            if !m.set_run::<R, S>(start, &vals[lo..hi], to) {
-                return Err(out_of_bounds(m, ptr.at(hi - 1)));
+        let split = if vals.len() == n {
+            mask.split(lo, hi)
+        } else {
+            None
+        };
+        if let Some(e) = split.filter(|&e| e == lo || ptr.contiguous(lo, e)) {
+            if e > lo {
+                let p0 = ptr.at(lo);
+                let m = mem(mems, p0)?;
+                let start = index(m, p0)?;
+                if !m.is_writable() {
+                    return Err(MemErr::ReadOnly {
+                        param: ptr_param(p0),
+                    });
+                }
+                if !m.set_run::<R, S>(start, &vals[lo..e], to) {
+                    return Err(out_of_bounds(m, ptr.at(e - 1)));
+                }
             }
             continue;
         }
         for i in lo..hi {
             let p = ptr.at(i);
-            if mask.is_some_and(|m| !m[i]) {
+            if !mask.on(i) {
                 continue;
             }
             let m = mem(mems, p)?;
@@ -338,9 +402,9 @@ fn store_impl_all(
     run: usize,
     ptr: PtrArg<'_>,
     value: &Data,
-    mask: Option<&Data>,
+    mask: MaskArg<'_>,
 ) -> Res {
-    let mask = bools(mask, ptr.len())?;
+    let mask = lanes(mask, ptr.len())?;
     macro_rules! go {
         ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr,) => {{
             let Data::$v(vals) = value else {
@@ -418,7 +482,7 @@ fn combine_bool(kind: AtomicOp) -> impl Fn(bool, bool) -> bool + Copy {
 fn rmw_impl<R: Raw, S: Copy + Default>(
     mems: &[Option<Mem<'_>>],
     ptr: PtrArg<'_>,
-    mask: Option<&[bool]>,
+    mask: Lanes<'_>,
     vals: &[S],
     out: &mut Vec<S>,
     from: impl Fn(R) -> S + Copy,
@@ -431,15 +495,14 @@ fn rmw_impl<R: Raw, S: Copy + Default>(
             "atomic operands do not match the pointers".into(),
         ));
     }
-    for i in 0..ptr.len() {
+    for (i, &v) in vals.iter().enumerate() {
         let p = ptr.at(i);
-        if mask.is_some_and(|m| !m[i]) {
+        if !mask.on(i) {
             out.push(S::default());
             continue;
         }
         let m = mem(mems, p)?;
         let k = index(m, p)?;
-        let v = vals[i];
         let old = m
             .update::<R>(k, |old| to(f(from(old), v)))
             .ok_or(MemErr::ReadOnly {
@@ -457,10 +520,10 @@ pub(crate) fn atomic_rmw(
     d: DType,
     ptr: PtrArg<'_>,
     value: &Data,
-    mask: Option<&Data>,
+    mask: MaskArg<'_>,
     out: &mut Data,
 ) -> Res {
-    let mask = bools(mask, ptr.len())?;
+    let mask = lanes(mask, ptr.len())?;
     macro_rules! go {
         ($r:ty, $v:ident, $acc:ident, $from:expr, $to:expr, $f:expr) => {{
             let Data::$v(vals) = value else {
@@ -620,7 +683,7 @@ multiversion! {
         d: DType,
         run: usize,
         ptr: PtrArg<'_>,
-        mask: Option<&Data>,
+        mask: MaskArg<'_>,
         other: Option<&Data>,
         out: &mut Data,
     ) -> Res = load_impl_all;
@@ -634,6 +697,6 @@ multiversion! {
         run: usize,
         ptr: PtrArg<'_>,
         value: &Data,
-        mask: Option<&Data>,
+        mask: MaskArg<'_>,
     ) -> Res = store_impl_all;
 }

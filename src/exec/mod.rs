@@ -23,8 +23,11 @@
 //! work: ops that do not depend on the program (`arange`, constants, splats of arguments)
 //! run once per worker thread; `splat(p) + offsets` feeding a load or store is never built
 //! as a pointer block (the access reads `p` and the offsets, and a run of consecutive
-//! offsets is one bounds check and one copy); a loop-carried `dot` accumulator is updated
-//! in place; the hot loops have AVX2/FMA versions picked at run time.
+//! offsets is one bounds check and one copy); index arithmetic such as
+//! `pid * BLOCK + arange(0, BLOCK)` and masks such as `offs < n` are kept in closed form
+//! (`base + stride * i`, "the first k lanes") and only written out for ops that need the
+//! block; a loop-carried `dot` accumulator is updated in place; the hot loops have
+//! AVX2/FMA versions picked at run time.
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -59,6 +62,7 @@ mod disjoint;
 mod dot;
 mod elementwise;
 mod interp;
+mod lazy;
 mod memops;
 mod memory;
 mod reduce;

@@ -1175,3 +1175,128 @@ fn invariant_loads_only_from_read_only_buffers() {
         assert!(o.iter().all(|&v| v == 10.0), "{o:?}");
     });
 }
+
+#[test]
+fn closed_form_offsets_and_masks_match_blocks() {
+    // Offsets and masks the executor keeps in closed form (`lazy.rs`), read by every kind
+    // of consumer: memory ops (strided, reversed, splat offsets), a select, ops that need
+    // the block written out (casts, stores of the mask itself), a loop-carried offset, and
+    // arithmetic that would wrap (falls back to wrapping block ops).
+    let k = kernel("lazy", &[], |k| {
+        let (a, o) = (k.ptr(F32, "a"), k.ptr(I32, "o"));
+        let f = k.ptr(F32, "f");
+        let n = k.scalar(I32, "n");
+        let pid = program_id(0);
+        let r = arange(0, 64);
+        let offs = pid * 64 + r;
+        let base = pid * 11 * 64;
+        // Every predicate against a scalar, both operand orders, stored as ints.
+        let preds = [
+            offs.lt(n),
+            offs.le(n),
+            offs.gt(n),
+            offs.ge(n),
+            n.gt(offs),
+            (offs * 2 - 7).lt(n),
+            (r * 0 + n).lt(offs), // stride-0 operand
+            (r * -1 + 100).lt(n), // decreasing: not a prefix
+        ];
+        for (i, p) in preds.into_iter().enumerate() {
+            store(o + base + (i as i32) * 64 + r, p.cast(I32));
+        }
+        // Affine values themselves, incl. a product that wraps i32.
+        store(o + base + 8 * 64 + r, offs * 3 - 2);
+        store(o + base + 9 * 64 + r, (offs + 1) * (1 << 29));
+        // Loads: masked prefix, stride 2, reversed, splat offsets, masked select.
+        let m = offs.lt(n);
+        let x = load(a + offs).mask(m).other(-1.0);
+        let s2 = load(a + r * 2).mask((r * 2).lt(n));
+        let rev = load(a + (63 - r));
+        let sp = load(a + r * 0 + 5);
+        let sel = where_(m, x * 2.0, -3.0);
+        let fb = pid * 5 * 64;
+        store(f + fb + r, x);
+        store(f + fb + 64 + r, s2);
+        store(f + fb + 128 + r, rev);
+        store(f + fb + 192 + r, sp + 0.0);
+        store(f + fb + 256 + r, sel).mask(offs.ge(3));
+        // A suffix mask on the store above is a block mask; a loop carries offsets.
+        let sum = range(0, n, 64).fold(zeros([64], F32), |c, acc| {
+            let cols = c + r;
+            acc + load(a + cols).mask(cols.lt(n))
+        });
+        store(o + base + 10 * 64 + r, sum.cast(I32));
+    });
+    for n in [0i32, 1, 63, 64, 100, 128, 200] {
+        let progs = 3usize;
+        let a: Vec<f32> = (0..256).map(|i| i as f32).collect();
+        let mut o = vec![-77i32; progs * 11 * 64];
+        let mut fo = vec![POISON; progs * 5 * 64];
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                execute(
+                    &k,
+                    [progs, 1, 1],
+                    &mut [
+                        bytes(&a).into(),
+                        bytes_mut(&mut o).into(),
+                        bytes_mut(&mut fo).into(),
+                        n.into(),
+                    ],
+                )
+            })
+            .unwrap();
+            for p in 0..progs {
+                let base = p * 11 * 64;
+                for i in 0..64 {
+                    let off = (p * 64 + i) as i64;
+                    let n = n as i64;
+                    let want = [
+                        off < n,
+                        off <= n,
+                        off > n,
+                        off >= n,
+                        n > off,
+                        off * 2 - 7 < n,
+                        n < off,
+                        100 - (i as i64) < n,
+                    ];
+                    for (j, w) in want.iter().enumerate() {
+                        assert_eq!(
+                            o[base + j * 64 + i],
+                            *w as i32,
+                            "n={n} p={p} pred {j} lane {i}"
+                        );
+                    }
+                    assert_eq!(o[base + 8 * 64 + i] as i64, off * 3 - 2);
+                    assert_eq!(
+                        o[base + 9 * 64 + i],
+                        ((off + 1) as i32).wrapping_mul(1 << 29)
+                    );
+                    let fb = p * 5 * 64;
+                    let x = if off < n { a[off as usize] } else { -1.0 };
+                    assert_eq!(fo[fb + i], x, "n={n} p={p} x {i}");
+                    let s2 = if ((2 * i) as i64) < n { a[2 * i] } else { 0.0 };
+                    assert_eq!(fo[fb + 64 + i], s2);
+                    assert_eq!(fo[fb + 128 + i], a[63 - i]);
+                    assert_eq!(fo[fb + 192 + i], a[5]);
+                    if off >= 3 {
+                        let sel = if off < n { 2.0 * x } else { -3.0 };
+                        assert_eq!(fo[fb + 256 + i], sel, "n={n} p={p} sel {i}");
+                    } else {
+                        assert_eq!(fo[fb + 256 + i], POISON);
+                    }
+                    let sum: f32 = (0..n.max(0) as usize)
+                        .filter(|c| c % 64 == i)
+                        .map(|c| a[c])
+                        .sum();
+                    assert_eq!(o[base + 10 * 64 + i], sum as i32, "n={n} sum {i}");
+                }
+            }
+        }
+    }
+}
