@@ -1198,8 +1198,8 @@ fn closed_form_offsets_and_masks_match_blocks() {
             offs.ge(n),
             n.gt(offs),
             (offs * 2 - 7).lt(n),
-            (r * 0 + n).lt(offs), // stride-0 operand
-            (r * -1 + 100).lt(n), // decreasing: not a prefix
+            (r * n - r * n + n).lt(offs), // stride-0 operand
+            (r * -1 + 100).lt(n),         // decreasing: not a prefix
         ];
         for (i, p) in preds.into_iter().enumerate() {
             store(o + base + (i as i32) * 64 + r, p.cast(I32));
@@ -1212,7 +1212,7 @@ fn closed_form_offsets_and_masks_match_blocks() {
         let x = load(a + offs).mask(m).other(-1.0);
         let s2 = load(a + r * 2).mask((r * 2).lt(n));
         let rev = load(a + (63 - r));
-        let sp = load(a + r * 0 + 5);
+        let sp = load(a + (r * n - r * n) + 5);
         let sel = where_(m, x * 2.0, -3.0);
         let fb = pid * 5 * 64;
         store(f + fb + r, x);
