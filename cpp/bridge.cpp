@@ -8,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -112,6 +114,84 @@ std::vector<std::string> to_strings(rust::Slice<const rust::String> names) {
   return out;
 }
 
+// Freed outputs of CPU-executor launches, kept for the next output of the same size.
+// MLX's CPU allocator hands large outputs to glibc, which maps fresh pages for each: the
+// kernel's first stores then pay a page fault (and the kernel's zeroing) per page, which
+// cost vector add a third of its time. Recycling mapped buffers avoids that, as MLX's
+// Metal allocator does with its buffer cache. Contents are whatever the last user left:
+// outputs are uninitialised unless the launch asks for a fill value (done on the Rust side).
+class OutputCache {
+ public:
+  // Leaked on purpose: arrays may be freed (and call `give`) during static destruction.
+  static OutputCache& get() {
+    static OutputCache* cache = new OutputCache();
+    return *cache;
+  }
+
+  mx::allocator::Data take(size_t n) {
+    if (n < kMinBytes) return mx::allocator::malloc(n);
+    mx::allocator::Buffer b(nullptr);
+    {
+      std::lock_guard<std::mutex> g(m_);
+      auto it = free_.find(n);
+      if (it != free_.end()) {
+        b = it->second;
+        free_.erase(it);
+        bytes_ -= n;
+      }
+    }
+    if (!b.ptr()) {
+      b = mx::allocator::allocator().malloc(n);
+      if (!b.ptr()) throw std::runtime_error("[triton_metal] unable to allocate " + std::to_string(n) + " bytes for a kernel output");
+    }
+    return mx::allocator::Data(b, [n](mx::allocator::Buffer buf) { OutputCache::get().give(buf, n); });
+  }
+
+  void give(mx::allocator::Buffer b, size_t n) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      if (bytes_ + n <= limit_) {
+        free_.emplace(n, b);
+        bytes_ += n;
+        return;
+      }
+    }
+    mx::allocator::allocator().free(b);
+  }
+
+  size_t bytes() {
+    std::lock_guard<std::mutex> g(m_);
+    return bytes_;
+  }
+
+  size_t set_limit(size_t limit) {
+    std::multimap<size_t, mx::allocator::Buffer> drop;
+    size_t old;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      old = limit_;
+      limit_ = limit;
+      // Largest first, until the rest fits.
+      while (bytes_ > limit_ && !free_.empty()) {
+        auto last = std::prev(free_.end());
+        bytes_ -= last->first;
+        drop.insert(*last);
+        free_.erase(last);
+      }
+    }
+    for (auto& [n, b] : drop) mx::allocator::allocator().free(b);
+    return old;
+  }
+
+ private:
+  // Below this, glibc serves allocations from already-mapped heap memory.
+  static constexpr size_t kMinBytes = 1 << 20;
+  std::mutex m_;
+  std::multimap<size_t, mx::allocator::Buffer> free_;
+  size_t bytes_ = 0;
+  size_t limit_ = size_t(1) << 30;
+};
+
 // Runs a Rust CPU-executor launch as an MLX primitive, so kernel outputs are lazy
 // arrays scheduled by MLX like any other op.
 class RustCpuKernel : public mx::Primitive {
@@ -130,7 +210,7 @@ class RustCpuKernel : public mx::Primitive {
       encoder.set_input_array(in);
     }
     for (auto& out : outputs) {
-      out.set_data(mx::allocator::malloc(out.nbytes()));
+      out.set_data(OutputCache::get().take(out.nbytes()));
       encoder.set_output_array(out);
     }
     // Captured by value: the task runs later on MLX's worker thread.
@@ -436,6 +516,9 @@ rust::Vec<rust::String> device_info_pairs() {
 }
 
 rust::String mlx_version() { return rust::String(mx::version()); }
+
+size_t cpu_output_cache_bytes() { return OutputCache::get().bytes(); }
+size_t cpu_output_cache_set_limit(size_t bytes) { return OutputCache::get().set_limit(bytes); }
 
 std::unique_ptr<MlxArrayList> cpu_kernel_launch(rust::Box<CpuLaunch> launch, rust::Str name,
                                       rust::Slice<const MlxArray* const> inputs,

@@ -66,6 +66,10 @@ bool cuda_is_available();
 rust::Vec<rust::String> device_info_pairs();
 rust::String mlx_version();
 
+// Bytes of freed CPU-executor outputs kept for reuse, and the cap on them (returns the old).
+size_t cpu_output_cache_bytes();
+size_t cpu_output_cache_set_limit(size_t bytes);
+
 // Launch a Rust CPU-executor kernel as an MLX primitive: outputs are lazy arrays.
 std::unique_ptr<MlxArrayList> cpu_kernel_launch(
     rust::Box<CpuLaunch> launch,

@@ -86,6 +86,9 @@ pub(crate) mod bridge {
         fn device_info_pairs() -> Result<Vec<String>>;
         fn mlx_version() -> Result<String>;
 
+        fn cpu_output_cache_bytes() -> usize;
+        fn cpu_output_cache_set_limit(bytes: usize) -> usize;
+
         unsafe fn cpu_kernel_launch(
             launch: Box<CpuLaunch>,
             name: &str,

@@ -45,9 +45,27 @@ fn unpack(
         .collect()
 }
 
+/// Bytes of freed CPU-executor outputs currently kept for reuse.
+///
+/// Outputs of [`cpu_launch`] of 1 MiB or more are recycled: when MLX frees one, its buffer
+/// is kept (up to [`set_cpu_output_cache_limit`], 1 GiB by default) and handed to the next
+/// output of the same size, whose pages are then already mapped. Fresh large allocations
+/// cost a page fault per page on first write, which made up a third of a memory-bound
+/// kernel's time. MLX's Metal allocator keeps a buffer cache for the same reason.
+pub fn cpu_output_cache_bytes() -> usize {
+    bridge::cpu_output_cache_bytes()
+}
+
+/// Caps the bytes [`cpu_output_cache_bytes`] may hold (0 disables the cache and frees what
+/// it holds); returns the previous cap.
+pub fn set_cpu_output_cache_limit(bytes: usize) -> usize {
+    bridge::cpu_output_cache_set_limit(bytes)
+}
+
 /// Runs `body` as an MLX primitive on the CPU stream: returns lazy outputs at once; the
 /// body runs when they are evaluated, on MLX's worker thread, with the inputs as
-/// row-major contiguous bytes and freshly allocated (uninitialised) output buffers.
+/// row-major contiguous bytes and uninitialised output buffers (fresh, or recycled from
+/// freed outputs of earlier launches, see [`cpu_output_cache_bytes`]).
 /// An error from `body` is returned by `eval` of any array that depends on the outputs.
 pub fn cpu_launch(
     kernel: &str,

@@ -5,4 +5,7 @@ pub mod launch;
 pub mod mlx_kernel;
 
 pub use launch::{cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target};
-pub use mlx_kernel::{cpu_launch, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec};
+pub use mlx_kernel::{
+    cpu_launch, cpu_output_cache_bytes, set_cpu_output_cache_limit, CudaKernelCall, KernelCall,
+    MetalKernelCall, OutputSpec,
+};
