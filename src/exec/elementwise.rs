@@ -19,6 +19,28 @@ fn len_err(a: usize, b: usize) -> String {
     format!("operand lengths differ: {a} vs {b}")
 }
 
+/// `out = (0..n).map(f)` as one indexed loop. `Vec::extend` reaches its loop through
+/// generic helpers that are not always inlined into the AVX2 copies of the callers
+/// (`multiversion!`), which left the hottest loops (softmax's `exp`) in SSE; this loop is
+/// always compiled with the caller's target features.
+#[inline(always)]
+pub(crate) fn fill_with<O>(out: &mut Vec<O>, n: usize, f: impl Fn(usize) -> O) {
+    out.clear();
+    out.reserve(n);
+    for (i, s) in out.spare_capacity_mut()[..n].iter_mut().enumerate() {
+        s.write(f(i));
+    }
+    // SAFETY: the loop above initialised the first `n` elements (`f` cannot skip one; if it
+    // panics, the length stays 0).
+    unsafe { out.set_len(n) }
+}
+
+/// `out[i] = f(a[i])`.
+#[inline(always)]
+pub(crate) fn map_into<A: Copy, O>(a: &[A], out: &mut Vec<O>, f: impl Fn(A) -> O) {
+    fill_with(out, a.len(), |i| f(a[i]));
+}
+
 /// `out[i] = f(a[i], b[i])`, broadcasting a one-element operand.
 #[inline(always)]
 pub(crate) fn zip2<A: Copy, B: Copy, O>(
@@ -27,16 +49,17 @@ pub(crate) fn zip2<A: Copy, B: Copy, O>(
     out: &mut Vec<O>,
     f: impl Fn(A, B) -> O,
 ) -> Res {
-    out.clear();
     if a.len() == b.len() {
-        out.extend(a.iter().zip(b).map(|(&x, &y)| f(x, y)));
+        let b = &b[..a.len()];
+        fill_with(out, a.len(), |i| f(a[i], b[i]));
     } else if a.len() == 1 {
         let x = a[0];
-        out.extend(b.iter().map(|&y| f(x, y)));
+        map_into(b, out, |y| f(x, y));
     } else if b.len() == 1 {
         let y = b[0];
-        out.extend(a.iter().map(|&x| f(x, y)));
+        map_into(a, out, |x| f(x, y));
     } else {
+        out.clear();
         return Err(len_err(a.len(), b.len()));
     }
     Ok(())
@@ -51,11 +74,12 @@ pub(crate) fn zip3<A: Copy, B: Copy, C: Copy, O>(
     out: &mut Vec<O>,
     f: impl Fn(A, B, C) -> O,
 ) -> Res {
-    out.clear();
     if a.len() == b.len() && b.len() == c.len() {
-        out.extend(a.iter().zip(b).zip(c).map(|((&x, &y), &z)| f(x, y, z)));
+        let (b, c) = (&b[..a.len()], &c[..a.len()]);
+        fill_with(out, a.len(), |i| f(a[i], b[i], c[i]));
         return Ok(());
     }
+    out.clear();
     let n = a.len().max(b.len()).max(c.len());
     for s in [a.len(), b.len(), c.len()] {
         if s != n && s != 1 {
@@ -114,21 +138,19 @@ macro_rules! float_unary {
     ($name:ident, $t:ty, $erf:path, $exp:expr) => {
         #[inline(always)]
         fn $name(kind: UnaryOp, a: &[$t], o: &mut Vec<$t>) {
-            o.clear();
-            let it = a.iter().copied();
             match kind {
-                UnaryOp::Exp => o.extend(it.map($exp)),
-                UnaryOp::Exp2 => o.extend(it.map(<$t>::exp2)),
-                UnaryOp::Log => o.extend(it.map(<$t>::ln)),
-                UnaryOp::Log2 => o.extend(it.map(<$t>::log2)),
-                UnaryOp::Sqrt => o.extend(it.map(<$t>::sqrt)),
-                UnaryOp::Rsqrt => o.extend(it.map(|x| 1.0 / x.sqrt())),
-                UnaryOp::Sin => o.extend(it.map(<$t>::sin)),
-                UnaryOp::Cos => o.extend(it.map(<$t>::cos)),
-                UnaryOp::Erf => o.extend(it.map($erf)),
-                UnaryOp::Floor => o.extend(it.map(<$t>::floor)),
-                UnaryOp::Ceil => o.extend(it.map(<$t>::ceil)),
-                UnaryOp::Abs => o.extend(it.map(<$t>::abs)),
+                UnaryOp::Exp => map_into(a, o, $exp),
+                UnaryOp::Exp2 => map_into(a, o, <$t>::exp2),
+                UnaryOp::Log => map_into(a, o, <$t>::ln),
+                UnaryOp::Log2 => map_into(a, o, <$t>::log2),
+                UnaryOp::Sqrt => map_into(a, o, <$t>::sqrt),
+                UnaryOp::Rsqrt => map_into(a, o, |x| 1.0 / x.sqrt()),
+                UnaryOp::Sin => map_into(a, o, <$t>::sin),
+                UnaryOp::Cos => map_into(a, o, <$t>::cos),
+                UnaryOp::Erf => map_into(a, o, $erf),
+                UnaryOp::Floor => map_into(a, o, <$t>::floor),
+                UnaryOp::Ceil => map_into(a, o, <$t>::ceil),
+                UnaryOp::Abs => map_into(a, o, <$t>::abs),
             }
         }
     };
