@@ -27,6 +27,11 @@ pub(crate) struct Launch<'k, 'a> {
     pub(crate) folded: Folded,
     /// Per value: its buffer may be taken over by its only use (see [`Launch::stealable`]).
     pub(crate) steal: Vec<bool>,
+    /// Per op: same value in every iteration of its loop (see
+    /// [`Launch::loop_invariant_ops`]).
+    pub(crate) loop_invariant: Vec<bool>,
+    /// Per op: may touch closed-form values (see [`Launch::prep_needed`]).
+    pub(crate) prep: Vec<bool>,
     /// Builtin reductions in a GPU layout's order (see `reduce_layout.rs`); `None`: the
     /// executor's fastest order.
     pub(crate) reduce_strategy: Option<ReduceStrategy>,
@@ -278,6 +283,74 @@ impl<'k, 'a> Launch<'k, 'a> {
         self.steal[v.index()] && self.home(v) == Some(self.kernel.op(user).parent)
     }
 
+    /// Ops of a `for` body that give the same value in every iteration of one run of the
+    /// loop: pure ops without regions whose operands come from outside the body or from
+    /// other such ops (`x_ptr + row * stride` inside a loop over columns). The loop runs
+    /// them in its first iteration only. Excluded: results whose buffer a use may take
+    /// over or that a yield may move (`steal`), since the slot must still hold the value.
+    pub(crate) fn loop_invariant_ops(kernel: &Kernel, steal: &[bool]) -> Vec<bool> {
+        let mut inv_op = vec![false; kernel.ops.len()];
+        let mut inv_val = vec![false; kernel.values.len()];
+        for d in &kernel.ops {
+            let Op::For { body, .. } = &d.op else {
+                continue;
+            };
+            for &id in &kernel.region(*body).ops {
+                let od = kernel.op(id);
+                let candidate = match &od.op {
+                    Op::ProgramId { .. } | Op::NumPrograms { .. } => true,
+                    Op::Load { .. } | Op::Store { .. } | Op::AtomicRmw { .. } => false,
+                    Op::AtomicCas { .. } | Op::DebugBarrier | Op::Philox { .. } => false,
+                    Op::For { .. } | Op::While { .. } | Op::If { .. } | Op::Yield { .. } => false,
+                    Op::Reduce { combine, .. } | Op::Scan { combine, .. } => combine.is_none(),
+                    op => op.props().pure,
+                };
+                let mut all = candidate;
+                od.op.for_each_operand(|v| {
+                    let outside = match kernel.value(v).map(|vd| vd.def) {
+                        Some(ValueDef::OpResult(op, _)) => kernel.op(op).parent != *body,
+                        Some(ValueDef::RegionArg(r, _)) => r != *body,
+                        Some(ValueDef::Param(_)) => true,
+                        None => false,
+                    };
+                    all &= outside || inv_val[v.index()];
+                });
+                for r in od.results.iter() {
+                    all &= !steal[r.index()];
+                }
+                inv_op[id.index()] = all;
+                for r in od.results.iter() {
+                    inv_val[r.index()] = all;
+                }
+            }
+        }
+        inv_op
+    }
+
+    /// Ops that may read or make closed-form values (`lazy.rs`): those with an operand or
+    /// result that an `arange`, binary op or comparison of a 1-D block produced. The
+    /// others skip [`Launch::prepare`].
+    pub(crate) fn prep_needed(kernel: &Kernel) -> Vec<bool> {
+        let mut maybe = vec![false; kernel.values.len()];
+        for d in &kernel.ops {
+            if matches!(d.op, Op::Arange { .. } | Op::Binary { .. } | Op::Cmp { .. }) {
+                for r in d.results.iter() {
+                    let t = kernel.ty(r);
+                    maybe[r.index()] = t.shape.len() == 1 && t.numel() > 1;
+                }
+            }
+        }
+        kernel
+            .ops
+            .iter()
+            .map(|d| {
+                let mut any = d.results.iter().any(|r| maybe[r.index()]);
+                d.op.for_each_operand(|v| any |= maybe[v.index()]);
+                any
+            })
+            .collect()
+    }
+
     /// Which ops compute the same value in every program (pure, and fed only by parameters
     /// and other such ops): a worker computes them once and keeps them (`Env::done`).
     ///
@@ -460,13 +533,32 @@ impl<'k, 'a> Launch<'k, 'a> {
         r: RegionId,
         pid: [usize; 3],
     ) -> Result<()> {
+        self.region_iter(env, side, r, pid, false)
+    }
+
+    /// Runs region `r`; `repeat`: a loop body after its first iteration, whose
+    /// loop-invariant ops still hold their values.
+    fn region_iter(
+        &self,
+        env: &mut [Data],
+        side: &mut Side,
+        r: RegionId,
+        pid: [usize; 3],
+        repeat: bool,
+    ) -> Result<()> {
         for &id in &self.kernel.region(r).ops {
+            let i = id.index();
             // Program-invariant ops keep their value from the first program this worker ran.
-            let hoisted = self.invariant[id.index()];
-            if (hoisted && side.done[id.index()]) || self.folded.skip[id.index()] {
+            let hoisted = self.invariant[i];
+            if (hoisted && side.done[i])
+                || self.folded.skip[i]
+                || (repeat && self.loop_invariant[i])
+            {
                 continue;
             }
-            self.prepare(env, side, id);
+            if self.prep[i] {
+                self.prepare(env, side, id);
+            }
             self.op(env, side, id, pid)?;
             if hoisted {
                 side.done[id.index()] = true;
@@ -956,6 +1048,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn for_loop(
         &self,
         env: &mut [Data],
@@ -986,11 +1079,11 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
         let ys = self.yields(body);
         let mut tmp: Vec<Data> = vec![Data::default(); ys.len()];
-        let iv_ty = k.ty(iv).clone();
+        let iv_ty = k.ty(iv);
         let mut i = lo;
         while i < hi {
-            fill_const(&mut env[iv.index()], &iv_ty, crate::ir::Const::Int(i), 1);
-            self.region(env, side, body, pid)?;
+            fill_const(&mut env[iv.index()], iv_ty, crate::ir::Const::Int(i), 1);
+            self.region_iter(env, side, body, pid, i != lo)?;
             self.feed_back(env, side, body, ys, carried, &mut tmp);
             i = match i.checked_add(step) {
                 Some(n) => n,
@@ -1041,6 +1134,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn while_loop(
         &self,
         env: &mut [Data],
@@ -1083,6 +1177,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// Runs a combine region over many lanes at once: args `left` and `right` (one `Data`
     /// per operand, `lanes` elements each); returns the yielded values.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn combine(
         &self,
         env: &mut [Data],
@@ -1120,6 +1215,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// Tree reduction with a custom combine: pairs `(2i, 2i+1)` are combined level by
     /// level, which keeps operand order for associative, non-commutative combines.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn custom_reduce(
         &self,
         env: &mut [Data],
@@ -1173,6 +1269,7 @@ impl<'k, 'a> Launch<'k, 'a> {
 
     /// Inclusive scan with a custom combine (Hillis-Steele: log2(n) whole-block steps).
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn custom_scan(
         &self,
         env: &mut [Data],

@@ -288,6 +288,8 @@ pub fn execute_with(
     let invariant = Launch::invariant_ops(k, &read_only);
     let folded = interp::Folded::new(k);
     let steal = Launch::stealable(k, &invariant, &folded);
+    let loop_invariant = Launch::loop_invariant_ops(k, &steal);
+    let prep = Launch::prep_needed(k);
     let launch = Launch {
         kernel: k,
         params: Launch::param_data(k, &scalars),
@@ -296,6 +298,8 @@ pub fn execute_with(
         invariant,
         folded,
         steal,
+        loop_invariant,
+        prep,
         reduce_strategy,
     };
     let total = grid
