@@ -83,19 +83,22 @@ fn row_sum(c: &mut Criterion) {
     m.eval().unwrap();
     g.throughput(Throughput::Bytes((r * cols * 4 + r * 4) as u64));
     let k = common::row_sum::row_sum_kernel().unwrap();
-    g.bench_function("triton_metal_cpu", |b| {
-        b.iter(|| {
-            let o = k
-                .launch()
-                .grid([r])
-                .args((&m, out(&[r], F32), cols as i32))
-                .constexpr("BLOCK_SIZE", 1024)
-                .target(Target::Cpu)
-                .run()
-                .unwrap();
-            o[0].eval().unwrap();
-        })
-    });
+    // The GPU-sized block (four loop iterations per row) and a whole row per iteration.
+    for block in [1024, 4096] {
+        g.bench_function(format!("triton_metal_cpu_block{block}"), |b| {
+            b.iter(|| {
+                let o = k
+                    .launch()
+                    .grid([r])
+                    .args((&m, out(&[r], F32), cols as i32))
+                    .constexpr("BLOCK_SIZE", block)
+                    .target(Target::Cpu)
+                    .run()
+                    .unwrap();
+                o[0].eval().unwrap();
+            })
+        });
+    }
     g.bench_function("mlx_cpu", |b| {
         b.iter(|| mlx::sum(&m, Some(&[1]), false).unwrap().eval().unwrap())
     });

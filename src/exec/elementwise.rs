@@ -699,6 +699,21 @@ multiversion! {
     fn unary(kind: UnaryOp, d: DType, a: &Data, out: &mut Data) -> Res = unary_impl;
 }
 
+/// [`binary`] on `f32`-class operands given as slices (one may be a view of an input
+/// buffer, see the interpreter's deferred loads).
+#[inline(always)]
+fn binary_f32_slices_impl(kind: BinaryOp, d: DType, a: &[f32], b: &[f32], out: &mut Data) -> Res {
+    let o = out.f32s();
+    binary_f32(kind, d, a, b, o)?;
+    round_f32(o, d);
+    Ok(())
+}
+
+multiversion! {
+    /// [`binary`] on `f32`-class operands given as slices.
+    fn binary_f32_slices(kind: BinaryOp, d: DType, a: &[f32], b: &[f32], out: &mut Data) -> Res = binary_f32_slices_impl;
+}
+
 multiversion! {
     /// Elementwise binary op of dtype `d`.
     fn binary(kind: BinaryOp, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res = binary_impl;

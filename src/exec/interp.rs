@@ -5,7 +5,7 @@
 //! are reused and ops allocate nothing. Region arguments (loop-carried values) are slots
 //! too; loops copy yielded values into them between iterations.
 
-use super::data::{fill_const, ptr_pack, same_kind, Data};
+use super::data::{fill_const, ptr_off, ptr_pack, ptr_param, same_kind, Data};
 use super::lazy::{self, Lazy};
 use super::memops::{self, MaskArg, MemErr, PtrArg};
 use super::memory::Mem;
@@ -32,6 +32,9 @@ pub(crate) struct Launch<'k, 'a> {
     pub(crate) loop_invariant: Vec<bool>,
     /// Per op: may touch closed-form values (see [`Launch::prep_needed`]).
     pub(crate) prep: Vec<bool>,
+    /// Per value: the load that computes it, run only by its single use (see
+    /// [`Launch::deferred_loads`]).
+    pub(crate) deferred: Vec<Option<OpId>>,
     /// Builtin reductions in a GPU layout's order (see `reduce_layout.rs`); `None`: the
     /// executor's fastest order.
     pub(crate) reduce_strategy: Option<ReduceStrategy>,
@@ -327,6 +330,60 @@ impl<'k, 'a> Launch<'k, 'a> {
         inv_op
     }
 
+    /// `f32` loads whose only use is a binary op later in the same region, with nothing
+    /// in between that could store: the load is not run in its place but by that op,
+    /// which reads a contiguous, fully active run of a read-only input in place instead
+    /// of copying it (`acc + tl.load(x + offs)`, `x + y`), and otherwise runs the load
+    /// then. Memory seen is the same either way: no store of this program comes between,
+    /// and other programs' writes are unordered with respect to this one.
+    pub(crate) fn deferred_loads(kernel: &Kernel, invariant: &[bool]) -> Vec<Option<OpId>> {
+        let mut uses = vec![0u32; kernel.values.len()];
+        for d in &kernel.ops {
+            d.op.for_each_operand(|v| uses[v.index()] += 1);
+        }
+        let mut out = vec![None; kernel.values.len()];
+        for region in &kernel.regions {
+            let ops = &region.ops;
+            for (pos, &lid) in ops.iter().enumerate() {
+                let ld = kernel.op(lid);
+                let (Op::Load { .. }, Some(v)) = (&ld.op, ld.result()) else {
+                    continue;
+                };
+                if invariant[lid.index()]
+                    || uses[v.index()] != 1
+                    || kernel.ty(v).dtype != crate::dtype::DType::F32
+                {
+                    continue;
+                }
+                for &uid in &ops[pos + 1..] {
+                    let u = &kernel.op(uid).op;
+                    if let Op::Binary { lhs, rhs, .. } = u {
+                        if *lhs == v || *rhs == v {
+                            out[v.index()] = Some(lid);
+                            break;
+                        }
+                    }
+                    let mut reads = false;
+                    u.for_each_operand(|x| reads |= x == v);
+                    let writes = matches!(
+                        u,
+                        Op::Store { .. }
+                            | Op::AtomicRmw { .. }
+                            | Op::AtomicCas { .. }
+                            | Op::DebugBarrier
+                            | Op::For { .. }
+                            | Op::While { .. }
+                            | Op::If { .. }
+                    );
+                    if reads || writes {
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Ops that may read or make closed-form values (`lazy.rs`): those with an operand or
     /// result that an `arange`, binary op or comparison of a 1-D block produced. The
     /// others skip [`Launch::prepare`].
@@ -553,6 +610,7 @@ impl<'k, 'a> Launch<'k, 'a> {
             if (hoisted && side.done[i])
                 || self.folded.skip[i]
                 || (repeat && self.loop_invariant[i])
+                || self.is_deferred(id)
             {
                 continue;
             }
@@ -565,6 +623,89 @@ impl<'k, 'a> Launch<'k, 'a> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `id` is a load run by its use (see [`Launch::deferred_loads`]).
+    #[inline(always)]
+    fn is_deferred(&self, id: OpId) -> bool {
+        let d = self.kernel.op(id);
+        matches!(d.op, Op::Load { .. })
+            && d.result()
+                .is_some_and(|v| self.deferred[v.index()].is_some())
+    }
+
+    /// The block of deferred load `lid` viewed in place: an `f32` run of a read-only
+    /// input at consecutive addresses with every lane active, in bounds.
+    fn load_view(&self, env: &[Data], side: &Side, lid: OpId) -> Option<&'a [f32]> {
+        let Op::Load { ptr, mask, .. } = &self.kernel.op(lid).op else {
+            return None;
+        };
+        let PtrArg::Affine {
+            base,
+            start,
+            stride,
+            len,
+        } = self.ptr_arg(env, side, *ptr).ok()?
+        else {
+            return None;
+        };
+        let full = match self.mask_arg(env, side, *mask) {
+            MaskArg::All => true,
+            MaskArg::Prefix(k) => k >= len,
+            MaskArg::Block(_) => false,
+        };
+        if !full || (stride != 1 && len > 1) {
+            return None;
+        }
+        let first = usize::try_from(ptr_off(base).checked_add(start)?).ok()?;
+        self.mems
+            .get(ptr_param(base))?
+            .as_ref()?
+            .view_run::<f32>(first, len)
+    }
+
+    /// Binary op `id` with deferred-load operands: each is viewed in place or, failing
+    /// that, loaded now.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_binary(
+        &self,
+        env: &mut [Data],
+        side: &mut Side,
+        id: OpId,
+        pid: [usize; 3],
+        kind: crate::ir::BinaryOp,
+        d: crate::dtype::DType,
+        ops: [Value; 2],
+        res: Value,
+    ) -> Result<()> {
+        let mut views: [Option<&'a [f32]>; 2] = [None, None];
+        for (view, v) in views.iter_mut().zip(ops) {
+            if let Some(lid) = self.deferred[v.index()] {
+                *view = self.load_view(env, side, lid);
+                if view.is_none() {
+                    if self.prep[lid.index()] {
+                        self.prepare(env, side, lid);
+                    }
+                    self.op(env, side, lid, pid)?;
+                }
+            }
+            self.fill(env, side, v);
+        }
+        with_out(env, res, |env, o| {
+            let slice = |view: Option<&'a [f32]>, v: Value| match (view, &env[v.index()]) {
+                (Some(s), _) => Ok(s),
+                (None, Data::F32(s)) => Ok(s.as_slice()),
+                _ => Err(format!("operand {v} is not an f32-class block")),
+            };
+            ew::binary_f32_slices(
+                kind,
+                d,
+                slice(views[0], ops[0])?,
+                slice(views[1], ops[1])?,
+                o,
+            )
+        })
+        .map_err(|e| self.err(id, pid, e))
     }
 
     /// Before op `id` runs: its results lose their closed forms, and the operands it cannot
@@ -698,6 +839,9 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let d = ty(*lhs).dtype;
                 let (l, r) = (self.operand(*lhs), self.operand(*rhs));
                 let res = r0()?;
+                if self.deferred[l.index()].is_some() || self.deferred[r.index()].is_some() {
+                    return self.fused_binary(env, side, id, pid, *kind, d, [l, r], res);
+                }
                 if let Some(n) = self
                     .lazy_lanes(side, res, [l, r])
                     .filter(|_| lazy::affine_dtype(d))

@@ -282,6 +282,24 @@ impl<'a> Mem<'a> {
         let _ = (start, n, size);
     }
 
+    /// Elements `[start, start + n)` of a read-only buffer viewed in place, for the whole
+    /// launch; `None` for a writable buffer, a range out of bounds, or a misaligned start.
+    pub(crate) fn view_run<S: Bits>(&self, start: usize, n: usize) -> Option<&'a [S]> {
+        if self.writable || !self.fits::<S::Raw>(start, n) {
+            return None;
+        }
+        // SAFETY: in bounds (checked above).
+        let p = unsafe { self.ptr.add(start * S::Raw::SIZE) };
+        if (p as usize) % std::mem::align_of::<S>() != 0 {
+            return None;
+        }
+        self.prefetch_next(start, n, S::Raw::SIZE);
+        // SAFETY: the range is in bounds and aligned for `S`, every bit pattern is a valid
+        // `S` (`Bits`), and a read-only buffer is a shared borrow for `'a` that nothing
+        // writes during the launch.
+        Some(unsafe { std::slice::from_raw_parts(p as *const S, n) })
+    }
+
     /// Stores element `i`; false when out of bounds or read-only.
     #[inline(always)]
     pub(crate) fn set<R: Raw>(&self, i: usize, v: R) -> bool {

@@ -26,8 +26,10 @@
 //! offsets is one bounds check and one copy); index arithmetic such as
 //! `pid * BLOCK + arange(0, BLOCK)` and masks such as `offs < n` are kept in closed form
 //! (`base + stride * i`, "the first k lanes") and only written out for ops that need the
-//! block; a loop-carried `dot` accumulator is updated in place; the hot loops have
-//! AVX2/FMA versions picked at run time.
+//! block; an `f32` load whose only use is a binary op is run by that op, which reads a
+//! contiguous read-only run in place instead of copying it; pure ops of a `for` body that
+//! do not depend on the iteration run once per loop; a loop-carried `dot` accumulator is
+//! updated in place; the hot loops have AVX2/FMA versions picked at run time.
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -290,6 +292,7 @@ pub fn execute_with(
     let steal = Launch::stealable(k, &invariant, &folded);
     let loop_invariant = Launch::loop_invariant_ops(k, &steal);
     let prep = Launch::prep_needed(k);
+    let deferred = Launch::deferred_loads(k, &invariant);
     let launch = Launch {
         kernel: k,
         params: Launch::param_data(k, &scalars),
@@ -300,6 +303,7 @@ pub fn execute_with(
         steal,
         loop_invariant,
         prep,
+        deferred,
         reduce_strategy,
     };
     let total = grid

@@ -1300,3 +1300,80 @@ fn closed_form_offsets_and_masks_match_blocks() {
         }
     }
 }
+
+#[test]
+fn deferred_loads_keep_load_semantics() {
+    // Loads consumed by one binary op are run by that op (viewed in place when the run is
+    // contiguous, fully active and read-only). Every other case must behave as a load in
+    // program order: masked tails, strided runs, a buffer the kernel also writes, a store
+    // between the load and its use, and out-of-bounds reads.
+    let k = kernel("deferred", &[], |k| {
+        let (a, w, o) = (k.ptr(F32, "a"), k.ptr(F32, "w"), k.ptr(F32, "o"));
+        let n = k.scalar(I32, "n");
+        let pid = program_id(0);
+        let r = arange(0, 32);
+        let offs = pid * 32 + r;
+        let m = offs.lt(n);
+        let base = pid * 5 * 32;
+        // Contiguous and full (in place) or with a masked tail (loaded).
+        store(o + base + r, load(a + offs).mask(m) + 1.0);
+        // Strided: loaded.
+        store(o + base + 32 + r, load(a + r * 2) * 2.0);
+        // `w` is written below, so it is not read-only: loaded.
+        let wv = load(w + offs);
+        store(o + base + 64 + r, wv - 3.0);
+        // A store between the load and its use: the load must see the old value.
+        let old = load(w + offs);
+        store(w + offs, zeros([32], F32) + 100.0);
+        store(o + base + 96 + r, old + 0.5);
+        // Both operands deferred.
+        store(o + base + 128 + r, load(a + r) + load(a + r + 32));
+    });
+    let a: Vec<f32> = (0..64).map(|i| i as f32 * 0.25).collect();
+    for n in [64i32, 50] {
+        let mut w: Vec<f32> = (0..64).map(|i| -(i as f32)).collect();
+        let w0 = w.clone();
+        let mut o = vec![POISON; 2 * 5 * 32];
+        execute(
+            &k,
+            [2, 1, 1],
+            &mut [
+                bytes(&a).into(),
+                bytes_mut(&mut w).into(),
+                bytes_mut(&mut o).into(),
+                n.into(),
+            ],
+        )
+        .unwrap();
+        for p in 0..2 {
+            let base = p * 5 * 32;
+            for i in 0..32 {
+                let off = p * 32 + i;
+                let x = if (off as i32) < n { a[off] } else { 0.0 };
+                assert_eq!(o[base + i], x + 1.0, "n={n} masked {off}");
+                assert_eq!(o[base + 32 + i], a[2 * i] * 2.0);
+                assert_eq!(o[base + 64 + i], w0[off] - 3.0);
+                assert_eq!(o[base + 96 + i], w0[off] + 0.5, "store before use {off}");
+                assert_eq!(o[base + 128 + i], a[i] + a[i + 32]);
+            }
+        }
+        assert!(w.iter().all(|&v| v == 100.0));
+    }
+    // A deferred load out of bounds is still reported as that load.
+    let k = kernel("deferred_oob", &[], |k| {
+        let (a, o) = (k.ptr(F32, "a"), k.ptr(F32, "o"));
+        let r = arange(0, 16);
+        store(o + r, load(a + r + 8) + 1.0);
+    });
+    let a = vec![1.0f32; 20];
+    let mut o = vec![0.0f32; 16];
+    let msg = runtime_msg(execute(
+        &k,
+        [1, 1, 1],
+        &mut [bytes(&a).into(), bytes_mut(&mut o).into()],
+    ));
+    assert!(
+        msg.contains("op `load`") && msg.contains("out of bounds"),
+        "{msg}"
+    );
+}
