@@ -21,7 +21,17 @@ fn copy(c: &mut Criterion) {
     g.bench_function("memcpy_16M_f32", |b| {
         b.iter(|| dst.copy_from_slice(criterion::black_box(&src)))
     });
-    // What a kernel output faces: MLX allocates every output anew, and glibc serves 64 MB
+    // The same copy split over every core, as the executor splits a kernel's programs:
+    // the machine's copy bandwidth that kernels are measured against.
+    g.bench_function("memcpy_16M_f32_all_cores", |b| {
+        use rayon::prelude::*;
+        b.iter(|| {
+            dst.par_chunks_mut(1 << 16)
+                .zip(criterion::black_box(&src).par_chunks(1 << 16))
+                .for_each(|(d, s)| d.copy_from_slice(s))
+        })
+    });
+    // What a fresh output faces: MLX allocates every output anew, and glibc serves 64 MB
     // with a fresh `mmap`, so the copy also pays the page faults and the kernel's zeroing.
     g.bench_function("fresh_16M_f32", |b| {
         b.iter(|| criterion::black_box(&src).to_vec())
