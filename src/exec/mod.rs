@@ -67,6 +67,7 @@ mod interp;
 mod lazy;
 mod memops;
 mod memory;
+mod plan;
 mod reduce;
 mod reduce_layout;
 mod shape;
@@ -287,12 +288,12 @@ pub fn execute_with(
         .iter()
         .map(|m| m.as_ref().is_some_and(|m| !m.is_writable()))
         .collect();
-    let invariant = Launch::invariant_ops(k, &read_only);
-    let folded = interp::Folded::new(k);
-    let steal = Launch::stealable(k, &invariant, &folded);
-    let loop_invariant = Launch::loop_invariant_ops(k, &steal);
-    let prep = Launch::prep_needed(k);
-    let deferred = Launch::deferred_loads(k, &invariant);
+    let invariant = plan::invariant_ops(k, &read_only);
+    let folded = plan::Folded::new(k);
+    let steal = plan::stealable(k, &invariant, &folded);
+    let loop_invariant = plan::loop_invariant_ops(k, &steal);
+    let prep = plan::prep_needed(k);
+    let deferred = plan::deferred_loads(k, &invariant);
     let launch = Launch {
         kernel: k,
         params: Launch::param_data(k, &scalars),
