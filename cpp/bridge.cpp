@@ -8,7 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <map>
+#include <list>
+#include <vector>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -133,11 +134,14 @@ class OutputCache {
     mx::allocator::Buffer b(nullptr);
     {
       std::lock_guard<std::mutex> g(m_);
-      auto it = free_.find(n);
-      if (it != free_.end()) {
-        b = it->second;
-        free_.erase(it);
-        bytes_ -= n;
+      // Most recently freed first: its pages are the likeliest to be in cache.
+      for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+        if (it->second == n) {
+          b = it->first;
+          bytes_ -= n;
+          free_.erase(std::next(it).base());
+          break;
+        }
       }
     }
     if (!b.ptr()) {
@@ -148,15 +152,23 @@ class OutputCache {
   }
 
   void give(mx::allocator::Buffer b, size_t n) {
+    std::vector<mx::allocator::Buffer> drop;
     {
       std::lock_guard<std::mutex> g(m_);
-      if (bytes_ + n <= limit_) {
-        free_.emplace(n, b);
+      if (n > limit_) {
+        drop.push_back(b);
+      } else {
+        free_.emplace_back(b, n);
         bytes_ += n;
-        return;
+        // Over the cap: the longest-unused buffers go back to MLX's allocator.
+        while (bytes_ > limit_) {
+          drop.push_back(free_.front().first);
+          bytes_ -= free_.front().second;
+          free_.pop_front();
+        }
       }
     }
-    mx::allocator::allocator().free(b);
+    for (auto& d : drop) mx::allocator::allocator().free(d);
   }
 
   size_t bytes() {
@@ -165,21 +177,19 @@ class OutputCache {
   }
 
   size_t set_limit(size_t limit) {
-    std::multimap<size_t, mx::allocator::Buffer> drop;
+    std::vector<mx::allocator::Buffer> drop;
     size_t old;
     {
       std::lock_guard<std::mutex> g(m_);
       old = limit_;
       limit_ = limit;
-      // Largest first, until the rest fits.
-      while (bytes_ > limit_ && !free_.empty()) {
-        auto last = std::prev(free_.end());
-        bytes_ -= last->first;
-        drop.insert(*last);
-        free_.erase(last);
+      while (bytes_ > limit_) {
+        drop.push_back(free_.front().first);
+        bytes_ -= free_.front().second;
+        free_.pop_front();
       }
     }
-    for (auto& [n, b] : drop) mx::allocator::allocator().free(b);
+    for (auto& d : drop) mx::allocator::allocator().free(d);
     return old;
   }
 
@@ -187,7 +197,8 @@ class OutputCache {
   // Below this, glibc serves allocations from already-mapped heap memory.
   static constexpr size_t kMinBytes = 1 << 20;
   std::mutex m_;
-  std::multimap<size_t, mx::allocator::Buffer> free_;
+  // Oldest first; at most `limit_ / kMinBytes` entries, so a linear search is cheap.
+  std::list<std::pair<mx::allocator::Buffer, size_t>> free_;
   size_t bytes_ = 0;
   size_t limit_ = size_t(1) << 30;
 };

@@ -65,4 +65,37 @@ fn freed_outputs_are_reused_and_fill_values_still_apply() {
     let third = run(n, 1.0, None);
     assert!(third.iter().zip(&host).all(|(y, x)| y == x));
     assert_eq!(cpu_output_cache_bytes(), 0);
+
+    // Over the cap, the longest-unused buffers are released first.
+    let mib = 1usize << 20;
+    set_cpu_output_cache_limit(10 * mib);
+    let output_of = |bytes: usize| {
+        let m = bytes / 4;
+        let x = mlx::zeros(&[m], F32).unwrap();
+        let y = k
+            .launch()
+            .grid(grid(move |meta| [cdiv(m, meta["BLOCK"])]))
+            .args((&x, out_like(&x), m as i32, 1.0f32))
+            .constexpr("BLOCK", 1024)
+            .target(Target::Cpu)
+            .run()
+            .unwrap();
+        y[0].eval().unwrap();
+        y
+    };
+    output_of(4 * mib);
+    assert_eq!(cpu_output_cache_bytes(), 4 * mib);
+    output_of(5 * mib);
+    assert_eq!(cpu_output_cache_bytes(), 9 * mib);
+    // 15 MiB would be held: the 4 MiB and then the 5 MiB buffer go.
+    output_of(6 * mib);
+    assert_eq!(cpu_output_cache_bytes(), 6 * mib);
+    // A buffer larger than the cap is never kept.
+    output_of(11 * mib);
+    assert_eq!(cpu_output_cache_bytes(), 6 * mib);
+    // The 6 MiB buffer serves the next 6 MiB output: out of the cache while in use.
+    let held = output_of(6 * mib);
+    assert_eq!(cpu_output_cache_bytes(), 0);
+    drop(held);
+    assert_eq!(cpu_output_cache_bytes(), 6 * mib);
 }

@@ -48,8 +48,9 @@ fn unpack(
 /// Bytes of freed CPU-executor outputs currently kept for reuse.
 ///
 /// Outputs of [`cpu_launch`] of 1 MiB or more are recycled: when MLX frees one, its buffer
-/// is kept (up to [`set_cpu_output_cache_limit`], 1 GiB by default) and handed to the next
-/// output of the same size, whose pages are then already mapped. Fresh large allocations
+/// is kept (up to [`set_cpu_output_cache_limit`], 1 GiB by default; over it, the
+/// longest-unused buffers are released first) and handed to the next output of the same
+/// size, whose pages are then already mapped. Fresh large allocations
 /// cost a page fault per page on first write, which made up a third of a memory-bound
 /// kernel's time. MLX's Metal allocator keeps a buffer cache for the same reason.
 pub fn cpu_output_cache_bytes() -> usize {
