@@ -596,6 +596,18 @@ impl<'k, 'a> Launch<'k, 'a> {
             } => {
                 if let Some(Lazy::Prefix(k)) = side.lazy[cond.index()] {
                     let n = ty(r0()?).numel();
+                    // One side everywhere: take that block over when nothing else uses it.
+                    let whole = match k {
+                        0 => Some(*on_false),
+                        k if k >= n => Some(*on_true),
+                        _ => None,
+                    };
+                    if let Some(v) = whole.filter(|&v| env[v.index()].len() == n) {
+                        if self.can_steal(v, id) {
+                            env.swap(r0()?.index(), v.index());
+                            return Ok(());
+                        }
+                    }
                     return with_out(env, r0()?, |env, o| {
                         ew::select_prefix(k, n, &env[on_true.index()], &env[on_false.index()], o)
                     })
@@ -939,8 +951,10 @@ impl<'k, 'a> Launch<'k, 'a> {
                 None => break,
             };
         }
+        // The carried slots are dead until the loop runs again (and then re-initialised):
+        // hand their buffers to the results instead of copying.
         for (r, a) in k.op(id).results.iter().zip(carried) {
-            copy(env, r, *a);
+            env.swap(r.index(), a.index());
         }
         Ok(())
     }
