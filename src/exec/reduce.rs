@@ -48,7 +48,12 @@ fn fold_axis<T: Copy>(
 ) {
     out.clear();
     if inner == 1 {
-        out.extend((0..outer).map(|o| fold_lanes(&s[o * n..(o + 1) * n], init, f)));
+        // A plain loop, not `extend(map(..))`: the iterator adapters are separate functions
+        // that are not inlined into the caller's AVX2 copy, which left this loop in SSE.
+        out.reserve(outer);
+        for o in 0..outer {
+            out.push(fold_lanes(&s[o * n..(o + 1) * n], init, f));
+        }
         return;
     }
     for o in 0..outer {
