@@ -177,7 +177,7 @@ fn unary_impl(kind: UnaryOp, d: DType, a: &Data, out: &mut Data) -> Res {
             if d.is_unsigned_int() {
                 o.extend_from_slice(a);
             } else {
-                o.extend(a.iter().map(|x| x.wrapping_abs()));
+                map_into(a, o, |x| x.wrapping_abs());
                 normalize_i32(o, d);
             }
         }
@@ -186,7 +186,7 @@ fn unary_impl(kind: UnaryOp, d: DType, a: &Data, out: &mut Data) -> Res {
             if d.is_unsigned_int() {
                 o.extend_from_slice(a);
             } else {
-                o.extend(a.iter().map(|x| x.wrapping_abs()));
+                map_into(a, o, |x| x.wrapping_abs());
             }
         }
         Data::Bool(a) if kind == UnaryOp::Abs => out.bools().extend_from_slice(a),
@@ -474,8 +474,8 @@ pub(crate) fn cast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
             o.extend_from_slice(a);
             round_f32(o, d);
         }
-        (Data::F32(a), Class::F64) => out.f64s().extend(a.iter().map(|&x| x as f64)),
-        (Data::F64(a), Class::F32) => out.f32s().extend(a.iter().map(|&x| f64_to_f32_class(x, d))),
+        (Data::F32(a), Class::F64) => map_into(a, out.f64s(), |x| x as f64),
+        (Data::F64(a), Class::F32) => map_into(a, out.f32s(), |x| f64_to_f32_class(x, d)),
         (Data::F64(a), Class::F64) => out.f64s().extend_from_slice(a),
         (Data::F32(a), Class::I32) => {
             let o = out.i32s();
@@ -485,30 +485,30 @@ pub(crate) fn cast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
         (Data::F32(a), Class::I64) => {
             let o = out.i64s();
             if d == DType::U64 {
-                o.extend(a.iter().map(|&x| x as u64 as i64));
+                map_into(a, o, |x| x as u64 as i64);
             } else {
-                o.extend(a.iter().map(|&x| x as i64));
+                map_into(a, o, |x| x as i64);
             }
         }
         (Data::F64(a), Class::I64) => {
             let o = out.i64s();
             if d == DType::U64 {
-                o.extend(a.iter().map(|&x| x as u64 as i64));
+                map_into(a, o, |x| x as u64 as i64);
             } else {
-                o.extend(a.iter().map(|&x| x as i64));
+                map_into(a, o, |x| x as i64);
             }
         }
         (Data::I32(a), Class::I32) => {
             let o = out.i32s();
-            o.extend(a.iter().map(|&x| canon_i32(x, d)));
+            map_into(a, o, |x| canon_i32(x, d));
         }
-        (Data::I32(a), Class::I64) => out.i64s().extend(a.iter().map(|&x| int_value_i32(x, s))),
-        (Data::I64(a), Class::I32) => out.i32s().extend(a.iter().map(|&x| canon_i32(x as i32, d))),
+        (Data::I32(a), Class::I64) => map_into(a, out.i64s(), |x| int_value_i32(x, s)),
+        (Data::I64(a), Class::I32) => map_into(a, out.i32s(), |x| canon_i32(x as i32, d)),
         (Data::I64(a), Class::I64) => out.i64s().extend_from_slice(a),
         (Data::I32(a), Class::F32) => {
             let o = out.f32s();
             if d == DType::F32 {
-                o.extend(a.iter().map(|&x| int_value_i32(x, s) as f32));
+                map_into(a, o, |x| int_value_i32(x, s) as f32);
             } else {
                 // An i32 is exact in f64, so this is one rounding to the narrow type.
                 o.extend(
@@ -523,29 +523,29 @@ pub(crate) fn cast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
         (Data::I64(a), Class::F32) => {
             let o = out.f32s();
             if s == DType::U64 {
-                o.extend(a.iter().map(|&x| x as u64 as f32));
+                map_into(a, o, |x| x as u64 as f32);
             } else {
-                o.extend(a.iter().map(|&x| x as f32));
+                map_into(a, o, |x| x as f32);
             }
             round_f32(o, d);
         }
         (Data::I64(a), Class::F64) => {
             let o = out.f64s();
             if s == DType::U64 {
-                o.extend(a.iter().map(|&x| x as u64 as f64));
+                map_into(a, o, |x| x as u64 as f64);
             } else {
-                o.extend(a.iter().map(|&x| x as f64));
+                map_into(a, o, |x| x as f64);
             }
         }
         (Data::Bool(a), Class::Bool) => out.bools().extend_from_slice(a),
-        (Data::Bool(a), Class::I32) => out.i32s().extend(a.iter().map(|&x| x as i32)),
-        (Data::Bool(a), Class::I64) => out.i64s().extend(a.iter().map(|&x| x as i64)),
-        (Data::Bool(a), Class::F32) => out.f32s().extend(a.iter().map(|&x| x as u8 as f32)),
-        (Data::Bool(a), Class::F64) => out.f64s().extend(a.iter().map(|&x| x as u8 as f64)),
-        (Data::I32(a), Class::Bool) => out.bools().extend(a.iter().map(|&x| x != 0)),
-        (Data::I64(a), Class::Bool) => out.bools().extend(a.iter().map(|&x| x != 0)),
-        (Data::F32(a), Class::Bool) => out.bools().extend(a.iter().map(|&x| x != 0.0)),
-        (Data::F64(a), Class::Bool) => out.bools().extend(a.iter().map(|&x| x != 0.0)),
+        (Data::Bool(a), Class::I32) => map_into(a, out.i32s(), |x| x as i32),
+        (Data::Bool(a), Class::I64) => map_into(a, out.i64s(), |x| x as i64),
+        (Data::Bool(a), Class::F32) => map_into(a, out.f32s(), |x| x as u8 as f32),
+        (Data::Bool(a), Class::F64) => map_into(a, out.f64s(), |x| x as u8 as f64),
+        (Data::I32(a), Class::Bool) => map_into(a, out.bools(), |x| x != 0),
+        (Data::I64(a), Class::Bool) => map_into(a, out.bools(), |x| x != 0),
+        (Data::F32(a), Class::Bool) => map_into(a, out.bools(), |x| x != 0.0),
+        (Data::F64(a), Class::Bool) => map_into(a, out.bools(), |x| x != 0.0),
         _ => return Err(format!("cannot cast {s} to {d}")),
     }
     Ok(())
