@@ -939,7 +939,7 @@ impl<'k, 'a> Launch<'k, 'a> {
             copy(env, *a, *v);
         }
         let ys = self.yields(body);
-        let mut tmp: Vec<Data> = vec![Data::default(); ys.len()];
+        let mut tmp = self.feed_back_tmp(ys, body);
         let iv_ty = k.ty(iv);
         let mut i = lo;
         while i < hi {
@@ -971,12 +971,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         carried: &[Value],
         tmp: &mut [Data],
     ) {
-        let k = self.kernel;
-        let moved = |y: Value| {
-            self.steal[y.index()]
-                && matches!(k.value(y).map(|v| v.def), Some(ValueDef::OpResult(..)))
-                && self.home(y) == Some(body)
-        };
+        let moved = |y: Value| self.moved(y, body);
         for (t, y) in tmp.iter_mut().zip(ys) {
             if !moved(*y) {
                 t.assign(&env[y.index()]);
@@ -993,6 +988,27 @@ impl<'k, 'a> Launch<'k, 'a> {
             if !moved(*y) {
                 std::mem::swap(t, &mut env[a.index()]);
             }
+        }
+    }
+
+    /// Whether yielded value `y` of loop body `body` is moved into its carried slot (see
+    /// [`Launch::feed_back`]).
+    fn moved(&self, y: Value, body: RegionId) -> bool {
+        self.steal[y.index()]
+            && matches!(
+                self.kernel.value(y).map(|v| v.def),
+                Some(ValueDef::OpResult(..))
+            )
+            && self.home(y) == Some(body)
+    }
+
+    /// Scratch slots for [`Launch::feed_back`]: one per yielded value, or none (no
+    /// allocation) when every yielded value is moved.
+    fn feed_back_tmp(&self, ys: &[Value], body: RegionId) -> Vec<Data> {
+        if ys.iter().all(|&y| self.moved(y, body)) {
+            Vec::new()
+        } else {
+            vec![Data::default(); ys.len()]
         }
     }
 
@@ -1015,7 +1031,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
         let cy = self.yields(cond);
         let by = self.yields(body);
-        let mut tmp: Vec<Data> = vec![Data::default(); by.len()];
+        let mut tmp = self.feed_back_tmp(by, body);
         loop {
             self.region(env, side, cond, pid)?;
             let go = cy
