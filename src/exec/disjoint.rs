@@ -145,7 +145,8 @@ impl Analysis<'_> {
         let data = self.k.op(id);
         let res = data.result();
         let rty = res.map(|v| self.k.ty(v));
-        let d = rty.map(|t| t.dtype);
+        // An integer result in the op's dtype (ops without a result stay unknown).
+        let int = |a: Aff| rty.map_or(Abs::Unknown, |t| self.int(a, t.dtype));
         let out = match &data.op {
             Op::ProgramId { axis } => {
                 let mut coef = [0; 3];
@@ -156,7 +157,7 @@ impl Analysis<'_> {
                 Abs::Int(Aff::konst(self.grid[(*axis as usize).min(2)].max(1) as i128))
             }
             Op::Constant { value } if rty.is_some_and(|t| !t.ptr) => match value {
-                crate::ir::Const::Int(v) => self.int(Aff::konst(*v as i128), d.unwrap()),
+                crate::ir::Const::Int(v) => int(Aff::konst(*v as i128)),
                 crate::ir::Const::Float(_) => Abs::Unknown,
             },
             Op::Arange { start, end } if end > start => self.int(
@@ -173,7 +174,7 @@ impl Analysis<'_> {
             | Op::Reshape { src, .. }
             | Op::Permute { src, .. } => self.get(*src),
             Op::Cast { src } => match self.get(*src) {
-                Abs::Int(a) if rty.is_some_and(|t| !t.ptr) => self.int(a, d.unwrap()),
+                Abs::Int(a) if rty.is_some_and(|t| !t.ptr) => int(a),
                 _ => Abs::Unknown,
             },
             Op::AddPtr { ptr, offset } => match (self.get(*ptr), self.get(*offset)) {
@@ -182,10 +183,10 @@ impl Analysis<'_> {
             },
             Op::Binary { kind, lhs, rhs } => match (self.get(*lhs), self.get(*rhs)) {
                 (Abs::Int(a), Abs::Int(b)) => match kind {
-                    BinaryOp::Add => self.int(add(a, b, 1), d.unwrap()),
-                    BinaryOp::Sub => self.int(add(a, b, -1), d.unwrap()),
+                    BinaryOp::Add => int(add(a, b, 1)),
+                    BinaryOp::Sub => int(add(a, b, -1)),
                     BinaryOp::Mul => match mul(a, b) {
-                        Some(m) => self.int(m, d.unwrap()),
+                        Some(m) => int(m),
                         None => Abs::Unknown,
                     },
                     _ => Abs::Unknown,
@@ -225,7 +226,7 @@ impl Analysis<'_> {
                 };
                 let iv = match (self.get(*lo), self.get(*hi), args.first()) {
                     (_, _, Some(&v)) if exact.is_some() => {
-                        self.int(exact.unwrap(), self.k.ty(v).dtype)
+                        exact.map_or(Abs::Unknown, |e| self.int(e, self.k.ty(v).dtype))
                     }
                     (Abs::Int(l), Abs::Int(h), Some(&v)) if l.coef == h.coef && h.hi > l.lo => self
                         .int(

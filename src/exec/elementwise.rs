@@ -333,12 +333,7 @@ fn binary_bool(kind: BinaryOp, d: DType, a: &[bool], b: &[bool], o: &mut Vec<boo
 #[inline(always)]
 fn binary_impl(kind: BinaryOp, d: DType, a: &Data, b: &Data, out: &mut Data) -> Res {
     match (a, b) {
-        (Data::F32(a), Data::F32(b)) => {
-            let o = out.f32s();
-            binary_f32(kind, d, a, b, o)?;
-            round_f32(o, d);
-            Ok(())
-        }
+        (Data::F32(a), Data::F32(b)) => binary_f32_slices_impl(kind, d, a, b, out),
         (Data::F64(a), Data::F64(b)) => binary_f64(kind, d, a, b, out.f64s()),
         (Data::I32(a), Data::I32(b)) => {
             let o = out.i32s();

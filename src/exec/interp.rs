@@ -9,7 +9,7 @@ use super::data::{fill_const, ptr_off, ptr_pack, ptr_param, same_kind, Data};
 use super::lazy::{self, Lazy};
 use super::memops::{self, MaskArg, MemErr, PtrArg};
 use super::memory::Mem;
-use super::plan::Folded;
+use super::plan::Plan;
 use super::reduce_layout::{self, ReduceStrategy};
 use super::{dot, elementwise as ew, reduce, shape};
 use crate::error::{Error, Result};
@@ -22,20 +22,8 @@ pub(crate) struct Launch<'k, 'a> {
     /// Per parameter: its value in every program (scalars, and pointers at offset 0).
     pub(crate) params: Vec<Data>,
     pub(crate) grid: [usize; 3],
-    /// Per op: computed once per worker (see [`super::plan::invariant_ops`]).
-    pub(crate) invariant: Vec<bool>,
-    /// Pointer folding (see [`Folded`]).
-    pub(crate) folded: Folded,
-    /// Per value: its buffer may be taken over by its only use (see [`super::plan::stealable`]).
-    pub(crate) steal: Vec<bool>,
-    /// Per op: same value in every iteration of its loop (see
-    /// [`super::plan::loop_invariant_ops`]).
-    pub(crate) loop_invariant: Vec<bool>,
-    /// Per op: may touch closed-form values (see [`super::plan::prep_needed`]).
-    pub(crate) prep: Vec<bool>,
-    /// Per value: the load that computes it, run only by its single use (see
-    /// [`super::plan::deferred_loads`]).
-    pub(crate) deferred: Vec<Option<OpId>>,
+    /// What was worked out about the kernel for this launch.
+    pub(crate) plan: Plan,
     /// Builtin reductions in a GPU layout's order (see `reduce_layout.rs`); `None`: the
     /// executor's fastest order.
     pub(crate) reduce_strategy: Option<ReduceStrategy>,
@@ -91,6 +79,9 @@ pub(crate) struct Side {
     /// Per value: a lazy value's buffer has been written out.
     filled: Vec<bool>,
 }
+
+/// `(base, stride)` of a value in affine form (a scalar has stride 0).
+type Affine = (i64, i64);
 
 /// An error message plus what the interpreter knows about where it happened.
 type OpRes = std::result::Result<(), String>;
@@ -160,7 +151,7 @@ impl<'k, 'a> Launch<'k, 'a> {
 
     /// Whether the op `user` (the single use of `v`) may take `v`'s buffer.
     fn can_steal(&self, v: Value, user: OpId) -> bool {
-        self.steal[v.index()] && self.home(v) == Some(self.kernel.op(user).parent)
+        self.plan.steal[v.index()] && self.home(v) == Some(self.kernel.op(user).parent)
     }
 
     /// The parameters' values (pointers at offset 0 of their argument).
@@ -231,7 +222,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         v: Value,
     ) -> std::result::Result<PtrArg<'e>, MemErr> {
         let k = self.kernel;
-        if let Some((base, off)) = self.folded.by_value[v.index()] {
+        if let Some((base, off)) = self.plan.folded.by_value[v.index()] {
             let b = match &env[base.index()] {
                 Data::Ptr(b) if b.len() == 1 => b[0],
                 _ => {
@@ -276,7 +267,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// Where to read operand `v`: a folded splat reads its scalar source.
     #[inline(always)]
     fn operand(&self, v: Value) -> Value {
-        self.folded.alias[v.index()].unwrap_or(v)
+        self.plan.folded.alias[v.index()].unwrap_or(v)
     }
 
     /// The values yielded by the region's terminator.
@@ -311,15 +302,14 @@ impl<'k, 'a> Launch<'k, 'a> {
         for &id in &self.kernel.region(r).ops {
             let i = id.index();
             // Program-invariant ops keep their value from the first program this worker ran.
-            let hoisted = self.invariant[i];
+            let hoisted = self.plan.invariant[i];
             if (hoisted && side.done[i])
-                || self.folded.skip[i]
-                || (repeat && self.loop_invariant[i])
-                || self.is_deferred(id)
+                || self.plan.skip[i]
+                || (repeat && self.plan.loop_invariant[i])
             {
                 continue;
             }
-            if self.prep[i] {
+            if self.plan.prep[i] {
                 self.prepare(env, side, id);
             }
             self.op(env, side, id, pid)?;
@@ -328,15 +318,6 @@ impl<'k, 'a> Launch<'k, 'a> {
             }
         }
         Ok(())
-    }
-
-    /// Whether `id` is a load run by its use (see [`super::plan::deferred_loads`]).
-    #[inline(always)]
-    fn is_deferred(&self, id: OpId) -> bool {
-        let d = self.kernel.op(id);
-        matches!(d.op, Op::Load { .. })
-            && d.result()
-                .is_some_and(|v| self.deferred[v.index()].is_some())
     }
 
     /// The block of deferred load `lid` viewed in place: an `f32` run of a read-only
@@ -385,10 +366,10 @@ impl<'k, 'a> Launch<'k, 'a> {
     ) -> Result<()> {
         let mut views: [Option<&'a [f32]>; 2] = [None, None];
         for (view, v) in views.iter_mut().zip(ops) {
-            if let Some(lid) = self.deferred[v.index()] {
+            if let Some(lid) = self.plan.deferred[v.index()] {
                 *view = self.load_view(env, side, lid);
                 if view.is_none() {
-                    if self.prep[lid.index()] {
+                    if self.plan.prep[lid.index()] {
                         self.prepare(env, side, lid);
                     }
                     self.op(env, side, lid, pid)?;
@@ -455,7 +436,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         side: &Side,
         v: Value,
         d: crate::dtype::DType,
-    ) -> Option<(i64, i64)> {
+    ) -> Option<Affine> {
         match side.lazy[v.index()] {
             Some(Lazy::Affine { base, stride }) => Some((base, stride)),
             Some(Lazy::Prefix(_)) => None,
@@ -464,14 +445,27 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
     }
 
-    /// The lane count of a 1-D integer/bool result that may be kept in closed form, when
-    /// one of the operands already is.
-    fn lazy_lanes(&self, side: &Side, r: Value, operands: [Value; 2]) -> Option<usize> {
+    /// The operands of a binary op or comparison of dtype `d` as `(lanes, a, b)` in affine
+    /// form, when its result `r` may be kept in closed form: a 1-D block of a signed
+    /// integer dtype, with an operand already in closed form.
+    fn affine_pair(
+        &self,
+        env: &[Data],
+        side: &Side,
+        r: Value,
+        [a, b]: [Value; 2],
+        d: crate::dtype::DType,
+    ) -> Option<(usize, Affine, Affine)> {
         let t = self.kernel.ty(r);
-        (t.shape.len() == 1
-            && t.numel() > 1
-            && operands.iter().any(|v| side.lazy[v.index()].is_some()))
-        .then(|| t.numel())
+        let lazy_operand = side.lazy[a.index()].is_some() || side.lazy[b.index()].is_some();
+        if t.shape.len() != 1 || t.numel() < 2 || !lazy_operand || !lazy::affine_dtype(d) {
+            return None;
+        }
+        Some((
+            t.numel(),
+            self.affine_of(env, side, a, d)?,
+            self.affine_of(env, side, b, d)?,
+        ))
     }
 
     /// A memory op's mask: a lane prefix, or the block.
@@ -544,24 +538,19 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let d = ty(*lhs).dtype;
                 let (l, r) = (self.operand(*lhs), self.operand(*rhs));
                 let res = r0()?;
-                if self.deferred[l.index()].is_some() || self.deferred[r.index()].is_some() {
+                if self.plan.deferred[l.index()].is_some()
+                    || self.plan.deferred[r.index()].is_some()
+                {
                     return self.fused_binary(env, side, id, pid, *kind, d, [l, r], res);
                 }
-                if let Some(n) = self
-                    .lazy_lanes(side, res, [l, r])
-                    .filter(|_| lazy::affine_dtype(d))
-                {
-                    let form = self
-                        .affine_of(env, side, l, d)
-                        .zip(self.affine_of(env, side, r, d));
-                    if let Some(f) = form.and_then(|(a, b)| lazy::binary(*kind, a, b, n, d)) {
-                        Self::set_lazy(side, res, f);
-                        return Ok(());
-                    }
+                let form = self.affine_pair(env, side, res, [l, r], d);
+                if let Some(f) = form.and_then(|(n, a, b)| lazy::binary(*kind, a, b, n, d)) {
+                    Self::set_lazy(side, res, f);
+                    return Ok(());
                 }
                 self.fill(env, side, l);
                 self.fill(env, side, r);
-                with_out(env, r0()?, |env, o| {
+                with_out(env, res, |env, o| {
                     ew::binary(*kind, d, &env[l.index()], &env[r.index()], o)
                 })
                 .map_err(wrap)?;
@@ -570,21 +559,14 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let d = ty(*lhs).dtype;
                 let (l, r) = (self.operand(*lhs), self.operand(*rhs));
                 let res = r0()?;
-                if let Some(n) = self
-                    .lazy_lanes(side, res, [l, r])
-                    .filter(|_| lazy::affine_dtype(d))
-                {
-                    let form = self
-                        .affine_of(env, side, l, d)
-                        .zip(self.affine_of(env, side, r, d));
-                    if let Some(f) = form.and_then(|(a, b)| lazy::cmp(*pred, a, b, n)) {
-                        Self::set_lazy(side, res, f);
-                        return Ok(());
-                    }
+                let form = self.affine_pair(env, side, res, [l, r], d);
+                if let Some(f) = form.and_then(|(n, a, b)| lazy::cmp(*pred, a, b, n)) {
+                    Self::set_lazy(side, res, f);
+                    return Ok(());
                 }
                 self.fill(env, side, l);
                 self.fill(env, side, r);
-                with_out(env, r0()?, |env, o| {
+                with_out(env, res, |env, o| {
                     ew::cmp(*pred, d, &env[l.index()], &env[r.index()], o)
                 })
                 .map_err(wrap)?;
@@ -994,7 +976,7 @@ impl<'k, 'a> Launch<'k, 'a> {
     /// Whether yielded value `y` of loop body `body` is moved into its carried slot (see
     /// [`Launch::feed_back`]).
     fn moved(&self, y: Value, body: RegionId) -> bool {
-        self.steal[y.index()]
+        self.plan.steal[y.index()]
             && matches!(
                 self.kernel.value(y).map(|v| v.def),
                 Some(ValueDef::OpResult(..))

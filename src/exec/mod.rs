@@ -288,23 +288,12 @@ pub fn execute_with(
         .iter()
         .map(|m| m.as_ref().is_some_and(|m| !m.is_writable()))
         .collect();
-    let invariant = plan::invariant_ops(k, &read_only);
-    let folded = plan::Folded::new(k);
-    let steal = plan::stealable(k, &invariant, &folded);
-    let loop_invariant = plan::loop_invariant_ops(k, &steal);
-    let prep = plan::prep_needed(k);
-    let deferred = plan::deferred_loads(k, &invariant);
     let launch = Launch {
         kernel: k,
         params: Launch::param_data(k, &scalars),
         mems,
         grid,
-        invariant,
-        folded,
-        steal,
-        loop_invariant,
-        prep,
-        deferred,
+        plan: plan::Plan::new(k, &read_only),
         reduce_strategy,
     };
     let total = grid

@@ -6,6 +6,51 @@
 
 use crate::ir::{Kernel, Op, OpId, Value, ValueDef};
 
+/// Everything the interpreter reads about a kernel for one launch, indexed by op or value.
+pub(crate) struct Plan {
+    /// Per op: computed once per worker ([`invariant_ops`]).
+    pub(crate) invariant: Vec<bool>,
+    /// Pointer folding ([`Folded`]).
+    pub(crate) folded: Folded,
+    /// Per value: its buffer may be taken over by its only use ([`stealable`]).
+    pub(crate) steal: Vec<bool>,
+    /// Per op: same value in every iteration of its loop ([`loop_invariant_ops`]).
+    pub(crate) loop_invariant: Vec<bool>,
+    /// Per op: may touch closed-form values ([`prep_needed`]).
+    pub(crate) prep: Vec<bool>,
+    /// Per value: the load that computes it, run only by its single use
+    /// ([`deferred_loads`]).
+    pub(crate) deferred: Vec<Option<OpId>>,
+    /// Per op: never run in its place (a folded `addptr`/`splat` or a deferred load).
+    pub(crate) skip: Vec<bool>,
+}
+
+impl Plan {
+    /// The plan for `kernel` when the arguments flagged in `read_only` are passed
+    /// read-only.
+    pub(crate) fn new(kernel: &Kernel, read_only: &[bool]) -> Plan {
+        let invariant = invariant_ops(kernel, read_only);
+        let folded = Folded::new(kernel);
+        let steal = stealable(kernel, &invariant, &folded);
+        let loop_invariant = loop_invariant_ops(kernel, &steal);
+        let prep = prep_needed(kernel);
+        let deferred = deferred_loads(kernel, &invariant);
+        let mut skip = folded.skip.clone();
+        for lid in deferred.iter().flatten() {
+            skip[lid.index()] = true;
+        }
+        Plan {
+            invariant,
+            folded,
+            steal,
+            loop_invariant,
+            prep,
+            deferred,
+            skip,
+        }
+    }
+}
+
 /// `addptr(splat(p), offsets)` whose only uses are as the address of loads, stores and
 /// atomics: the op is skipped and the memory ops read `p` and `offsets` directly, which
 /// saves building a block of 64-bit pointers and lets contiguity be checked on the offsets.
