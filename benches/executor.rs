@@ -11,6 +11,12 @@ use triton_metal::{mlx, Array, DType::F32};
 
 mod common;
 
+/// The interpreter and the compiled executor, each measured in every case.
+const CPU_TARGETS: [(&str, Target); 2] = [
+    ("triton_metal_cpu", Target::Cpu),
+    ("triton_metal_cpu_compiled", Target::CpuCompiled),
+];
+
 fn copy(c: &mut Criterion) {
     let n = 16 << 20;
     let mut g = c.benchmark_group("copy");
@@ -66,19 +72,21 @@ fn vector_add(c: &mut Criterion) {
     Array::eval_all(&[&x, &y]).unwrap();
     g.throughput(Throughput::Bytes((3 * n * 4) as u64));
     let k = common::vector_add::add_kernel().unwrap();
-    g.bench_function("triton_metal_cpu", |b| {
-        b.iter(|| {
-            let o = k
-                .launch()
-                .grid(grid(move |m| [cdiv(n, m["BLOCK_SIZE"])]))
-                .args((&x, &y, out_like(&x), n as i32))
-                .constexpr("BLOCK_SIZE", 4096)
-                .target(Target::Cpu)
-                .run()
-                .unwrap();
-            o[0].eval().unwrap();
-        })
-    });
+    for (name, target) in CPU_TARGETS {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let o = k
+                    .launch()
+                    .grid(grid(move |m| [cdiv(n, m["BLOCK_SIZE"])]))
+                    .args((&x, &y, out_like(&x), n as i32))
+                    .constexpr("BLOCK_SIZE", 4096)
+                    .target(target)
+                    .run()
+                    .unwrap();
+                o[0].eval().unwrap();
+            })
+        });
+    }
     g.bench_function("mlx_cpu", |b| {
         b.iter(|| mlx::add(&x, &y).unwrap().eval().unwrap())
     });
@@ -94,20 +102,22 @@ fn row_sum(c: &mut Criterion) {
     g.throughput(Throughput::Bytes((r * cols * 4 + r * 4) as u64));
     let k = common::row_sum::row_sum_kernel().unwrap();
     // The GPU-sized block (four loop iterations per row) and a whole row per iteration.
-    for block in [1024, 4096] {
-        g.bench_function(format!("triton_metal_cpu_block{block}"), |b| {
-            b.iter(|| {
-                let o = k
-                    .launch()
-                    .grid([r])
-                    .args((&m, out(&[r], F32), cols as i32))
-                    .constexpr("BLOCK_SIZE", block)
-                    .target(Target::Cpu)
-                    .run()
-                    .unwrap();
-                o[0].eval().unwrap();
-            })
-        });
+    for (name, target) in CPU_TARGETS {
+        for block in [1024, 4096] {
+            g.bench_function(format!("{name}_block{block}"), |b| {
+                b.iter(|| {
+                    let o = k
+                        .launch()
+                        .grid([r])
+                        .args((&m, out(&[r], F32), cols as i32))
+                        .constexpr("BLOCK_SIZE", block)
+                        .target(target)
+                        .run()
+                        .unwrap();
+                    o[0].eval().unwrap();
+                })
+            });
+        }
     }
     g.bench_function("mlx_cpu", |b| {
         b.iter(|| mlx::sum(&m, Some(&[1]), false).unwrap().eval().unwrap())
@@ -127,19 +137,21 @@ fn softmax_and_layer_norm(c: &mut Criterion) {
     g.throughput(Throughput::Bytes((2 * r * cols * 4) as u64));
     let k = common::fused_softmax::softmax_kernel().unwrap();
     let c32 = cols as i32;
-    g.bench_function("triton_metal_cpu", |b| {
-        b.iter(|| {
-            let o = k
-                .launch()
-                .grid([r])
-                .args((out(&[r, cols], F32), &s, c32, c32, c32))
-                .constexpr("BLOCK_SIZE", cols as i64)
-                .target(Target::Cpu)
-                .run()
-                .unwrap();
-            o[0].eval().unwrap();
-        })
-    });
+    for (name, target) in CPU_TARGETS {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let o = k
+                    .launch()
+                    .grid([r])
+                    .args((out(&[r, cols], F32), &s, c32, c32, c32))
+                    .constexpr("BLOCK_SIZE", cols as i64)
+                    .target(target)
+                    .run()
+                    .unwrap();
+                o[0].eval().unwrap();
+            })
+        });
+    }
     g.bench_function("mlx_cpu", |b| {
         b.iter(|| mlx::softmax(&s, &[1], true).unwrap().eval().unwrap())
     });
@@ -149,19 +161,21 @@ fn softmax_and_layer_norm(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Bytes((2 * r * cols * 4) as u64));
     let k = common::layer_norm::layer_norm_kernel().unwrap();
-    g.bench_function("triton_metal_cpu", |b| {
-        b.iter(|| {
-            let o = k
-                .launch()
-                .grid([r])
-                .args((&s, out(&[r, cols], F32), &w, &bias, c32, c32, 1e-5f32))
-                .constexpr("BLOCK_SIZE", cols as i64)
-                .target(Target::Cpu)
-                .run()
-                .unwrap();
-            o[0].eval().unwrap();
-        })
-    });
+    for (name, target) in CPU_TARGETS {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let o = k
+                    .launch()
+                    .grid([r])
+                    .args((&s, out(&[r, cols], F32), &w, &bias, c32, c32, 1e-5f32))
+                    .constexpr("BLOCK_SIZE", cols as i64)
+                    .target(target)
+                    .run()
+                    .unwrap();
+                o[0].eval().unwrap();
+            })
+        });
+    }
     g.bench_function("mlx_cpu", |b| {
         b.iter(|| {
             mlx::layer_norm(&s, Some(&w), Some(&bias), 1e-5)
@@ -183,22 +197,24 @@ fn matmul(c: &mut Criterion) {
     g.throughput(Throughput::Elements((2 * n * n * n) as u64));
     let k = common::matmul::matmul_kernel().unwrap();
     let d = n as i32;
-    g.bench_function("triton_metal_cpu", |bch| {
-        bch.iter(|| {
-            let o = k
-                .launch()
-                .grid([(n / 64) * (n / 64)])
-                .args((&a, &b, out(&[n, n], F32), d, d, d, d, 1, d, 1, d, 1))
-                .constexpr("BLOCK_SIZE_M", 64)
-                .constexpr("BLOCK_SIZE_N", 64)
-                .constexpr("BLOCK_SIZE_K", 64)
-                .constexpr("GROUP_SIZE_M", 8)
-                .target(Target::Cpu)
-                .run()
-                .unwrap();
-            o[0].eval().unwrap();
-        })
-    });
+    for (name, target) in CPU_TARGETS {
+        g.bench_function(name, |bch| {
+            bch.iter(|| {
+                let o = k
+                    .launch()
+                    .grid([(n / 64) * (n / 64)])
+                    .args((&a, &b, out(&[n, n], F32), d, d, d, d, 1, d, 1, d, 1))
+                    .constexpr("BLOCK_SIZE_M", 64)
+                    .constexpr("BLOCK_SIZE_N", 64)
+                    .constexpr("BLOCK_SIZE_K", 64)
+                    .constexpr("GROUP_SIZE_M", 8)
+                    .target(target)
+                    .run()
+                    .unwrap();
+                o[0].eval().unwrap();
+            })
+        });
+    }
     g.bench_function("mlx_cpu", |bch| {
         bch.iter(|| mlx::matmul(&a, &b).unwrap().eval().unwrap())
     });

@@ -87,6 +87,18 @@ pub struct Dialect {
     pub vector_store: &'static str,
     /// Type of four `uint`s indexable with `[k]` (Philox results).
     pub uint4: &'static str,
+    /// Threads of a SIMD-group (warp): a program has `num_warps x simd_width` threads.
+    pub simd_width: usize,
+    /// Blocks that are pure functions of the element index (`arange`, index arithmetic,
+    /// masks) are printed as `tm_lazy` objects computing each element where it is read,
+    /// instead of register arrays (one-thread programs only: the CPU).
+    pub lazy_recipes: bool,
+    /// Independent accumulators of a thread's own fold over a reduced axis (the lowest
+    /// reduced register bits run side by side, so a CPU compiler can vectorise the fold).
+    pub reduce_lanes: usize,
+    /// Statement printed before every memory op (`{id}`: the op's index), so a failing
+    /// access can name its op.
+    pub op_marker: Option<&'static str>,
 }
 
 impl Dialect {
@@ -196,6 +208,10 @@ pub const METAL: Dialect = Dialect {
     vector_load: &[(2, "tm_vload2({p})"), (4, "tm_vload({p})")],
     vector_store: "*((device {vt}*)({p})) = {v};",
     uint4: "uint4",
+    simd_width: super::layout::SIMD_WIDTH,
+    lazy_recipes: false,
+    reduce_lanes: 1,
+    op_marker: None,
 };
 
 /// CUDA C++ as NVRTC compiles it (MLX `fast::cuda_kernel` bodies and standalone kernels).
@@ -266,4 +282,80 @@ pub const CUDA: Dialect = Dialect {
     ],
     vector_store: "tm_vstore({p}, {v});",
     uint4: "tm_uint4",
+    simd_width: super::layout::SIMD_WIDTH,
+    lazy_recipes: false,
+    reduce_lanes: 1,
+    op_marker: None,
+};
+
+/// C++20 for the compiled CPU executor (`exec::native`), built by clang against Metal's
+/// types and math (`emu/metal_core.h`) and a small runtime (`cpu_runtime.h`).
+///
+/// A program is one call on one OS thread: one thread of one lane (`simd_width` 1), so
+/// every block sits in that thread's local arrays, reductions and layout changes never
+/// leave the thread and barriers print nothing. Every access goes through a bounds-checked
+/// view of its argument (`tm_buf`); chunks of 8 consecutive elements (one AVX2 vector of
+/// `float`) are loaded and stored whole.
+pub const CPU: Dialect = Dialect {
+    name: "cpu",
+    title: "the compiled CPU executor",
+    types: [
+        Some("bool"),
+        Some("schar"),
+        Some("short"),
+        Some("int"),
+        Some("long"),
+        Some("uchar"),
+        Some("ushort"),
+        Some("uint"),
+        Some("ulong"),
+        Some("half"),
+        Some("bfloat"),
+        Some("float"),
+        None,
+    ],
+    shared_array: "",
+    device_ptr: "",
+    barrier: "",
+    device_barrier: "",
+    thread_index: "0u",
+    lane_index: "0u",
+    simdgroup_index: "0u",
+    program_id: ["tm_pid0", "tm_pid1", "tm_pid2"],
+    num_programs: ["tm_np0", "tm_np1", "tm_np2"],
+    infinity: "INFINITY",
+    nan: "NAN",
+    bitcast: "as_type<{ty}>({x})",
+    // One lane: a collective over the SIMD-group is the value itself.
+    shuffle_xor: "{x}",
+    simd_sum: None,
+    simd_max: None,
+    simd_min: None,
+    shuffle_up: "{x}",
+    prefix_exclusive_sum: None,
+    prefix_exclusive_product: None,
+    atomic_rmw: "tm_atomic_{op}({addr}, {val})",
+    atomic_load: "tm_atomic_load({addr})",
+    atomic_store: "tm_atomic_store({addr}, {val});",
+    mulhi: "mulhi({a}, {b})",
+    matrix_8x8: false,
+    mma_m16n8k16: false,
+    overrides: &[("erf", "tm_erf({x})")],
+    prelude: concat!(
+        include_str!("../emu/metal_core.h"),
+        include_str!("cpu_runtime.h")
+    ),
+    helpers: &[("erf", super::metal::ERF), ("philox", super::metal::PHILOX)],
+    vector_type: "tm_vec<{ty}, {n}>",
+    vector_load: &[
+        (2, "tm_vload<2>({p})"),
+        (4, "tm_vload<4>({p})"),
+        (8, "tm_vload<8>({p})"),
+    ],
+    vector_store: "tm_vstore({p}, {v});",
+    uint4: "uint4",
+    simd_width: 1,
+    lazy_recipes: true,
+    reduce_lanes: 8,
+    op_marker: Some("tm_status->op = {id};"),
 };

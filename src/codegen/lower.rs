@@ -72,6 +72,9 @@ pub(super) struct Lowering<'k> {
     pub frags: HashMap<Value, String>,
     /// Number of operand uses of each value.
     pub uses: Vec<u32>,
+    /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
+    /// of disjoint scopes are counted as if they all lived at once).
+    pub local_bytes: usize,
 }
 
 /// Placeholder for the flat element index in a recipe.
@@ -123,7 +126,7 @@ fn chunk_elems(k: &Kernel, d: &Dialect, opts: &LaunchOptions, axis: &[AxisInfo])
 
 impl<'k> Lowering<'k> {
     pub fn new(k: &'k Kernel, d: &'static Dialect, opts: &'k LaunchOptions) -> Lowering<'k> {
-        let threads = opts.threads();
+        let threads = opts.num_warps as usize * d.simd_width;
         let wide = k.ops.iter().any(
             |o| matches!(o.op, Op::AddPtr { offset, .. } if k.ty(offset).dtype.size_bytes() == 8),
         );
@@ -161,6 +164,7 @@ impl<'k> Lowering<'k> {
                 }
                 u
             },
+            local_bytes: 0,
         }
     }
 
@@ -331,6 +335,7 @@ impl<'k> Lowering<'k> {
         let c = self.cty(dtype)?;
         let r = self.layout_of(n).regs();
         self.line(format!("{c} {name}[{r}];"));
+        self.local_bytes += r * dtype.size_bytes();
         Ok(name)
     }
 
@@ -626,6 +631,14 @@ impl<'k> Lowering<'k> {
     fn op(&mut self, id: OpId) -> Result<()> {
         let data = self.k.op(id);
         let res = data.results.start_value();
+        if let Some(m) = self.d.op_marker {
+            if matches!(
+                data.op,
+                Op::Load { .. } | Op::Store { .. } | Op::AtomicRmw { .. } | Op::AtomicCas { .. }
+            ) {
+                self.line(m.replace("{id}", &id.index().to_string()));
+            }
+        }
         match &data.op {
             Op::ProgramId { axis } => {
                 let n = self.fresh(&format!("pid{axis}"));
@@ -650,6 +663,12 @@ impl<'k> Lowering<'k> {
                 } else {
                     self.set(res, Repr::Scalar(lit));
                 }
+            }
+            Op::Arange { start, .. } if self.d.lazy_recipes => {
+                let r = format!("({start} + int({FLAT}))");
+                let n = self.lazy_block("arange", DType::I32, &r)?;
+                self.set(res, Repr::Block(n));
+                self.recipes[res.index()] = Some(r);
             }
             Op::Arange { start, .. } => {
                 let lay = self.layout(res);
@@ -869,6 +888,16 @@ impl<'k> Lowering<'k> {
             );
             return Ok(());
         }
+        let rs: Option<Vec<String>> = args.iter().map(|a| self.recipe(*a)).collect();
+        let recipe = rs.map(|rs| f(&rs)).filter(|r| r.len() <= MAX_RECIPE);
+        if let Some(r) = &recipe {
+            if self.d.lazy_recipes {
+                let name = self.lazy_block(base, dt, r)?;
+                self.set(res, Repr::Block(name));
+                self.recipes[res.index()] = recipe;
+                return Ok(());
+            }
+        }
         let lay = self.layout(res);
         let name = self.declare_block(base, dt, lay.n)?;
         let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_i")).collect();
@@ -876,14 +905,27 @@ impl<'k> Lowering<'k> {
         self.line(format!("{name}[tm_i] = {};", f(&xs)));
         self.close();
         self.set(res, Repr::Block(name));
-        let rs: Option<Vec<String>> = args.iter().map(|a| self.recipe(*a)).collect();
-        if let Some(rs) = rs {
-            let r = f(&rs);
-            if r.len() <= MAX_RECIPE {
-                self.recipes[res.index()] = Some(r);
-            }
-        }
+        self.recipes[res.index()] = recipe;
         Ok(())
+    }
+
+    /// A block computed element by element where it is read (`name[i]` evaluates `recipe`
+    /// at flat index `i`), for dialects with [`Dialect::lazy_recipes`]: index arithmetic
+    /// and masks then cost nothing until they are used, and fold into their uses. Only
+    /// where the flat index is the register index (one thread per program).
+    fn lazy_block(&mut self, base: &str, dt: DType, recipe: &str) -> Result<String> {
+        debug_assert_eq!(
+            self.threads, 1,
+            "lazy blocks need flat index == register index"
+        );
+        let name = self.fresh(base);
+        let ct = self.cty(dt)?;
+        // Recipes read uniform scalars only, so capturing by value snapshots them.
+        self.line(format!(
+            "const auto {name} = tm_lazy<{ct}>([=](uint tm_k) {{ return {ct}({}); }});",
+            recipe.replace(FLAT, "tm_k")
+        ));
+        Ok(name)
     }
 
     fn unary_expr(&mut self, kind: UnaryOp, dt: DType) -> Result<String> {

@@ -31,6 +31,7 @@
 
 pub mod abi;
 mod axis;
+pub mod cpu;
 pub mod cuda;
 pub mod dialect;
 mod dot;

@@ -243,7 +243,10 @@ impl Lowering<'_> {
             let l = lay.flat_expr("tm_i0", "tm_lid");
             self.line(format!("{acci}[tm_j] = {};", geo.kidx(&format!("({l})"))));
         }
-        if !ra.is_empty() {
+        let lane_bits = self.d.reduce_lanes.trailing_zeros() as usize;
+        if lane_bits > 0 && ra.len() > lane_bits {
+            self.fold_in_lanes(kind, dt, &xs, &acc, &acci, &ra, lane_bits, geo)?;
+        } else if !ra.is_empty() {
             self.open(format!(
                 "for (uint tm_r = 1; tm_r < {}u; ++tm_r)",
                 1usize << ra.len()
@@ -267,6 +270,85 @@ impl Lowering<'_> {
         }
         self.close();
         Ok((acc, acci, rk))
+    }
+
+    /// The body of [`Self::reduce_local`]'s fold for one output (`tm_j`, first register
+    /// `tm_i0`, `acc[tm_j]` already holding element `tm_i0`) as `2^lane_bits` independent
+    /// folds over the lowest reduced register bits, combined at the end: the same result up
+    /// to reassociation, with no serial dependency for the compiler to keep.
+    #[allow(clippy::too_many_arguments)]
+    fn fold_in_lanes(
+        &mut self,
+        kind: ReduceKind,
+        dt: DType,
+        xs: &str,
+        acc: &str,
+        acci: &str,
+        ra: &[u32],
+        lane_bits: usize,
+        geo: Geo,
+    ) -> Result<()> {
+        let ct = self.cty(dt)?;
+        let arg = is_arg(kind);
+        let (lo, hi) = ra.split_at(lane_bits);
+        let lanes = 1usize << lane_bits;
+        let lay = self.layout_of(geo.n);
+        let p = self.fresh("lane");
+        let pi = self.fresh("lane_idx");
+        self.line(format!("{ct} {p}[{lanes}];"));
+        if arg {
+            self.line(format!("int {pi}[{lanes}];"));
+        }
+        let at = |r: Option<&str>| {
+            let mut e = format!("tm_i0 | {}", deposit_expr("tm_e", lo));
+            if let Some(r) = r {
+                e.push_str(&format!(" | {}", deposit_expr(r, hi)));
+            }
+            e
+        };
+        self.open(format!("for (uint tm_e = 0; tm_e < {lanes}u; ++tm_e)"));
+        self.line(format!("const uint tm_i = {};", at(None)));
+        self.line(format!("{p}[tm_e] = {xs}[tm_i];"));
+        if arg {
+            let l = lay.flat_expr("tm_i", "tm_lid");
+            self.line(format!("{pi}[tm_e] = {};", geo.kidx(&format!("({l})"))));
+        }
+        self.close();
+        self.open(format!(
+            "for (uint tm_r = 1; tm_r < {}u; ++tm_r)",
+            1usize << hi.len()
+        ));
+        self.open(format!("for (uint tm_e = 0; tm_e < {lanes}u; ++tm_e)"));
+        self.line(format!("const uint tm_i = {};", at(Some("tm_r"))));
+        let l = lay.flat_expr("tm_i", "tm_lid");
+        let vi = geo.kidx(&format!("({l})"));
+        let s = self.combine(
+            kind,
+            dt,
+            &format!("{p}[tm_e]"),
+            &format!("{pi}[tm_e]"),
+            &format!("{xs}[tm_i]"),
+            &vi,
+        )?;
+        self.line(s);
+        self.close();
+        self.close();
+        self.line(format!("{acc}[tm_j] = {p}[0];"));
+        if arg {
+            self.line(format!("{acci}[tm_j] = {pi}[0];"));
+        }
+        self.open(format!("for (uint tm_e = 1; tm_e < {lanes}u; ++tm_e)"));
+        let s = self.combine(
+            kind,
+            dt,
+            &format!("{acc}[tm_j]"),
+            &format!("{acci}[tm_j]"),
+            &format!("{p}[tm_e]"),
+            &format!("{pi}[tm_e]"),
+        )?;
+        self.line(s);
+        self.close();
+        Ok(())
     }
 
     /// Lane and SIMD-group bits of the thread index that belong to the reduced axis.

@@ -19,7 +19,21 @@ pub(crate) type LaunchFn = unsafe extern "C" fn(
     usize,
 ) -> i32;
 
-/// Flags are part of the cache key; `-O1` keeps compiles fast while inlining the shim.
+/// How one kind of generated C++ is built and entered.
+pub(crate) struct Build {
+    /// clang flags (part of the cache key).
+    pub flags: &'static [&'static str],
+    /// The exported entry point, NUL-terminated.
+    pub symbol: &'static [u8],
+    /// The back end's name in errors.
+    pub backend: &'static str,
+    /// The `#line` file name of the generated part, whose lines compile errors quote.
+    pub source_tag: &'static str,
+    /// Extra cache-key text (what else the binary depends on, e.g. the host CPU).
+    pub key: String,
+}
+
+/// The emulator's build: `-O1` keeps compiles fast while inlining the shim.
 /// Stack-clash protection probes big stack frames page by page, so a kernel whose locals
 /// overflow its fiber stack hits the guard page instead of writing over other memory.
 const FLAGS: [&str; 12] = [
@@ -121,22 +135,52 @@ fn hash128(parts: &[&str]) -> String {
     format!("{:016x}{:016x}", h[0], h[1])
 }
 
-fn loaded() -> &'static Mutex<HashMap<String, LaunchFn>> {
-    static LOADED: OnceLock<Mutex<HashMap<String, LaunchFn>>> = OnceLock::new();
+/// A loaded entry point (libraries are never unloaded, so the address stays valid).
+#[derive(Clone, Copy)]
+struct Entry(*const c_void);
+// SAFETY: the address of code in a library that is never unloaded.
+unsafe impl Send for Entry {}
+
+fn loaded() -> &'static Mutex<HashMap<String, Entry>> {
+    static LOADED: OnceLock<Mutex<HashMap<String, Entry>>> = OnceLock::new();
     LOADED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 /// Compiles (or finds in the cache) `cpp` and returns its launch entry. `msl` is the
 /// kernel as MLX wrote it, quoted in compile errors.
 pub(crate) fn load(cpp: &str, kernel: &str, msl: &str) -> Result<LaunchFn> {
+    let build = Build {
+        flags: &FLAGS,
+        symbol: b"tm_emu_launch\0",
+        backend: "emulator",
+        source_tag: "kernel.metal",
+        key: String::new(),
+    };
+    let f = load_symbol(cpp, kernel, msl, &build)?;
+    // SAFETY: the harness appends `tm_emu_launch` with exactly this signature.
+    Ok(unsafe { std::mem::transmute::<*const c_void, LaunchFn>(f) })
+}
+
+/// Compiles (or finds in the cache) `cpp` as `build` says and returns the address of its
+/// entry point. `quoted` is the generated part of `cpp`, quoted in compile errors.
+pub(crate) fn load_symbol(
+    cpp: &str,
+    kernel: &str,
+    quoted: &str,
+    build: &Build,
+) -> Result<*const c_void> {
     let clang = clang().ok_or_else(|| Error::Unsupported(super::MISSING_CLANG.into()))?;
     let path_str = clang.path.to_string_lossy();
-    let mut key_parts = vec![path_str.as_ref(), clang.version.as_str()];
-    key_parts.extend(FLAGS);
+    let mut key_parts = vec![
+        path_str.as_ref(),
+        clang.version.as_str(),
+        build.key.as_str(),
+    ];
+    key_parts.extend(build.flags);
     key_parts.push(cpp);
     let key = hash128(&key_parts);
     if let Some(f) = loaded().lock().ok().and_then(|m| m.get(&key).copied()) {
-        return Ok(f);
+        return Ok(f.0);
     }
     let mut dir = cache_dir();
     if std::fs::create_dir_all(&dir).is_err() {
@@ -146,38 +190,40 @@ pub(crate) fn load(cpp: &str, kernel: &str, msl: &str) -> Result<LaunchFn> {
     }
     let so = dir.join(format!("{key}.so"));
     if !so.exists() {
-        build(clang, cpp, &dir, &key, &so, kernel, msl)?;
+        compile(clang, cpp, &dir, &key, &so, kernel, quoted, build)?;
     }
     // SAFETY: the library is our own compiled kernel; its initialisers only set up
     // thread-locals. It is leaked so the function pointer stays valid for the process.
     let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Compile {
         kernel: kernel.into(),
-        backend: "emulator".into(),
+        backend: build.backend.into(),
         msg: format!("cannot load {}: {e}", so.display()),
     })?;
     let lib: &'static libloading::Library = Box::leak(Box::new(lib));
-    // SAFETY: the harness appends `tm_emu_launch` with exactly this signature.
-    let f: LaunchFn = unsafe { lib.get::<LaunchFn>(b"tm_emu_launch\0") }
+    // SAFETY: only the address is taken; callers know the entry's signature.
+    let f: *const c_void = unsafe { lib.get::<*const c_void>(build.symbol) }
         .map(|s| *s)
         .map_err(|e| Error::Compile {
             kernel: kernel.into(),
-            backend: "emulator".into(),
-            msg: format!("{} has no tm_emu_launch: {e}", so.display()),
+            backend: build.backend.into(),
+            msg: format!("{} has no entry point: {e}", so.display()),
         })?;
     if let Ok(mut m) = loaded().lock() {
-        m.insert(key, f);
+        m.insert(key, Entry(f));
     }
     Ok(f)
 }
 
-fn build(
+#[allow(clippy::too_many_arguments)]
+fn compile(
     clang: &Clang,
     cpp: &str,
     dir: &Path,
     key: &str,
     so: &Path,
     kernel: &str,
-    msl: &str,
+    quoted: &str,
+    build: &Build,
 ) -> Result<()> {
     // Unique names, then rename: concurrent tests and processes may build the same kernel.
     let unique = format!(
@@ -191,7 +237,7 @@ fn build(
     std::fs::write(&src, cpp)?;
     let tmp = dir.join(format!("{unique}.so.tmp"));
     let out = Command::new(&clang.path)
-        .args(FLAGS)
+        .args(build.flags)
         .arg("-x")
         .arg("c++")
         .arg(&src)
@@ -200,7 +246,7 @@ fn build(
         .output()
         .map_err(|e| Error::Compile {
             kernel: kernel.into(),
-            backend: "emulator".into(),
+            backend: build.backend.into(),
             msg: format!("cannot run {}: {e}", clang.path.display()),
         })?;
     if !out.status.success() {
@@ -208,8 +254,8 @@ fn build(
         let stderr = String::from_utf8_lossy(&out.stderr);
         return Err(Error::Compile {
             kernel: kernel.into(),
-            backend: "emulator".into(),
-            msg: compile_message(&stderr, msl, &src),
+            backend: build.backend.into(),
+            msg: compile_message(&stderr, build.source_tag, quoted, &src),
         });
     }
     std::fs::rename(&tmp, so)?;
@@ -220,12 +266,14 @@ fn build(
     Ok(())
 }
 
-/// clang's diagnostics (trimmed) followed by the MSL lines they point at.
-fn compile_message(stderr: &str, msl: &str, src: &Path) -> String {
-    let lines: Vec<&str> = msl.lines().collect();
+/// clang's diagnostics (trimmed) followed by the generated lines (`#line` file `tag`) they
+/// point at.
+fn compile_message(stderr: &str, tag: &str, quoted: &str, src: &Path) -> String {
+    let lines: Vec<&str> = quoted.lines().collect();
     let mut cited = Vec::new();
+    let marker = format!("{tag}:");
     for l in stderr.lines() {
-        let Some(rest) = l.split("kernel.metal:").nth(1) else {
+        let Some(rest) = l.split(marker.as_str()).nth(1) else {
             continue;
         };
         if !rest.contains("error") {
@@ -239,7 +287,7 @@ fn compile_message(stderr: &str, msl: &str, src: &Path) -> String {
     }
     let mut msg: String = stderr.chars().take(6000).collect();
     if !cited.is_empty() {
-        msg.push_str("\noffending MSL lines:\n");
+        msg.push_str("\noffending generated lines:\n");
         for n in cited {
             if let Some(text) = n.checked_sub(1).and_then(|i| lines.get(i)) {
                 msg.push_str(&format!("{n:>5} | {text}\n"));
@@ -270,6 +318,7 @@ mod tests {
     fn compile_messages_quote_the_offending_msl_line() {
         let msg = compile_message(
             "kernel.metal:2:5: error: use of undeclared identifier 'y'\n",
+            "kernel.metal",
             "line one\n  out[i] = y;\n",
             Path::new("/tmp/x.cpp"),
         );

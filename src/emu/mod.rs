@@ -42,7 +42,7 @@
 //! ```
 
 mod arrays;
-mod compile;
+pub(crate) mod compile;
 mod rewrite;
 pub mod signature;
 
@@ -54,7 +54,12 @@ pub use signature::{MlxKernel, Param, SigInput, TemplateArg};
 
 use crate::{DType, Element, Error, Result};
 
-/// The shim compiled in front of every kernel (stands in for MLX's `metal::utils()`).
+/// Metal's types and math as C++ (no runtime): the first half of the shim, shared with the
+/// compiled CPU executor.
+pub const METAL_CORE: &str = include_str!("metal_core.h");
+
+/// The shim's runtime half (fibers, barriers, simd collectives, atomics), compiled after
+/// [`METAL_CORE`] in front of every kernel (stands in for MLX's `metal::utils()`).
 pub const METAL_SHIM: &str = include_str!("metal_shim.h");
 
 /// Most threads a Metal threadgroup may have.
@@ -511,7 +516,7 @@ fn cpp_source(k: &MlxKernel, msl: &str) -> Result<String> {
         });
     }
     Ok(format!(
-        "#line 1 \"metal_shim.h\"\n{METAL_SHIM}\n#line 1 \"kernel.metal\"\n{body}\n#line 1 \"tm_entry.cpp\"\n\
+        "#line 1 \"metal_core.h\"\n{METAL_CORE}\n#line 1 \"metal_shim.h\"\n{METAL_SHIM}\n#line 1 \"kernel.metal\"\n{body}\n#line 1 \"tm_entry.cpp\"\n\
 static void tm_thunk(void** b, const ::tm_rt::Attrs& a) {{\n  (void)b; (void)a;\n  {name}{targs}({args});\n}}\n\
 extern \"C\" __attribute__((visibility(\"default\"))) int tm_emu_launch(void** bufs, const uint32_t* grid, \
 const uint32_t* tg, int reverse, int workers, char* err, size_t errlen) {{\n  \

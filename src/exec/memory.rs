@@ -156,6 +156,21 @@ impl<'a> Mem<'a> {
         self.writable
     }
 
+    /// True if stores are plain writes (proven disjoint between programs).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.plain
+    }
+
+    /// The buffer's first byte (for compiled kernels, which check bounds themselves).
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Bytes per element.
+    pub(crate) fn elem_bytes(&self) -> usize {
+        self.elem
+    }
+
     /// True if elements `[start, start + n)` of width `R::SIZE` lie inside the buffer.
     #[inline(always)]
     fn fits<R: Raw>(&self, start: usize, n: usize) -> bool {

@@ -67,6 +67,7 @@ mod interp;
 mod lazy;
 mod memops;
 mod memory;
+mod native;
 mod plan;
 mod reduce;
 mod reduce_layout;
@@ -82,6 +83,7 @@ use crate::ir::{Kernel, Param, ParamKind, Type};
 use data::{canon_i32, class_of, f64_to_f32_class, Class, Data};
 use interp::Launch;
 use memory::Mem;
+pub use native::{available as native_available, execute_native};
 pub use reduce_layout::ReduceStrategy;
 
 /// One kernel argument, in kernel-parameter order.
@@ -177,27 +179,15 @@ fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Da
     })
 }
 
-/// Runs `kernel` over `grid` (programs per axis) on the CPU.
-///
-/// `args` follow [`Kernel::params`] (constexprs are already folded into the kernel). All
-/// programs run before this returns; outputs are written into the mutable buffers. Errors:
-/// [`Error::Build`] for a kernel that fails the IR verifier, [`Error::Launch`] for
-/// arguments that do not match the parameters, [`Error::Runtime`]
-/// for failures while running (out-of-bounds accesses, writes through read-only buffers),
-/// naming the op and program.
-pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
-    execute_with(kernel, grid, args, None)
+/// A launch's arguments checked against the kernel: buffers (plain stores where proven
+/// disjoint) and scalar values, in parameter order.
+struct Bound<'a> {
+    mems: Vec<Option<Mem<'a>>>,
+    scalars: Vec<Option<Data>>,
 }
 
-/// [`execute`], with builtin reductions combined in the order of a GPU reduction layout
-/// ([`ReduceStrategy`]; `None`: the executor's fastest order).
-pub fn execute_with(
-    kernel: &Kernel,
-    grid: [usize; 3],
-    args: &mut [ExecArg<'_>],
-    reduce_strategy: Option<ReduceStrategy>,
-) -> Result<()> {
-    let k = kernel;
+/// Verifies the kernel and checks `args` and `grid` against it (shared by both executors).
+fn bind<'a>(k: &Kernel, grid: [usize; 3], args: &'a mut [ExecArg<'_>]) -> Result<Bound<'a>> {
     // The interpreter relies on the verifier's invariants (operand types, region shapes);
     // checking here keeps a hand-edited kernel from reaching it.
     crate::ir::verify(k)?;
@@ -284,6 +274,31 @@ pub fn execute_with(
             *mem = unsafe { mem.assume_disjoint() };
         }
     }
+    Ok(Bound { mems, scalars })
+}
+
+/// Runs `kernel` over `grid` (programs per axis) on the CPU.
+///
+/// `args` follow [`Kernel::params`] (constexprs are already folded into the kernel). All
+/// programs run before this returns; outputs are written into the mutable buffers. Errors:
+/// [`Error::Build`] for a kernel that fails the IR verifier, [`Error::Launch`] for
+/// arguments that do not match the parameters, [`Error::Runtime`]
+/// for failures while running (out-of-bounds accesses, writes through read-only buffers),
+/// naming the op and program.
+pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
+    execute_with(kernel, grid, args, None)
+}
+
+/// [`execute`], with builtin reductions combined in the order of a GPU reduction layout
+/// ([`ReduceStrategy`]; `None`: the executor's fastest order).
+pub fn execute_with(
+    kernel: &Kernel,
+    grid: [usize; 3],
+    args: &mut [ExecArg<'_>],
+    reduce_strategy: Option<ReduceStrategy>,
+) -> Result<()> {
+    let k = kernel;
+    let Bound { mems, scalars } = bind(k, grid, args)?;
     let read_only: Vec<bool> = mems
         .iter()
         .map(|m| m.as_ref().is_some_and(|m| !m.is_writable()))

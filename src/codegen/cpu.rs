@@ -1,0 +1,144 @@
+//! The compiled CPU back end: a kernel's IR as one C++ function that runs a range of
+//! programs, for `exec::native` to build with clang and call from its worker threads.
+//!
+//! The body is printed by the shared printer with the [`CPU`] dialect: one thread per
+//! program, so each block is a local array and each op a loop over it, which clang
+//! vectorises (`-O2 -march=native`). The function reads its arguments from arrays the host
+//! fills:
+//!
+//! ```text
+//! extern "C" void tm_run(void* const* tm_args,   // per parameter: buffer, or the scalar's bytes
+//!                        const int64_t* tm_lens,   // per parameter: elements of its buffer
+//!                        const int64_t* tm_grid,   // programs per axis
+//!                        int64_t tm_start, int64_t tm_end,  // flat program ids to run
+//!                        tm_ctx* tm_status);       // failure record (see cpu_runtime.h)
+//! ```
+//!
+//! Program `p` has ids `(p % g0, p / g0 % g1, p / (g0 g1))`, as in the interpreter. The run
+//! stops after the first program that made an out-of-bounds access.
+
+use super::dialect::CPU;
+use super::lower::{unsupported_on, Lowering};
+use super::{abi, LaunchOptions, LayoutChoice};
+use crate::error::Result;
+use crate::ir::{Kernel, ParamKind};
+use crate::opt::{Chip, HardwareProfile};
+
+/// Largest sum of a program's local arrays: programs run on rayon's worker threads, whose
+/// stacks are 2 MiB; larger blocks stay with the interpreter.
+pub const MAX_LOCAL_BYTES: usize = 1 << 20;
+
+/// A kernel printed for the compiled CPU executor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuProgram {
+    /// The kernel's name.
+    pub name: String,
+    /// The whole C++ translation unit (runtime header, helpers, `tm_run`).
+    pub source: String,
+    /// Whether every access to an output is a relaxed atomic (programs may share elements).
+    pub shared_outputs: bool,
+    /// Upper bound on the stack bytes of one program's local arrays.
+    pub local_bytes: usize,
+    /// Layout decisions, for debugging.
+    pub layouts: Vec<LayoutChoice>,
+}
+
+/// Prints `kernel` for the compiled CPU executor. With `shared_outputs`, loads from and
+/// stores to outputs are relaxed atomics (needed unless every output is proven to be
+/// written at disjoint elements by different programs, and read by none). Errors: a dtype
+/// or construct the dialect lacks ([`crate::Error::Unsupported`]), blocks whose arrays
+/// would not fit on a worker's stack, parameter names that clash with generated code.
+pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
+    for v in &kernel.values {
+        if v.ty.shape.iter().any(|d| !d.is_power_of_two()) {
+            return Err(unsupported_on(
+                &CPU,
+                kernel,
+                format!("block shape {} (dims must be powers of two)", v.ty),
+            ));
+        }
+    }
+    let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
+    abi::check_param_names(&kernel.name, &names)?;
+    let opts = LaunchOptions {
+        num_warps: 1,
+        reduction_layout: None,
+        target: HardwareProfile::of(Chip::Cpu),
+    };
+    let mut lw = Lowering::new(kernel, &CPU, &opts);
+    lw.atomic_outputs |= shared_outputs;
+    lw.compute_provenance()?;
+    lw.region(kernel.body)?;
+    let scratch_bytes: usize = lw.scratch.iter().map(|(dt, n)| n * dt.size_bytes()).sum();
+    let local_bytes = lw.local_bytes + scratch_bytes;
+    if local_bytes > MAX_LOCAL_BYTES {
+        return Err(unsupported_on(
+            &CPU,
+            kernel,
+            format!(
+                "blocks of {local_bytes} bytes per program (at most {MAX_LOCAL_BYTES} fit on a \
+                 worker thread's stack)"
+            ),
+        ));
+    }
+
+    let mut s = CPU.header(&lw.helpers);
+    s.push_str(
+        "\nextern \"C\" __attribute__((visibility(\"default\"))) void tm_run(void* const* tm_args, \
+         const int64_t* tm_lens, const int64_t* tm_grid, int64_t tm_start, int64_t tm_end, \
+         tm_ctx* tm_status) {\n",
+    );
+    s.push_str("  (void)tm_args; (void)tm_lens;\n");
+    for a in 0..3 {
+        s.push_str(&format!("  const int tm_np{a} = (int)tm_grid[{a}];\n"));
+    }
+    s.push_str("  (void)tm_np0; (void)tm_np1; (void)tm_np2;\n");
+    s.push_str("  const uint tm_lid = 0u;\n  (void)tm_lid;\n");
+    for (i, p) in kernel.params.iter().enumerate() {
+        match p.kind {
+            ParamKind::Ptr(dt) => {
+                let ct = lw.cty(dt)?;
+                let ct = if p.stored {
+                    ct.to_string()
+                } else {
+                    format!("const {ct}")
+                };
+                s.push_str(&format!(
+                    "  const tm_buf<{ct}> {n}{{({ct}*)tm_args[{i}], tm_lens[{i}], tm_status, {i}}};\n",
+                    n = p.name
+                ));
+            }
+            ParamKind::Scalar(dt) => {
+                let ct = lw.cty(dt)?;
+                s.push_str(&format!(
+                    "  const {ct} {n} = *(const {ct}*)tm_args[{i}];\n",
+                    n = p.name
+                ));
+            }
+        }
+        s.push_str(&format!("  (void){};\n", p.name));
+    }
+    s.push_str("  for (int64_t tm_p = tm_start; tm_p < tm_end; ++tm_p) {\n");
+    s.push_str("    const int tm_pid0 = (int)(tm_p % tm_grid[0]);\n");
+    s.push_str("    const int tm_pid1 = (int)(tm_p / tm_grid[0] % tm_grid[1]);\n");
+    s.push_str("    const int tm_pid2 = (int)(tm_p / (tm_grid[0] * tm_grid[1]));\n");
+    s.push_str("    tm_status->pid[0] = tm_pid0; tm_status->pid[1] = tm_pid1; tm_status->pid[2] = tm_pid2;\n");
+    s.push_str("    {\n");
+    for (dt, elems) in &lw.scratch {
+        let ct = lw.cty(*dt)?;
+        s.push_str(&format!("  {ct} tm_smem_{}[{elems}];\n", dt.short_name()));
+    }
+    s.push_str("#line 1 \"kernel.cpp\"\n");
+    for l in &lw.lines {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str("    }\n    if (tm_status->failed) return;\n  }\n}\n");
+    Ok(CpuProgram {
+        name: kernel.name.clone(),
+        source: s,
+        shared_outputs,
+        local_bytes,
+        layouts: lw.layouts,
+    })
+}

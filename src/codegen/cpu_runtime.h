@@ -1,0 +1,148 @@
+
+// ----------------------------------------------------------------------------------------
+// Compiled CPU executor runtime (after metal_core.h): one program is one call on one OS
+// thread, so a program has a single "thread" (no lanes, no barriers to wait at) and every
+// block lives in that thread's registers (local arrays the compiler vectorises).
+//
+// Memory goes through `tm_buf`, a bounds-checked view of one kernel argument: an access
+// outside it records the first failure in the program's `tm_ctx` (the op being run, the
+// argument, the offset) and touches a scratch sink instead, so nothing outside the buffer
+// is ever read or written; the host turns the record into an error after the program.
+// ----------------------------------------------------------------------------------------
+typedef signed char schar;
+
+#define INFINITY __builtin_inff()
+#define NAN __builtin_nanf("")
+
+// One program range's status, shared with the host (layout mirrored in exec/native.rs).
+struct tm_ctx {
+  int64_t failed;   // 1 once an access was out of bounds
+  int64_t op;       // the op being run (set before each memory op)
+  int64_t param;    // the argument the bad access went through
+  int64_t offset;   // the element offset
+  int64_t len;      // the argument's length in elements
+  int64_t pid[3];   // the program that made it
+  alignas(64) unsigned char sink[64];
+};
+
+__attribute__((noinline, cold)) inline void* tm_oob(tm_ctx* c, int64_t param, int64_t off, int64_t len) {
+  if (!c->failed) {
+    c->failed = 1;
+    c->param = param;
+    c->offset = off;
+    c->len = len;
+  }
+  return c->sink;
+}
+
+template <class T, int N> using tm_vec = T __attribute__((ext_vector_type(N)));
+
+// A block computed where it is read: `b[i]` is `f(i)` (codegen's lazy recipes).
+template <class T, class F> struct tm_lazy_t {
+  F f;
+  inline T operator[](unsigned i) const { return f(i); }
+};
+template <class T, class F> inline tm_lazy_t<T, F> tm_lazy(F f) { return tm_lazy_t<T, F>{f}; }
+
+template <class T> struct tm_ptr;
+
+// A kernel argument: `p[i]` is element i (checked), `p + i` a chunk start for tm_vload.
+template <class T> struct tm_buf {
+  T* base;
+  int64_t len;
+  tm_ctx* ctx;
+  int64_t param;
+  inline T& operator[](int64_t i) const {
+    if (__builtin_expect((uint64_t)i >= (uint64_t)len, 0)) return *(T*)tm_oob(ctx, param, i, len);
+    return base[i];
+  }
+  inline tm_ptr<T> operator+(int64_t i) const { return tm_ptr<T>{this, i}; }
+};
+
+template <class T> struct tm_ptr {
+  const tm_buf<T>* buf;
+  int64_t off;
+  // The chunk's first element, or the sink when [off, off + n) leaves the buffer.
+  inline T* chunk(int64_t n) const {
+    if (__builtin_expect(off < 0 || off > buf->len - n, 0)) {
+      const int64_t bad = off < 0 ? off : (off >= buf->len ? off : buf->len);
+      return (T*)tm_oob(buf->ctx, buf->param, bad, buf->len);
+    }
+    return buf->base + off;
+  }
+};
+
+template <int N, class T> inline tm_vec<std::remove_const_t<T>, N> tm_vload(tm_ptr<T> p) {
+  tm_vec<std::remove_const_t<T>, N> v;
+  __builtin_memcpy(&v, p.chunk(N), sizeof(T) * N);
+  return v;
+}
+
+template <class T, int N> inline void tm_vstore(tm_ptr<T> p, tm_vec<T, N> v) {
+  __builtin_memcpy(p.chunk(N), &v, sizeof(T) * N);
+}
+
+// Relaxed atomics on plain memory: used for every output access when programs may share
+// elements (a plain racing access would be a data race), and for tl.atomic_*.
+template <class T> struct tm_bits {
+  using type = std::conditional_t<sizeof(T) == 8, uint64_t,
+      std::conditional_t<sizeof(T) == 4, uint32_t, std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
+};
+template <class T> inline T tm_atomic_load(T* p) {
+  using B = typename tm_bits<T>::type;
+  return __builtin_bit_cast(T, __atomic_load_n((B*)p, __ATOMIC_RELAXED));
+}
+template <class T, class U> inline void tm_atomic_store(T* p, U v) {
+  using B = typename tm_bits<T>::type;
+  __atomic_store_n((B*)p, __builtin_bit_cast(B, (T)v), __ATOMIC_RELAXED);
+}
+template <class T, class U> inline T tm_atomic_fetch_add(T* p, U v) {
+  if constexpr (std::is_integral_v<T>) {
+    return __atomic_fetch_add(p, (T)v, __ATOMIC_RELAXED);
+  } else {
+    using B = typename tm_bits<T>::type;
+    B old = __atomic_load_n((B*)p, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n((B*)p, &old, __builtin_bit_cast(B, (T)(__builtin_bit_cast(T, old) + (T)v)),
+                                        true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return __builtin_bit_cast(T, old);
+  }
+}
+template <class T, class U> inline T tm_atomic_fetch_max(T* p, U v) {
+  T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (old < (T)v && !__atomic_compare_exchange_n(p, &old, (T)v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return old;
+}
+template <class T, class U> inline T tm_atomic_fetch_min(T* p, U v) {
+  T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (old > (T)v && !__atomic_compare_exchange_n(p, &old, (T)v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return old;
+}
+template <class T, class U> inline T tm_atomic_fetch_and(T* p, U v) { return __atomic_fetch_and(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class U> inline T tm_atomic_fetch_or(T* p, U v) { return __atomic_fetch_or(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class U> inline T tm_atomic_fetch_xor(T* p, U v) { return __atomic_fetch_xor(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class U> inline T tm_atomic_exchange(T* p, U v) {
+  using B = typename tm_bits<T>::type;
+  return __builtin_bit_cast(T, __atomic_exchange_n((B*)p, __builtin_bit_cast(B, (T)v), __ATOMIC_RELAXED));
+}
+template <class T, class U, class V> inline T tm_cas_strong(T* p, U cmp, V val) {
+  T expected = (T)cmp;
+  __atomic_compare_exchange_n(p, &expected, (T)val, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return expected;
+}
+// Float max/min as a CAS loop on the bits (NaN-ignoring, like fmax/fmin).
+template <bool MAX> inline float tm_atomic_fminmax(float* p, float v) {
+  uint32_t old = __atomic_load_n((uint32_t*)p, __ATOMIC_RELAXED);
+  while (true) {
+    const float o = __builtin_bit_cast(float, old);
+    const uint32_t next = __builtin_bit_cast(uint32_t, MAX ? __builtin_fmaxf(o, v) : __builtin_fminf(o, v));
+    if (next == old) return o;
+    if (__atomic_compare_exchange_n((uint32_t*)p, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return o;
+  }
+}
+inline float tm_atomic_fmax(float* p, float v) { return tm_atomic_fminmax<true>(p, v); }
+inline float tm_atomic_fmin(float* p, float v) { return tm_atomic_fminmax<false>(p, v); }
+
+using namespace metal;

@@ -1,0 +1,306 @@
+//! The compiled CPU executor: the kernel printed as C++ by the shared printer
+//! (`codegen::cpu`), built once per kernel with clang and run natively, in parallel over
+//! programs like the interpreter.
+//!
+//! Same arguments, same semantics, same errors as [`super::execute`]: every access is
+//! checked against its buffer (the generated code records the first out-of-bounds access
+//! of a program, touches nothing outside the buffer, and stops the run; the error names the
+//! kernel, the op, the program and the offset), integer corner cases are defined as the
+//! interpreter defines them, and stores to an output that programs might share are relaxed
+//! atomics unless the launch proves them disjoint (`disjoint::disjoint_stores`), so racing
+//! programs never make a data race. Floating point results may differ from the
+//! interpreter's in the last bits (libm's `exp` against the interpreter's, summation order).
+//!
+//! Building needs clang >= 15 (the emulator's, found the same way:
+//! `TRITON_METAL_EMU_CXX`, else the newest `clang++-N`); the shared objects are cached on
+//! disk under [`crate::emu::cache_dir`], keyed by source, flags, compiler and host CPU, so
+//! a kernel is compiled once per machine (about a second), then loaded once per process.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::hash::{Hash, Hasher};
+use std::sync::{Mutex, OnceLock};
+
+use rayon::prelude::*;
+
+use super::data::Data;
+use super::{bind, Bound, ExecArg};
+use crate::codegen::cpu;
+use crate::dtype::DType;
+use crate::emu::compile::{self, Build};
+use crate::error::{Error, Result};
+use crate::ir::{Kernel, OpId, ParamKind};
+
+/// The program-range status the generated code fills (`tm_ctx` in `cpu_runtime.h`).
+#[repr(C, align(64))]
+struct Ctx {
+    failed: i64,
+    op: i64,
+    param: i64,
+    offset: i64,
+    len: i64,
+    pid: [i64; 3],
+    sink: [u8; 64],
+}
+
+/// `tm_run(args, lens, grid, start, end, ctx)`; see `codegen::cpu`.
+type RunFn = unsafe extern "C" fn(*const *mut c_void, *const i64, *const i64, i64, i64, *mut Ctx);
+
+/// clang flags: `-fwrapv` gives signed overflow Triton's wrap-around, `-ffp-contract=off`
+/// keeps `a * b + c` two roundings as in the interpreter, `-fno-math-errno` lets clang
+/// vectorise math calls (through glibc's libmvec on x86-64 Linux).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+const FLAGS: &[&str] = &[
+    "-std=c++20",
+    "-O2",
+    "-march=native",
+    "-shared",
+    "-fPIC",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-w",
+    "-ferror-limit=20",
+    "-fno-color-diagnostics",
+    "-ffp-contract=off",
+    "-fwrapv",
+    "-fno-math-errno",
+    // glibc's vector math (`exp` over 8 floats at once); the library is part of libc6.
+    "-fveclib=libmvec",
+    "-Wl,--no-as-needed",
+    "-lmvec",
+];
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+const FLAGS: &[&str] = &[
+    "-std=c++20",
+    "-O2",
+    "-march=native",
+    "-shared",
+    "-fPIC",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-w",
+    "-ferror-limit=20",
+    "-fno-color-diagnostics",
+    "-ffp-contract=off",
+    "-fwrapv",
+    "-fno-math-errno",
+];
+
+/// True when kernels can be compiled here (a clang >= 15 was found).
+pub fn available() -> bool {
+    compile::clang().is_some()
+}
+
+/// What `-march=native` depends on: the host's vector extensions.
+fn host_key() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = [
+            ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+            ("fma", std::arch::is_x86_feature_detected!("fma")),
+            ("f16c", std::arch::is_x86_feature_detected!("f16c")),
+            ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+            ("avx512bw", std::arch::is_x86_feature_detected!("avx512bw")),
+        ];
+        f.iter()
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::env::consts::ARCH.to_string()
+    }
+}
+
+fn programs() -> &'static Mutex<HashMap<(u64, bool), RunFnPtr>> {
+    static P: OnceLock<Mutex<HashMap<(u64, bool), RunFnPtr>>> = OnceLock::new();
+    P.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+#[derive(Clone, Copy)]
+struct RunFnPtr(RunFn);
+
+/// The compiled program of `k` (`shared`: atomic output accesses), built on first use.
+fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
+    let ir = k.ir();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ir.hash(&mut h);
+    let key = (h.finish(), shared);
+    let lock = || {
+        programs().lock().map_err(|_| Error::Runtime {
+            kernel: k.name.clone(),
+            msg: "compiled-kernel cache lock poisoned by a panic".into(),
+        })
+    };
+    if let Some(f) = lock()?.get(&key) {
+        return Ok(f.0);
+    }
+    let prog = cpu::compile(k, shared)?;
+    let body = prog
+        .source
+        .split("#line 1 \"kernel.cpp\"\n")
+        .nth(1)
+        .unwrap_or_default();
+    let build = Build {
+        flags: FLAGS,
+        symbol: b"tm_run\0",
+        backend: "cpu",
+        source_tag: "kernel.cpp",
+        key: host_key(),
+    };
+    let addr = compile::load_symbol(&prog.source, &k.name, body, &build)?;
+    // SAFETY: `codegen::cpu` prints `tm_run` with exactly this signature.
+    let f = unsafe { std::mem::transmute::<*const c_void, RunFn>(addr) };
+    lock()?.insert(key, RunFnPtr(f));
+    Ok(f)
+}
+
+/// The bytes of a scalar argument in its parameter's dtype.
+fn scalar_bytes(d: DType, v: &Data) -> Option<[u8; 8]> {
+    let mut b = [0u8; 8];
+    match (v, d) {
+        (Data::Bool(x), _) => b[0] = *x.first()? as u8,
+        (Data::I32(x), _) => b[..4].copy_from_slice(&x.first()?.to_le_bytes()),
+        (Data::I64(x), _) => b.copy_from_slice(&x.first()?.to_le_bytes()),
+        (Data::F32(x), DType::F16) => {
+            b[..2].copy_from_slice(&half::f16::from_f32(*x.first()?).to_le_bytes())
+        }
+        (Data::F32(x), DType::BF16) => {
+            b[..2].copy_from_slice(&half::bf16::from_f32(*x.first()?).to_le_bytes())
+        }
+        (Data::F32(x), _) => b[..4].copy_from_slice(&x.first()?.to_le_bytes()),
+        (Data::F64(x), _) => b.copy_from_slice(&x.first()?.to_le_bytes()),
+        (Data::Ptr(_), _) => return None,
+    }
+    Some(b)
+}
+
+/// Raw launch arguments, shared read-only by the worker threads.
+struct Args {
+    ptrs: Vec<*mut c_void>,
+    lens: Vec<i64>,
+}
+// SAFETY: the pointers are the launch's buffers (borrowed for its duration) and its scalar
+// storage; worker threads only pass them to the compiled program, whose accesses to shared
+// outputs are atomic unless the launch proved them disjoint.
+unsafe impl Sync for Args {}
+
+/// [`super::execute`] through compiled code. Errors as there, plus
+/// [`Error::Unsupported`] when no clang is available or the kernel uses something the
+/// compiled back end lacks (f64, blocks too large for a worker's stack), and
+/// [`Error::Compile`] if clang fails.
+pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
+    let k = kernel;
+    let Bound { mems, scalars } = bind(k, grid, args)?;
+    let total = grid
+        .iter()
+        .try_fold(1usize, |a, &g| a.checked_mul(g))
+        .ok_or_else(|| super::launch_err(k, format!("grid {grid:?} is too large")))?;
+    // Outputs that programs may share (or read) are accessed atomically.
+    let shared = k
+        .params
+        .iter()
+        .zip(&mems)
+        .any(|(p, m)| p.stored && m.as_ref().is_some_and(|m| !m.is_plain()));
+    let run = program(k, shared)?;
+    let mut scalar_store: Vec<[u8; 8]> = Vec::with_capacity(k.params.len());
+    for (p, s) in k.params.iter().zip(&scalars) {
+        let b = match (p.kind, s) {
+            (ParamKind::Scalar(d), Some(v)) => scalar_bytes(d, v).unwrap_or_default(),
+            _ => [0; 8],
+        };
+        scalar_store.push(b);
+    }
+    let mut a = Args {
+        ptrs: Vec::with_capacity(k.params.len()),
+        lens: Vec::with_capacity(k.params.len()),
+    };
+    for (i, m) in mems.iter().enumerate() {
+        match m {
+            Some(m) => {
+                if (m.as_ptr() as usize) % m.elem_bytes() != 0 {
+                    return Err(super::launch_err(
+                        k,
+                        format!(
+                            "buffer for `{}` is not aligned to its {}-byte elements (the compiled \
+                             CPU executor reads elements in place)",
+                            k.params[i].name,
+                            m.elem_bytes()
+                        ),
+                    ));
+                }
+                a.ptrs.push(m.as_ptr().cast());
+                a.lens.push(m.len() as i64);
+            }
+            None => {
+                a.ptrs.push(scalar_store[i].as_mut_ptr().cast());
+                a.lens.push(1);
+            }
+        }
+    }
+    let g = [grid[0] as i64, grid[1] as i64, grid[2] as i64];
+    // Enough pieces to balance the pool, few enough that each runs many programs.
+    let pieces = (rayon::current_num_threads() * 8).clamp(1, total.max(1));
+    let per = total.div_ceil(pieces).max(1);
+    let a = &a;
+    (0..total.div_ceil(per))
+        .into_par_iter()
+        .try_for_each(|piece| {
+            let start = (piece * per) as i64;
+            let end = ((piece + 1) * per).min(total) as i64;
+            let mut ctx = Ctx {
+                failed: 0,
+                op: -1,
+                param: 0,
+                offset: 0,
+                len: 0,
+                pid: [0; 3],
+                sink: [0; 64],
+            };
+            // SAFETY: `tm_run` reads `params.len()` pointers and lengths, the grid, and
+            // writes only `ctx` and, through bounds-checked views, the buffers (outputs:
+            // mutable for this launch; atomically where programs may share elements).
+            unsafe {
+                run(
+                    a.ptrs.as_ptr(),
+                    a.lens.as_ptr(),
+                    g.as_ptr(),
+                    start,
+                    end,
+                    &mut ctx,
+                )
+            };
+            if ctx.failed == 0 {
+                return Ok(());
+            }
+            Err(out_of_bounds(k, &ctx))
+        })
+}
+
+fn out_of_bounds(k: &Kernel, c: &Ctx) -> Error {
+    let param = k
+        .params
+        .get(c.param as usize)
+        .map_or_else(|| format!("#{}", c.param), |p| p.name.clone());
+    let op = u32::try_from(c.op)
+        .ok()
+        .filter(|&i| (i as usize) < k.ops.len())
+        .map(OpId);
+    let what = match op {
+        Some(id) => {
+            let d = k.op(id);
+            format!("op `{}` ({id}, built at {})", d.op.name(), d.loc)
+        }
+        None => "an access".to_string(),
+    };
+    Error::Runtime {
+        kernel: k.name.clone(),
+        msg: format!(
+            "{what} in program ({}, {}, {}): offset {} is out of bounds for argument `{param}` \
+             ({} elements)",
+            c.pid[0], c.pid[1], c.pid[2], c.offset, c.len
+        ),
+    }
+}
