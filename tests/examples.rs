@@ -1,5 +1,5 @@
 //! Every example runs and verifies itself against MLX (each exits non-zero on a mismatch):
-//! on the CPU executor, and on emulated Metal (the generated MSL, compiled with clang
+//! on the CPU executor (interpreted and compiled), and on emulated Metal (the generated MSL, compiled with clang
 //! against the Metal shim) in forward and reverse lane order.
 
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ fn example(name: &str) -> PathBuf {
 fn run(name: &str) {
     run_on(name, "cpu");
     if triton_metal::emu::Emulator::should_run(name).expect("emulator check") {
+        run_on(name, "cpu-compiled");
         run_on(name, "emulated");
         run_on(name, "emulated-reverse");
     }

@@ -1,4 +1,5 @@
-//! Every DSL op, written once and run on each target: the CPU executor, the generated
+//! Every DSL op, written once and run on each target: the CPU executor (interpreted and
+//! compiled to native code), the generated
 //! Metal code on the emulator in forward and reverse lane order (STYLE rule 15), and the
 //! generated CUDA through MLX when the machine has an NVIDIA GPU.
 //!
@@ -873,6 +874,14 @@ macro_rules! on_targets {
     ($($name:ident),* $(,)?) => {
         mod cpu {
             $(#[test] fn $name() { super::$name(super::Target::Cpu) })*
+        }
+        /// The compiled CPU executor (needs the emulator's clang).
+        mod cpu_compiled {
+            $(#[test] fn $name() {
+                if super::Emulator::should_run(stringify!($name)).unwrap() {
+                    super::$name(super::Target::CpuCompiled)
+                }
+            })*
         }
         mod emulated {
             $(#[test] fn $name() {

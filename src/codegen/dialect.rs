@@ -345,7 +345,7 @@ pub const CPU: Dialect = Dialect {
         include_str!("../emu/metal_core.h"),
         include_str!("cpu_runtime.h")
     ),
-    helpers: &[("erf", super::metal::ERF), ("philox", super::metal::PHILOX)],
+    helpers: &[("erf", super::metal::ERF), ("philox", super::cpu::PHILOX)],
     vector_type: "tm_vec<{ty}, {n}>",
     vector_load: &[
         (2, "tm_vload<2>({p})"),
@@ -353,7 +353,7 @@ pub const CPU: Dialect = Dialect {
         (8, "tm_vload<8>({p})"),
     ],
     vector_store: "tm_vstore({p}, {v});",
-    uint4: "uint4",
+    uint4: "tm_uint4",
     simd_width: 1,
     lazy_recipes: true,
     reduce_lanes: 8,

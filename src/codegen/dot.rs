@@ -59,9 +59,88 @@ impl Lowering<'_> {
             let frag = self.frags_from(acc, m, n)?;
             self.frag_mma(&frag, a, b, m, n, k)?;
             self.frags_to_block(res, &frag, m, n)
+        } else if self.threads == 1 {
+            self.dot_rows(res, a, b, acc, &sa, &sb, &sc)
         } else {
             self.dot_scalar(res, a, b, acc, &sa, &sb, &sc)
         }
+    }
+
+    /// `tl.dot` for a one-thread program (the CPU), where blocks are row-major arrays:
+    /// rows of C accumulate `A[m, k] * B[k, :]` for k in order, four rows at a time, so
+    /// the innermost loop runs along contiguous rows of B and C (vectorised by the C
+    /// compiler) and each row of B is read once per four rows of C. Every element still
+    /// sums its products in k order, as [`Self::dot_scalar`] does.
+    #[allow(clippy::too_many_arguments)]
+    fn dot_rows(
+        &mut self,
+        res: Value,
+        a: Value,
+        b: Value,
+        acc: Value,
+        sa: &[usize],
+        sb: &[usize],
+        sc: &[usize],
+    ) -> Result<()> {
+        let din = self.edt(a);
+        let dacc = self.edt(res);
+        if !(din.is_float() || din.is_int()) || !(dacc.is_float() || dacc.is_int()) {
+            return Err(unsupported_on(
+                self.d,
+                self.k,
+                format!("dot of {din} into {dacc}"),
+            ));
+        }
+        let r = sa.len();
+        let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
+        let batch: usize = sc[..r - 2].iter().product();
+        let ct = self.cty(dacc)?;
+        let lay = self.layout(res);
+        let name = self.declare_block("dot", dacc, lay.n)?;
+        let rows = if m % 4 == 0 { 4 } else { 1 };
+        let fma = |x: &str, y: &str, c: &str| {
+            if dacc.is_float() && dacc != DType::BF16 {
+                format!("fma({x}, {y}, {c})")
+            } else if dacc == DType::BF16 {
+                format!("{ct}(fma(float({x}), float({y}), float({c})))")
+            } else {
+                format!("{c} + {x} * {y}")
+            }
+        };
+        self.open(format!("for (uint tm_b = 0; tm_b < {batch}u; ++tm_b)"));
+        self.open(format!("for (uint tm_m = 0; tm_m < {m}u; tm_m += {rows}u)"));
+        self.open(format!("for (uint tm_n = 0; tm_n < {}u; ++tm_n)", rows * n));
+        self.line(format!(
+            "const uint tm_c = (tm_b * {m}u + tm_m) * {n}u + tm_n;"
+        ));
+        let c0 = self.el(acc, "tm_c");
+        self.line(format!("{name}[tm_c] = {ct}({c0});"));
+        self.close();
+        self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
+        for q in 0..rows {
+            let ai = format!("(tm_b * {m}u + tm_m + {q}u) * {k}u + tm_k");
+            self.line(format!("const {ct} tm_x{q} = {ct}({});", self.el(a, &ai)));
+        }
+        self.line(format!("const uint tm_brow = (tm_b * {k}u + tm_k) * {n}u;"));
+        self.open(format!("for (uint tm_n = 0; tm_n < {n}u; ++tm_n)"));
+        self.line(format!(
+            "const {ct} tm_y = {ct}({});",
+            self.el(b, "tm_brow + tm_n")
+        ));
+        for q in 0..rows {
+            let c = format!("{name}[(tm_b * {m}u + tm_m + {q}u) * {n}u + tm_n]");
+            self.line(format!("{c} = {};", fma(&format!("tm_x{q}"), "tm_y", &c)));
+        }
+        self.close();
+        self.close();
+        self.close();
+        self.close();
+        self.set(res, Repr::Block(name));
+        self.layouts.push(LayoutChoice {
+            op: format!("dot {batch}x{m}x{n}x{k}"),
+            layout: format!("rows of C along rows of B, {rows} row(s) at a time"),
+        });
+        Ok(())
     }
 
     /// Opens the loop over this SIMD-group's C tiles (`tm_q` its slot, `tm_tm`/`tm_tn` the
