@@ -155,7 +155,7 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
         s.push_str(l);
         s.push('\n');
     }
-    s.push_str("    }\n    if (tm_status->failed) return;\n  }\n}\n");
+    s.push_str("    }\n    if (tm_status->failed) break;\n  }\n  tm_fence_streams();\n}\n");
     Ok(CpuProgram {
         name: kernel.name.clone(),
         source: s,

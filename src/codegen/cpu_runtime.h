@@ -72,14 +72,47 @@ template <class T> struct tm_ptr {
   }
 };
 
+#ifndef TM_PREFETCH_BYTES
+#define TM_PREFETCH_BYTES 2048
+#endif
 template <int N, class T> inline tm_vec<std::remove_const_t<T>, N> tm_vload(tm_ptr<T> p) {
   tm_vec<std::remove_const_t<T>, N> v;
+  // Hardware prefetchers stop at 4 KiB pages and programs read several streams a block
+  // at a time: fetch ahead (a prefetch never faults, even past the buffer).
+  __builtin_prefetch((const char*)(p.buf->base + p.off) + TM_PREFETCH_BYTES);
   __builtin_memcpy(&v, p.chunk(N), sizeof(T) * N);
   return v;
 }
 
+#ifndef TM_STREAM_BYTES
+#define TM_STREAM_BYTES (8l << 20)
+#endif
 template <class T, int N> inline void tm_vstore(tm_ptr<T> p, tm_vec<T, N> v) {
-  __builtin_memcpy(p.chunk(N), &v, sizeof(T) * N);
+  T* d = p.chunk(N);
+#if defined(__x86_64__)
+  // Outputs larger than the caches are written around them (no read for ownership);
+  // `tm_run` fences before it returns.
+  // MLX's large buffers start 16 bytes into a page, so the chunk goes as two 16-byte
+  // halves.
+  if constexpr (sizeof(T) * N == 32) {
+    if (p.buf->len * (int64_t)sizeof(T) >= TM_STREAM_BYTES && ((uintptr_t)d & 15) == 0) {
+      typedef T half_vec __attribute__((ext_vector_type(N / 2)));
+      half_vec lo, hi;
+      __builtin_memcpy(&lo, &v, 16);
+      __builtin_memcpy(&hi, (const char*)&v + 16, 16);
+      __builtin_nontemporal_store(lo, (half_vec*)d);
+      __builtin_nontemporal_store(hi, (half_vec*)d + 1);
+      return;
+    }
+  }
+#endif
+  __builtin_memcpy(d, &v, sizeof(T) * N);
+}
+
+inline void tm_fence_streams() {
+#if defined(__x86_64__)
+  __builtin_ia32_sfence();
+#endif
 }
 
 // Relaxed atomics on plain memory: used for every output access when programs may share

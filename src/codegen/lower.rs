@@ -1180,6 +1180,21 @@ impl<'k> Lowering<'k> {
         (whole, each)
     }
 
+    /// The conjunction of side-effect-free conditions. Where blocks are local arrays of one
+    /// thread (the CPU), `&` evaluates them all without branches so the compiler can test a
+    /// chunk's mask lanes as one vector; elsewhere `&&`.
+    fn all_of(&self, conds: &[String]) -> String {
+        if self.threads == 1 {
+            conds
+                .iter()
+                .map(|c| format!("bool({c})"))
+                .collect::<Vec<_>>()
+                .join(" & ")
+        } else {
+            conds.join(" && ")
+        }
+    }
+
     fn open_chunks(&mut self, lay: BlockedLayout) {
         self.open(format!(
             "for (uint tm_c = 0; tm_c < {}u; ++tm_c)",
@@ -1224,7 +1239,7 @@ impl<'k> Lowering<'k> {
         if whole.is_empty() {
             body(self);
         } else {
-            self.open(format!("if ({})", whole.join(" && ")));
+            self.open(format!("if ({})", self.all_of(&whole)));
             body(self);
             self.indent -= 1;
             self.line("} else {");
@@ -1274,7 +1289,7 @@ impl<'k> Lowering<'k> {
         if whole.is_empty() {
             body(self);
         } else {
-            self.open(format!("if ({})", whole.join(" && ")));
+            self.open(format!("if ({})", self.all_of(&whole)));
             body(self);
             self.indent -= 1;
             self.line("} else {");
