@@ -81,3 +81,22 @@ fn row_sum() {
 fn strided() {
     run("strided");
 }
+
+#[test]
+fn compiled_cpu_without_clang_is_a_clear_error() {
+    let out = Command::new(example("vector_add"))
+        .env("TRITON_METAL_TARGET", "cpu-compiled")
+        .env("TRITON_METAL_EMU_CXX", "/nonexistent/clang++")
+        .output()
+        .expect("example runs");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "ran without a compiler:\n{all}");
+    assert!(
+        all.contains("add_kernel") && all.contains("needs clang"),
+        "unclear error:\n{all}"
+    );
+}

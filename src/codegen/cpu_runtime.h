@@ -18,16 +18,19 @@ typedef signed char schar;
 struct tm_ctx {
   int64_t failed;   // 1 once an access was out of bounds
   int64_t op;       // the op being run (set before each memory op)
+  int64_t bad_op;   // the op that made the bad access
   int64_t param;    // the argument the bad access went through
   int64_t offset;   // the element offset
   int64_t len;      // the argument's length in elements
   int64_t pid[3];   // the program that made it
   alignas(64) unsigned char sink[64];
 };
+static_assert(sizeof(tm_ctx) == 192 && offsetof(tm_ctx, sink) == 128, "tm_ctx layout");
 
 __attribute__((noinline, cold)) inline void* tm_oob(tm_ctx* c, int64_t param, int64_t off, int64_t len) {
   if (!c->failed) {
     c->failed = 1;
+    c->bad_op = c->op;
     c->param = param;
     c->offset = off;
     c->len = len;

@@ -68,6 +68,8 @@ mod lazy;
 mod memops;
 mod memory;
 mod native;
+#[cfg(test)]
+mod native_tests;
 mod plan;
 mod reduce;
 mod reduce_layout;

@@ -36,12 +36,20 @@ use crate::ir::{Kernel, OpId, ParamKind};
 struct Ctx {
     failed: i64,
     op: i64,
+    bad_op: i64,
     param: i64,
     offset: i64,
     len: i64,
     pid: [i64; 3],
-    sink: [u8; 64],
+    sink: Sink,
 }
+
+/// Where a bad access goes instead (`alignas(64)` in C++).
+#[repr(C, align(64))]
+struct Sink([u8; 64]);
+
+// The C++ side asserts the same layout.
+const _: () = assert!(std::mem::size_of::<Ctx>() == 192 && std::mem::offset_of!(Ctx, sink) == 128);
 
 /// `tm_run(args, lens, grid, start, end, ctx)`; see `codegen::cpu`.
 type RunFn = unsafe extern "C" fn(*const *mut c_void, *const i64, *const i64, i64, i64, *mut Ctx);
@@ -253,11 +261,12 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
             let mut ctx = Ctx {
                 failed: 0,
                 op: -1,
+                bad_op: -1,
                 param: 0,
                 offset: 0,
                 len: 0,
                 pid: [0; 3],
-                sink: [0; 64],
+                sink: Sink([0; 64]),
             };
             // SAFETY: `tm_run` reads `params.len()` pointers and lengths, the grid, and
             // writes only `ctx` and, through bounds-checked views, the buffers (outputs:
@@ -284,7 +293,7 @@ fn out_of_bounds(k: &Kernel, c: &Ctx) -> Error {
         .params
         .get(c.param as usize)
         .map_or_else(|| format!("#{}", c.param), |p| p.name.clone());
-    let op = u32::try_from(c.op)
+    let op = u32::try_from(c.bad_op)
         .ok()
         .filter(|&i| (i as usize) < k.ops.len())
         .map(OpId);

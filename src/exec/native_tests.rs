@@ -1,0 +1,253 @@
+//! Tests of the compiled CPU executor's own behaviour (semantics per op are covered by
+//! tests/ops.rs on every target): bounds errors, nothing touched outside a buffer, shared
+//! outputs, scalar argument dtypes, limits. Each compiles its kernels with clang, so each
+//! skips (or fails under `TRITON_METAL_REQUIRE_EMU`) when there is none.
+
+use std::collections::BTreeMap;
+
+use super::{execute, execute_native, ExecArg};
+use crate::dtype::DType::*;
+use crate::emu::Emulator;
+use crate::error::Error;
+use crate::ir::Kernel;
+use crate::tl::{self, *};
+
+fn kernel(name: &str, cx: &[(&str, i64)], f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
+    let m: BTreeMap<String, i64> = cx.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    match tl::build(name, &m, f) {
+        Ok(k) => k,
+        Err(e) => panic!("build failed: {e}"),
+    }
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A 4-byte aligned byte buffer of `n` f32 (Vec<u32> storage).
+fn out_buf(n: usize, fill: f32) -> Vec<u32> {
+    vec![fill.to_bits(); n]
+}
+
+fn as_bytes_mut(v: &mut [u32]) -> &mut [u8] {
+    // SAFETY: u32 has no padding and every byte pattern is a valid u32.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4) }
+}
+
+fn run() -> bool {
+    Emulator::should_run("compiled CPU executor").expect("clang check")
+}
+
+/// `out[offs] = x[offs] * 2` over `BLOCK`-element programs, with or without the mask.
+fn scale(masked: bool) -> Kernel {
+    kernel("scale", &[("BLOCK", 64)], |k| {
+        let (x, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "out_ptr"));
+        let n = k.scalar(I32, "n");
+        let offs = tl::program_id(0) * k.constexpr("BLOCK") + tl::arange(0, 64);
+        let mask = offs.lt(n);
+        let v = if masked {
+            tl::load(x + offs).mask(mask)
+        } else {
+            tl::load(x + offs)
+        };
+        let st = tl::store(out + offs, v * 2.0);
+        if masked {
+            st.mask(mask);
+        }
+    })
+}
+
+#[test]
+fn masked_ragged_tail_matches_the_interpreter_and_leaves_the_rest() {
+    if !run() {
+        return;
+    }
+    let k = scale(true);
+    let n = 1000usize;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let xb = f32s(&x);
+    let mut a = out_buf(1024, f32::NAN);
+    let mut b = out_buf(1024, f32::NAN);
+    for (buf, native) in [(&mut a, true), (&mut b, false)] {
+        let mut args = [
+            ExecArg::from(&xb[..]),
+            ExecArg::from(as_bytes_mut(buf)),
+            ExecArg::from(n as i32),
+        ];
+        let r = if native {
+            execute_native(&k, [16, 1, 1], &mut args)
+        } else {
+            execute(&k, [16, 1, 1], &mut args)
+        };
+        r.unwrap_or_else(|e| panic!("native={native}: {e}"));
+    }
+    let got = from_f32s(as_bytes_mut(&mut a));
+    for i in 0..n {
+        assert_eq!(got[i], x[i] * 2.0, "element {i}");
+    }
+    assert!(got[n..].iter().all(|v| v.is_nan()), "tail was written");
+    assert_eq!(a, b, "compiled and interpreted results differ");
+}
+
+#[test]
+fn out_of_bounds_load_names_kernel_op_program_and_offset() {
+    if !run() {
+        return;
+    }
+    let k = scale(false);
+    let x = f32s(&vec![1.0; 100]);
+    let mut out = out_buf(128, 0.0);
+    let mut args = [
+        ExecArg::from(&x[..]),
+        ExecArg::from(as_bytes_mut(&mut out)),
+        ExecArg::from(100i32),
+    ];
+    let e = execute_native(&k, [2, 1, 1], &mut args).expect_err("x has 100 elements");
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Runtime { .. }), "{e:?}");
+    for want in [
+        "scale",
+        "op `load`",
+        "program (1, 0, 0)",
+        "offset 100",
+        "`x_ptr` (100 elements)",
+    ] {
+        assert!(msg.contains(want), "missing {want:?} in: {msg}");
+    }
+}
+
+#[test]
+fn out_of_bounds_store_writes_nothing_outside_the_buffer() {
+    if !run() {
+        return;
+    }
+    let k = scale(false);
+    let x = f32s(&vec![3.0; 128]);
+    // The output is the middle of a larger allocation: its neighbours must stay intact.
+    let mut whole = out_buf(96 + 32, -1.0);
+    let (inner, _) = whole.split_at_mut(96);
+    let (_, inner) = inner.split_at_mut(32);
+    let mut args = [
+        ExecArg::from(&x[..]),
+        ExecArg::from(as_bytes_mut(inner)),
+        ExecArg::from(128i32),
+    ];
+    let e = execute_native(&k, [2, 1, 1], &mut args).expect_err("out has 64 elements");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("op `store`") && msg.contains("`out_ptr` (64 elements)"),
+        "{msg}"
+    );
+    let all = from_f32s(as_bytes_mut(&mut whole));
+    assert!(all[..32].iter().all(|&v| v == -1.0), "before the buffer");
+    assert!(all[96..].iter().all(|&v| v == -1.0), "after the buffer");
+}
+
+#[test]
+fn negative_offsets_are_out_of_bounds() {
+    if !run() {
+        return;
+    }
+    let k = kernel("shift_back", &[], |k| {
+        let (x, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "out_ptr"));
+        let offs = tl::arange(0, 32) - 5;
+        tl::store(out + tl::arange(0, 32), tl::load(x + offs));
+    });
+    let x = f32s(&[0.0; 32]);
+    let mut out = out_buf(32, 0.0);
+    let mut args = [ExecArg::from(&x[..]), ExecArg::from(as_bytes_mut(&mut out))];
+    let msg = execute_native(&k, [1, 1, 1], &mut args)
+        .expect_err("offsets start at -5")
+        .to_string();
+    assert!(msg.contains("offset -5"), "{msg}");
+}
+
+#[test]
+fn programs_sharing_an_output_store_whole_values() {
+    if !run() {
+        return;
+    }
+    // Every program stores its id into the same 256 elements: the disjointness proof
+    // fails, so stores are atomic; each element ends up as some program's id.
+    let k = kernel("overlap", &[], |k| {
+        let out = k.ptr(I32, "out_ptr");
+        let pid = tl::program_id(0);
+        tl::store(
+            out + tl::arange(0, 256),
+            tl::zeros(&[256usize][..], I32) + pid,
+        );
+    });
+    let body = |shared: bool| {
+        let p = crate::codegen::cpu::compile(&k, shared).expect("prints");
+        p.source
+            .split("#line 1 \"kernel.cpp\"")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        body(true).contains("tm_atomic_store("),
+        "shared outputs are atomic"
+    );
+    assert!(!body(false).contains("tm_atomic_store("));
+    let mut out = vec![-1i32 as u32; 256];
+    let mut args = [ExecArg::from(as_bytes_mut(&mut out))];
+    execute_native(&k, [64, 1, 1], &mut args).expect("runs");
+    assert!(
+        out.iter().all(|&v| (v as i32) >= 0 && (v as i32) < 64),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn scalar_arguments_of_every_width_arrive_intact() {
+    if !run() {
+        return;
+    }
+    let k = kernel("scalars", &[], |k| {
+        let out = k.ptr(F32, "out_ptr");
+        let (a, b, c, d, e) = (
+            k.scalar(F16, "a"),
+            k.scalar(BF16, "b"),
+            k.scalar(I64, "c"),
+            k.scalar(Bool, "d"),
+            k.scalar(I8, "e"),
+        );
+        let v = a.to(F32) + b.to(F32) + c.to(F32) + d.to(F32) + e.to(F32);
+        tl::store(out + tl::arange(0, 2), tl::zeros(&[2usize][..], F32) + v);
+    });
+    let mut out = out_buf(2, 0.0);
+    let mut args = [
+        ExecArg::from(as_bytes_mut(&mut out)),
+        ExecArg::from(1.5f32),
+        ExecArg::from(-0.25f32),
+        ExecArg::from(1i64 << 33),
+        ExecArg::from(true),
+        ExecArg::from(-7i8),
+    ];
+    execute_native(&k, [1, 1, 1], &mut args).expect("runs");
+    let want = 1.5 - 0.25 + (1u64 << 33) as f32 + 1.0 - 7.0;
+    assert_eq!(from_f32s(as_bytes_mut(&mut out)), vec![want, want]);
+}
+
+#[test]
+fn blocks_too_large_for_a_worker_stack_are_unsupported() {
+    let k = kernel("huge", &[], |k| {
+        let (x, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "out_ptr"));
+        let offs = tl::arange(0, 1 << 19);
+        tl::store(out + offs, tl::load(x + offs) * 2.0);
+    });
+    // Printing alone decides this; no compiler needed. (Index arithmetic alone would fit:
+    // it is computed where it is used, never stored.)
+    let e = crate::codegen::cpu::compile(&k, false).expect_err("2 MiB blocks");
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("huge") && m.contains("stack")),
+        "{e:?}"
+    );
+}
