@@ -72,6 +72,13 @@ pub(super) struct Lowering<'k> {
     pub frags: HashMap<Value, String>,
     /// Number of operand uses of each value.
     pub uses: Vec<u32>,
+    /// Per value, for dialects with [`Dialect::lazy_recipes`]: it has one use, by an op
+    /// of its own region that reads each element once, so it may be computed where that
+    /// op reads it instead of stored (see [`Lowering::elementwise`]).
+    pub fusable: Vec<bool>,
+    /// Variables that are assigned again after their declaration (loop-carried values,
+    /// `if` results): never read lazily, since their contents change.
+    pub mutable: HashSet<String>,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
@@ -165,6 +172,12 @@ impl<'k> Lowering<'k> {
                 u
             },
             local_bytes: 0,
+            fusable: if d.lazy_recipes {
+                fusable_values(k)
+            } else {
+                Vec::new()
+            },
+            mutable: HashSet::new(),
         }
     }
 
@@ -897,6 +910,24 @@ impl<'k> Lowering<'k> {
                 self.recipes[res.index()] = recipe;
                 return Ok(());
             }
+        }
+        let immutable = |me: &Self, a: &Value| match me.repr(*a) {
+            Repr::Block(n) | Repr::Scalar(n) | Repr::Splat(n) => !me.mutable.contains(n),
+        };
+        if self.fusable.get(res.index()).copied().unwrap_or(false)
+            && args.iter().all(|a| immutable(self, a))
+        {
+            // Computed inside its one consumer's loop: no array, no extra pass over the
+            // block. Operands are arrays and constants that no later statement assigns, so
+            // capturing them by reference reads the values they have now.
+            let name = self.fresh(base);
+            let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_k")).collect();
+            self.line(format!(
+                "const auto {name} = tm_lazy<{ct}>([&](uint tm_k) {{ return {ct}({}); }});",
+                f(&xs)
+            ));
+            self.set(res, Repr::Block(name));
+            return Ok(());
         }
         let lay = self.layout(res);
         let name = self.declare_block(base, dt, lay.n)?;
@@ -1675,9 +1706,11 @@ impl<'k> Lowering<'k> {
         let dt = self.edt(v);
         let ct = self.cty(dt)?;
         let name = self.fresh(base);
+        self.mutable.insert(name.clone());
         if self.ty(v).is_block() {
             let r = self.layout(v).regs();
             self.line(format!("{ct} {name}[{r}];"));
+            self.local_bytes += r * dt.size_bytes();
             Ok(Repr::Block(name))
         } else {
             self.line(format!("{ct} {name};"));
@@ -1904,6 +1937,54 @@ impl<'k> Lowering<'k> {
 }
 
 /// `(bit position, width)` of each dim of a row-major power-of-two shape.
+/// Values used exactly once, by an op of the region that defines them which reads each
+/// element once (elementwise ops, loads, stores, atomics, builtin reductions). A loop,
+/// `if` or `yield` user is excluded: those copy the value into variables that the same
+/// statement sequence assigns.
+fn fusable_values(k: &Kernel) -> Vec<bool> {
+    let n = k.values.len();
+    let mut uses = vec![0u32; n];
+    let mut user: Vec<Option<(usize, OpId)>> = vec![None; n];
+    let mut home: Vec<Option<usize>> = vec![None; n];
+    for (ri, r) in k.regions.iter().enumerate() {
+        for &id in &r.ops {
+            let data = k.op(id);
+            for v in data.results.iter() {
+                home[v.index()] = Some(ri);
+            }
+            data.op.for_each_operand(|v| {
+                uses[v.index()] += 1;
+                user[v.index()] = Some((ri, id));
+            });
+        }
+    }
+    (0..n)
+        .map(|v| {
+            let Some((ri, id)) = user[v] else {
+                return false;
+            };
+            uses[v] == 1
+                && home[v] == Some(ri)
+                && match &k.op(id).op {
+                    Op::Unary { .. }
+                    | Op::Binary { .. }
+                    | Op::Cmp { .. }
+                    | Op::Select { .. }
+                    | Op::Fma { .. }
+                    | Op::Clamp { .. }
+                    | Op::Cast { .. }
+                    | Op::Bitcast { .. }
+                    | Op::AddPtr { .. }
+                    | Op::Load { .. }
+                    | Op::Store { .. }
+                    | Op::AtomicRmw { .. } => true,
+                    Op::Reduce { kind, .. } => *kind != crate::ir::ReduceKind::Custom,
+                    _ => false,
+                }
+        })
+        .collect()
+}
+
 pub(super) fn bit_fields(shape: &[usize]) -> Vec<(u32, u32)> {
     let mut pos = 0u32;
     let mut out = vec![(0, 0); shape.len()];
