@@ -2,7 +2,7 @@
 //!
 //! The printer in `lower.rs` is shared; a dialect is this table of spellings plus the
 //! per-op overrides in [`Dialect::overrides`], consulted before the shared printing, and the
-//! helper header ([`Dialect::header`]). [`METAL`] and [`CUDA`] are the two values. What is
+//! helper header ([`Dialect::header`]). [`METAL`], [`CUDA`] and [`CPU`] (C++ for the compiled CPU executor) are the values. What is
 //! still Metal's alone: the `simdgroup_matrix` tile path of `tl.dot` (a dialect without
 //! `matrix_8x8` takes the FMA path). Generated code spells Metal's short scalar names
 //! (`uint` for loop indices, `ulong`, `uchar`, `ushort`); the CUDA prelude defines them as

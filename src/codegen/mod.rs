@@ -1,9 +1,12 @@
-//! Code generation: kernel IR to C-family GPU source (Metal Shading Language and CUDA).
+//! Code generation: kernel IR to C-family source (Metal Shading Language and CUDA for GPUs,
+//! C++ for the compiled CPU executor).
 //!
 //! One printer (`lower.rs`, `reduce.rs`, `dot.rs`) writes per-thread code for any
 //! [`dialect::Dialect`]; [`metal::compile`] wraps it for MLX's `fast::metal_kernel` (the
-//! ABI rules are in [`abi`]) and [`cuda::compile`] for `fast::cuda_kernel` or NVRTC. Each program is one threadgroup of `num_warps x 32` threads;
-//! block tensors are spread over them by [`layout::BlockedLayout`].
+//! ABI rules are in [`abi`]), [`cuda::compile`] for `fast::cuda_kernel` or NVRTC, and
+//! [`cpu::compile`] for `exec::execute_native`. On a GPU each program is one threadgroup of
+//! `num_warps x 32` threads (on the CPU, one thread); block tensors are spread over them by
+//! [`layout::BlockedLayout`].
 //!
 //! ```
 //! use triton_metal::{codegen, tl, DType::{F32, I32}};
