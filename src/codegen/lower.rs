@@ -76,9 +76,9 @@ pub(super) struct Lowering<'k> {
     /// of its own region that reads each element once, so it may be computed where that
     /// op reads it instead of stored (see [`Lowering::elementwise`]).
     pub fusable: Vec<bool>,
-    /// Variables that are assigned again after their declaration (loop-carried values,
-    /// `if` results): never read lazily, since their contents change.
-    pub mutable: HashSet<String>,
+    /// Per lazy block computed from other variables: every variable it reads, directly or
+    /// through other lazy blocks (a parallel assignment must not overwrite them first).
+    pub lazy_reads: HashMap<String, BTreeSet<String>>,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
@@ -177,7 +177,7 @@ impl<'k> Lowering<'k> {
             } else {
                 Vec::new()
             },
-            mutable: HashSet::new(),
+            lazy_reads: HashMap::new(),
         }
     }
 
@@ -911,21 +911,26 @@ impl<'k> Lowering<'k> {
                 return Ok(());
             }
         }
-        let immutable = |me: &Self, a: &Value| match me.repr(*a) {
-            Repr::Block(n) | Repr::Scalar(n) | Repr::Splat(n) => !me.mutable.contains(n),
-        };
-        if self.fusable.get(res.index()).copied().unwrap_or(false)
-            && args.iter().all(|a| immutable(self, a))
-        {
+        if self.fusable.get(res.index()).copied().unwrap_or(false) {
             // Computed inside its one consumer's loop: no array, no extra pass over the
-            // block. Operands are arrays and constants that no later statement assigns, so
-            // capturing them by reference reads the values they have now.
+            // block. The consumer comes later in this region and nothing is assigned in
+            // between (variables change only in `assign_carried`, which sees what each lazy
+            // value reads), so capturing the operands by reference reads their values now.
             let name = self.fresh(base);
             let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_k")).collect();
+            let mut reads = BTreeSet::new();
+            for a in args {
+                let (Repr::Block(n) | Repr::Scalar(n) | Repr::Splat(n)) = self.repr(*a);
+                reads.insert(n.clone());
+                if let Some(r) = self.lazy_reads.get(n) {
+                    reads.extend(r.iter().cloned());
+                }
+            }
             self.line(format!(
                 "const auto {name} = tm_lazy<{ct}>([&](uint tm_k) {{ return {ct}({}); }});",
                 f(&xs)
             ));
+            self.lazy_reads.insert(name.clone(), reads);
             self.set(res, Repr::Block(name));
             return Ok(());
         }
@@ -1706,7 +1711,6 @@ impl<'k> Lowering<'k> {
         let dt = self.edt(v);
         let ct = self.cty(dt)?;
         let name = self.fresh(base);
-        self.mutable.insert(name.clone());
         if self.ty(v).is_block() {
             let r = self.layout(v).regs();
             self.line(format!("{ct} {name}[{r}];"));
@@ -1726,16 +1730,18 @@ impl<'k> Lowering<'k> {
                 Repr::Scalar(s) | Repr::Block(s) | Repr::Splat(s) => s.as_str(),
             })
             .collect();
-        // A value that is itself one of the variables must be read before any is written.
+        // A value that is itself one of the variables, or a lazy block reading one, must be
+        // read before any is written (reading its own variable at the same index is fine).
         let mut staged: Vec<Option<String>> = vec![None; vals.len()];
         for (k, v) in vals.iter().enumerate() {
             let src_name = match self.repr(*v) {
                 Repr::Scalar(s) | Repr::Block(s) | Repr::Splat(s) => s.clone(),
             };
+            let lazy = self.lazy_reads.get(&src_name);
             let clobbered = var_names
                 .iter()
                 .enumerate()
-                .any(|(j, n)| j != k && *n == src_name);
+                .any(|(j, n)| j != k && (*n == src_name || lazy.is_some_and(|r| r.contains(*n))));
             if clobbered {
                 let tmp = self.fresh("carry");
                 let dt = self.edt(*v);
@@ -1938,9 +1944,9 @@ impl<'k> Lowering<'k> {
 
 /// `(bit position, width)` of each dim of a row-major power-of-two shape.
 /// Values used exactly once, by an op of the region that defines them which reads each
-/// element once (elementwise ops, loads, stores, atomics, builtin reductions). A loop,
-/// `if` or `yield` user is excluded: those copy the value into variables that the same
-/// statement sequence assigns.
+/// element once (elementwise ops, loads, stores, atomics, builtin reductions, the `yield`
+/// of a `for` body, which assigns it to a loop variable element by element). Loop and `if`
+/// operands are excluded: they are copied into variables before the region runs.
 fn fusable_values(k: &Kernel) -> Vec<bool> {
     let n = k.values.len();
     let mut uses = vec![0u32; n];
@@ -1963,9 +1969,16 @@ fn fusable_values(k: &Kernel) -> Vec<bool> {
             let Some((ri, id)) = user[v] else {
                 return false;
             };
+            let for_body = || {
+                k.regions[ri]
+                    .parent
+                    .is_some_and(|p| matches!(k.op(p).op, Op::For { .. }))
+            };
             uses[v] == 1
                 && home[v] == Some(ri)
                 && match &k.op(id).op {
+                    // Assigned to the loop's variables, element by element.
+                    Op::Yield { .. } => for_body(),
                     Op::Unary { .. }
                     | Op::Binary { .. }
                     | Op::Cmp { .. }
