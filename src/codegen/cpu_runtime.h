@@ -62,6 +62,11 @@ template <class T> struct tm_buf {
   inline tm_ptr<T> operator+(int64_t i) const { return tm_ptr<T>{this, i}; }
 };
 
+// Whether elements [off, off + n) all lie inside `b`.
+template <class T> inline bool tm_in_bounds(const tm_buf<T>& b, int64_t off, int64_t n) {
+  return off >= 0 && off <= b.len - n;
+}
+
 template <class T> struct tm_ptr {
   const tm_buf<T>* buf;
   int64_t off;

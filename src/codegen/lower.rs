@@ -79,6 +79,8 @@ pub(super) struct Lowering<'k> {
     /// Per lazy block computed from other variables: every variable it reads, directly or
     /// through other lazy blocks (a parallel assignment must not overwrite them first).
     pub lazy_reads: HashMap<String, BTreeSet<String>>,
+    /// Index of the op being lowered.
+    pub current_op: usize,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
@@ -178,6 +180,7 @@ impl<'k> Lowering<'k> {
                 Vec::new()
             },
             lazy_reads: HashMap::new(),
+            current_op: 0,
         }
     }
 
@@ -644,6 +647,7 @@ impl<'k> Lowering<'k> {
     fn op(&mut self, id: OpId) -> Result<()> {
         let data = self.k.op(id);
         let res = data.results.start_value();
+        self.current_op = id.index();
         if let Some(m) = self.d.op_marker {
             if matches!(
                 data.op,
@@ -918,14 +922,7 @@ impl<'k> Lowering<'k> {
             // value reads), so capturing the operands by reference reads their values now.
             let name = self.fresh(base);
             let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_k")).collect();
-            let mut reads = BTreeSet::new();
-            for a in args {
-                let (Repr::Block(n) | Repr::Scalar(n) | Repr::Splat(n)) = self.repr(*a);
-                reads.insert(n.clone());
-                if let Some(r) = self.lazy_reads.get(n) {
-                    reads.extend(r.iter().cloned());
-                }
-            }
+            let reads = self.reads_of(args);
             self.line(format!(
                 "const auto {name} = tm_lazy<{ct}>([&](uint tm_k) {{ return {ct}({}); }});",
                 f(&xs)
@@ -1122,7 +1119,24 @@ impl<'k> Lowering<'k> {
             return Ok(());
         }
         let lay = self.layout(res);
+        let lazy = self.lazy_load_ok(res, ptr, lay);
         let name = self.declare_block(&stem, dt, lay.n)?;
+        let fast = if lazy {
+            self.fresh(&format!("{stem}_in_bounds"))
+        } else {
+            String::new()
+        };
+        if lazy {
+            // One bounds check of the whole block; the eager load below runs only when it
+            // fails (a ragged last block), reading the active lanes with checks.
+            self.line(format!(
+                "const bool {fast} = tm_in_bounds({}, {}, {});",
+                self.param_name(ptr)?,
+                self.el(ptr, "0u"),
+                lay.n
+            ));
+            self.open(format!("if (!{fast})"));
+        }
         self.layouts.push(LayoutChoice {
             op: format!("load {name}: {}", self.ty(res)),
             layout: format!(
@@ -1134,31 +1148,109 @@ impl<'k> Lowering<'k> {
         });
         if let Some(vt) = self.vector_type(ptr, dt, lay)? {
             self.load_vector(&name, &vt, ptr, mask, other, lay, &zero)?;
-            self.set(res, Repr::Block(name));
-            return Ok(());
-        }
-        let guard = lay.has_idle_threads();
-        self.open_regs(lay, guard);
-        let a = self.access(ptr, &self.el(ptr, "tm_i"))?;
-        let mut conds = Vec::new();
-        if guard {
-            conds.push(format!("tm_l < {}u", lay.n));
-        }
-        if let Some(m) = mask {
-            conds.push(self.el(m, "tm_i"));
-        }
-        let o = other.map_or(zero, |o| self.el(o, "tm_i"));
-        if conds.is_empty() {
-            self.line(format!("{name}[tm_i] = {a};"));
         } else {
-            self.line(format!(
-                "{name}[tm_i] = ({}) ? {a} : {o};",
-                conds.join(" && ")
-            ));
+            let guard = lay.has_idle_threads();
+            self.open_regs(lay, guard);
+            let a = self.access(ptr, &self.el(ptr, "tm_i"))?;
+            let mut conds = Vec::new();
+            if guard {
+                conds.push(format!("tm_l < {}u", lay.n));
+            }
+            if let Some(m) = mask {
+                conds.push(self.el(m, "tm_i"));
+            }
+            let o = other.map_or(zero.clone(), |o| self.el(o, "tm_i"));
+            if conds.is_empty() {
+                self.line(format!("{name}[tm_i] = {a};"));
+            } else {
+                self.line(format!(
+                    "{name}[tm_i] = ({}) ? {a} : {o};",
+                    conds.join(" && ")
+                ));
+            }
+            self.close();
         }
-        self.close();
+        if lazy {
+            self.close();
+            return self.lazy_load(res, ptr, mask, other, &name, &fast, &zero);
+        }
         self.set(res, Repr::Block(name));
         Ok(())
+    }
+
+    /// Whether a block load may be read where it is used ([`Self::lazy_load`]): a dialect
+    /// with lazy blocks, one consumer that reads each element once, a read-only argument
+    /// (nothing can change it in between) and offsets consecutive over the whole block.
+    fn lazy_load_ok(&self, res: Value, ptr: Value, lay: BlockedLayout) -> bool {
+        self.d.lazy_recipes
+            && self.fusable.get(res.index()).copied().unwrap_or(false)
+            && self.prov[ptr.index()].is_some_and(|p| !self.k.params[p].stored)
+            && self.axis[ptr.index()].contig >= lay.n as u64
+            && matches!(self.repr(ptr), Repr::Block(_))
+    }
+
+    /// The block of an in-bounds load read straight from the argument where its consumer
+    /// reads it (masked lanes still give `other`, as branch-free selects); `eager` holds the
+    /// checked load's result when the block was not all in bounds (its masked lanes already
+    /// hold `other`, so selecting again changes nothing).
+    #[allow(clippy::too_many_arguments)]
+    fn lazy_load(
+        &mut self,
+        res: Value,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+        eager: &str,
+        fast: &str,
+        zero: &str,
+    ) -> Result<()> {
+        let dt = self.edt(res);
+        let ct = self.cty(dt)?;
+        let p = self.param_name(ptr)?.to_string();
+        let src = self.fresh(&format!("{eager}_src"));
+        self.line(format!(
+            "const {ct}* {src} = {fast} ? {p}.base + {} : {eager};",
+            self.el(ptr, "0u")
+        ));
+        // Every element of `src` may be read (in bounds, or the eager copy), so the read
+        // comes first and unconditionally: a select, not a branch around a load.
+        let e = match mask {
+            Some(m) => {
+                let m = self.el(m, "tm_k");
+                let o = other.map_or(zero.to_string(), |o| self.el(o, "tm_k"));
+                format!("const {ct} tm_x = {src}[tm_k]; return {ct}({m} ? tm_x : {o});")
+            }
+            None => format!("return {ct}({src}[tm_k]);"),
+        };
+        let mut args = vec![ptr];
+        args.extend(mask);
+        args.extend(other);
+        let reads = self.reads_of(&args);
+        let name = self.fresh(eager);
+        self.line(format!(
+            "const auto {name} = tm_lazy<{ct}>([&](uint tm_k) {{ {e} }});"
+        ));
+        self.lazy_reads.insert(name.clone(), reads);
+        self.layouts.push(LayoutChoice {
+            op: format!("load {name}: {}", self.ty(res)),
+            layout: "read where it is used when the whole block is in bounds".into(),
+        });
+        self.set(res, Repr::Block(name));
+        Ok(())
+    }
+
+    /// Every variable that lazy blocks built from `args` read, directly or through other
+    /// lazy blocks.
+    fn reads_of(&self, args: &[Value]) -> BTreeSet<String> {
+        let mut reads = BTreeSet::new();
+        for a in args {
+            let (Repr::Block(n) | Repr::Scalar(n) | Repr::Splat(n)) = self.repr(*a);
+            reads.insert(n.clone());
+            if let Some(r) = self.lazy_reads.get(n) {
+                reads.extend(r.iter().cloned());
+            }
+        }
+        reads
     }
 
     /// The packed vector type for a chunk-wide access through `ptr`, when the offsets are
