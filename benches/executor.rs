@@ -73,19 +73,21 @@ fn vector_add(c: &mut Criterion) {
     g.throughput(Throughput::Bytes((3 * n * 4) as u64));
     let k = common::vector_add::add_kernel().unwrap();
     for (name, target) in CPU_TARGETS {
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                let o = k
-                    .launch()
-                    .grid(grid(move |m| [cdiv(n, m["BLOCK_SIZE"])]))
-                    .args((&x, &y, out_like(&x), n as i32))
-                    .constexpr("BLOCK_SIZE", 4096)
-                    .target(target)
-                    .run()
-                    .unwrap();
-                o[0].eval().unwrap();
-            })
-        });
+        for block in [1024, 4096] {
+            g.bench_function(format!("{name}_block{block}"), |b| {
+                b.iter(|| {
+                    let o = k
+                        .launch()
+                        .grid(grid(move |m| [cdiv(n, m["BLOCK_SIZE"])]))
+                        .args((&x, &y, out_like(&x), n as i32))
+                        .constexpr("BLOCK_SIZE", block)
+                        .target(target)
+                        .run()
+                        .unwrap();
+                    o[0].eval().unwrap();
+                })
+            });
+        }
     }
     g.bench_function("mlx_cpu", |b| {
         b.iter(|| mlx::add(&x, &y).unwrap().eval().unwrap())

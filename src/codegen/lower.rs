@@ -1126,6 +1126,7 @@ impl<'k> Lowering<'k> {
         } else {
             String::new()
         };
+        let whole_block = !lazy && self.whole_block_access(ptr, lay);
         if lazy {
             // One bounds check of the whole block; the eager load below runs only when it
             // fails (a ragged last block), reading the active lanes with checks.
@@ -1136,6 +1137,28 @@ impl<'k> Lowering<'k> {
                 lay.n
             ));
             self.open(format!("if (!{fast})"));
+        } else if whole_block {
+            // One bounds check, then one loop the compiler vectorises: every element is
+            // read (in bounds), masked lanes then take `other`.
+            let p = self.param_name(ptr)?.to_string();
+            let off0 = self.el(ptr, "0u");
+            self.open(format!("if (tm_in_bounds({p}, {off0}, {}))", lay.n));
+            let ct = self.cty(dt)?;
+            self.line(format!("const {ct}* tm_src = {p}.base + {off0};"));
+            self.open(format!("for (uint tm_i = 0; tm_i < {}u; ++tm_i)", lay.n));
+            match mask {
+                Some(m) => {
+                    let m = self.el(m, "tm_i");
+                    let o = other.map_or(zero.clone(), |o| self.el(o, "tm_i"));
+                    self.line(format!("const {ct} tm_x = tm_src[tm_i];"));
+                    self.line(format!("{name}[tm_i] = {m} ? tm_x : {o};"));
+                }
+                None => self.line(format!("{name}[tm_i] = tm_src[tm_i];")),
+            }
+            self.close();
+            self.indent -= 1;
+            self.line("} else {");
+            self.indent += 1;
         }
         self.layouts.push(LayoutChoice {
             op: format!("load {name}: {}", self.ty(res)),
@@ -1174,8 +1197,21 @@ impl<'k> Lowering<'k> {
             self.close();
             return self.lazy_load(res, ptr, mask, other, &name, &fast, &zero);
         }
+        if whole_block {
+            self.close();
+        }
         self.set(res, Repr::Block(name));
         Ok(())
+    }
+
+    /// Whether an access through `ptr` can be checked once for the whole block and then
+    /// run as one plain loop: one thread per program (the CPU), offsets consecutive over the
+    /// whole block, and no atomic accesses to outputs.
+    fn whole_block_access(&self, ptr: Value, lay: BlockedLayout) -> bool {
+        self.threads == 1
+            && !self.atomic_outputs
+            && self.axis[ptr.index()].contig >= lay.n as u64
+            && matches!(self.repr(ptr), Repr::Block(_))
     }
 
     /// Whether a block load may be read where it is used ([`Self::lazy_load`]): a dialect
@@ -1461,6 +1497,45 @@ impl<'k> Lowering<'k> {
             return Ok(());
         }
         let lay = self.layout(ptr);
+        let whole_block = self.whole_block_access(ptr, lay);
+        if whole_block {
+            // One bounds check for the block, then one loop the compiler vectorises
+            // (masked lanes as masked stores); a block not all in bounds takes the checked
+            // path below.
+            let p = self.param_name(ptr)?.to_string();
+            let off0 = self.el(ptr, "0u");
+            self.open(format!("if (tm_in_bounds({p}, {off0}, {}))", lay.n));
+            let ct = self.cty(self.edt(value))?;
+            self.line(format!("{ct}* tm_dst = {p}.base + {off0};"));
+            self.open(format!("for (uint tm_i = 0; tm_i < {}u; ++tm_i)", lay.n));
+            let val = self.el(value, "tm_i");
+            match mask {
+                Some(m) => {
+                    let m = self.el(m, "tm_i");
+                    self.line(format!("if ({m}) tm_dst[tm_i] = {val};"));
+                }
+                None => self.line(format!("tm_dst[tm_i] = {val};")),
+            }
+            self.close();
+            self.indent -= 1;
+            self.line("} else {");
+            self.indent += 1;
+        }
+        let r = self.store_checked(ptr, value, mask, lay);
+        if whole_block {
+            self.close();
+        }
+        r
+    }
+
+    /// [`Self::store`] of a block, each chunk or element bounds-checked.
+    fn store_checked(
+        &mut self,
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+        lay: BlockedLayout,
+    ) -> Result<()> {
         if let Some(vt) = self.vector_type(ptr, self.edt(value), lay)? {
             return self.store_vector(&vt, ptr, value, mask, lay);
         }
