@@ -1206,10 +1206,10 @@ impl<'k> Lowering<'k> {
 
     /// Whether an access through `ptr` can be checked once for the whole block and then
     /// run as one plain loop: one thread per program (the CPU), offsets consecutive over the
-    /// whole block, and no atomic accesses to outputs.
+    /// whole block, and not an output that is accessed atomically.
     fn whole_block_access(&self, ptr: Value, lay: BlockedLayout) -> bool {
         self.threads == 1
-            && !self.atomic_outputs
+            && !(self.atomic_outputs && self.is_output_ptr(ptr))
             && self.axis[ptr.index()].contig >= lay.n as u64
             && matches!(self.repr(ptr), Repr::Block(_))
     }
