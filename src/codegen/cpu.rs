@@ -26,25 +26,17 @@ use crate::opt::{Chip, HardwareProfile};
 
 /// Philox-4x32 as Triton computes it (`philox_impl`); an aggregate result, since Metal's
 /// `uint4(a, b, c, d)` constructor has no C++ spelling for clang's vector types.
-pub(super) const PHILOX: &str = r#"
+pub(super) const PHILOX: &str = concat!(
+    "
 struct tm_uint4 {
   uint v[4];
   inline uint operator[](int i) const { return v[i]; }
 };
 inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {
-  for (uint r = 0; r < rounds; ++r) {
-    const uint a0 = c0;
-    const uint a2 = c2;
-    c0 = mulhi(0xCD9E8D57u, a2) ^ c1 ^ k0;
-    c2 = mulhi(0xD2511F53u, a0) ^ c3 ^ k1;
-    c1 = 0xCD9E8D57u * a2;
-    c3 = 0xD2511F53u * a0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return tm_uint4{{c0, c1, c2, c3}};
-}
-"#;
+",
+    super::metal::philox_rounds!(),
+    "  return tm_uint4{{c0, c1, c2, c3}};\n}\n"
+);
 
 /// Largest sum of a program's local arrays: programs run on rayon's worker threads, whose
 /// stacks are 2 MiB; larger blocks stay with the interpreter.

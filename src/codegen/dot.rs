@@ -17,6 +17,16 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Value;
 
+/// The shape of one `tl.dot`: `batch` products of `[m, k] x [k, n]`.
+struct Dims {
+    din: DType,
+    dacc: DType,
+    m: usize,
+    k: usize,
+    n: usize,
+    batch: usize,
+}
+
 impl Lowering<'_> {
     /// True when `dot(a, b, acc)` with these types takes the `simdgroup_matrix` path.
     pub(super) fn dot_tiles_ok(&self, a: Value, b: Value, acc: Value) -> bool {
@@ -66,6 +76,35 @@ impl Lowering<'_> {
         }
     }
 
+    /// Operand and result dtypes (numbers only) and the product's shape.
+    fn dot_dims(
+        &self,
+        a: Value,
+        res: Value,
+        sa: &[usize],
+        sb: &[usize],
+        sc: &[usize],
+    ) -> Result<Dims> {
+        let din = self.edt(a);
+        let dacc = self.edt(res);
+        if !(din.is_float() || din.is_int()) || !(dacc.is_float() || dacc.is_int()) {
+            return Err(unsupported_on(
+                self.d,
+                self.k,
+                format!("dot of {din} into {dacc}"),
+            ));
+        }
+        let r = sa.len();
+        Ok(Dims {
+            din,
+            dacc,
+            m: sa[r - 2],
+            k: sa[r - 1],
+            n: sb[r - 1],
+            batch: sc[..r - 2].iter().product(),
+        })
+    }
+
     /// `tl.dot` for a one-thread program (the CPU), where blocks are row-major arrays:
     /// rows of C accumulate `A[m, k] * B[k, :]` for k in order, four rows at a time, so
     /// the innermost loop runs along contiguous rows of B and C (vectorised by the C
@@ -82,18 +121,14 @@ impl Lowering<'_> {
         sb: &[usize],
         sc: &[usize],
     ) -> Result<()> {
-        let din = self.edt(a);
-        let dacc = self.edt(res);
-        if !(din.is_float() || din.is_int()) || !(dacc.is_float() || dacc.is_int()) {
-            return Err(unsupported_on(
-                self.d,
-                self.k,
-                format!("dot of {din} into {dacc}"),
-            ));
-        }
-        let r = sa.len();
-        let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-        let batch: usize = sc[..r - 2].iter().product();
+        let Dims {
+            din: _,
+            dacc,
+            m,
+            k,
+            n,
+            batch,
+        } = self.dot_dims(a, res, sa, sb, sc)?;
         let ct = self.cty(dacc)?;
         let lay = self.layout(res);
         let name = self.declare_block("dot", dacc, lay.n)?;
@@ -272,18 +307,14 @@ impl Lowering<'_> {
         sb: &[usize],
         sc: &[usize],
     ) -> Result<()> {
-        let din = self.edt(a);
-        let dacc = self.edt(res);
-        if !(din.is_float() || din.is_int()) || !(dacc.is_float() || dacc.is_int()) {
-            return Err(unsupported_on(
-                self.d,
-                self.k,
-                format!("dot of {din} into {dacc}"),
-            ));
-        }
-        let r = sa.len();
-        let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-        let batch: usize = sc[..r - 2].iter().product();
+        let Dims {
+            din,
+            dacc,
+            m,
+            k,
+            n,
+            batch,
+        } = self.dot_dims(a, res, sa, sb, sc)?;
         let na = batch * m * k;
         let s = self.scratch_array(din, na + batch * k * n)?;
         self.smem_write_begin();

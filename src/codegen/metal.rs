@@ -256,10 +256,12 @@ inline float tm_atomic_fmin(device atomic<float>* p, float v) {
 }
 "#;
 
-/// Philox-4x32 as Triton computes it (`philox_impl`).
-pub(super) const PHILOX: &str = r#"
-inline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {
-  for (uint r = 0; r < rounds; ++r) {
+/// The rounds of Philox-4x32 as Triton computes them (`philox_impl`), on `uint` counters
+/// `c0..c3` and keys `k0, k1` (shared by the Metal and CPU helpers, which differ only in
+/// how they return four `uint`s).
+macro_rules! philox_rounds {
+    () => {
+        "  for (uint r = 0; r < rounds; ++r) {
     const uint a0 = c0;
     const uint a2 = c2;
     c0 = mulhi(0xCD9E8D57u, a2) ^ c1 ^ k0;
@@ -269,9 +271,17 @@ inline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uin
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return uint4(c0, c1, c2, c3);
+"
+    };
 }
-"#;
+pub(super) use philox_rounds;
+
+/// Philox-4x32 as Triton computes it (`philox_impl`).
+pub(super) const PHILOX: &str = concat!(
+    "\ninline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {\n",
+    philox_rounds!(),
+    "  return uint4(c0, c1, c2, c3);\n}\n"
+);
 
 /// Metal's packed vectors (element alignment, so any element offset may start a chunk)
 /// and a chunk load (`tm_vload`: 4 elements, `tm_vload2`: 2, for 2-element blocks) for

@@ -22,7 +22,7 @@ pub(crate) type LaunchFn = unsafe extern "C" fn(
 /// How one kind of generated C++ is built and entered.
 pub(crate) struct Build {
     /// clang flags (part of the cache key).
-    pub flags: &'static [&'static str],
+    pub flags: Vec<&'static str>,
     /// The exported entry point, NUL-terminated.
     pub symbol: &'static [u8],
     /// The back end's name in errors.
@@ -150,7 +150,7 @@ fn loaded() -> &'static Mutex<HashMap<String, Entry>> {
 /// kernel as MLX wrote it, quoted in compile errors.
 pub(crate) fn load(cpp: &str, kernel: &str, msl: &str) -> Result<LaunchFn> {
     let build = Build {
-        flags: &FLAGS,
+        flags: FLAGS.to_vec(),
         symbol: b"tm_emu_launch\0",
         backend: "emulator",
         source_tag: "kernel.metal",
@@ -176,7 +176,7 @@ pub(crate) fn load_symbol(
         clang.version.as_str(),
         build.key.as_str(),
     ];
-    key_parts.extend(build.flags);
+    key_parts.extend(build.flags.iter().copied());
     key_parts.push(cpp);
     let key = hash128(&key_parts);
     if let Some(f) = loaded().lock().ok().and_then(|m| m.get(&key).copied()) {
@@ -237,7 +237,7 @@ fn compile(
     std::fs::write(&src, cpp)?;
     let tmp = dir.join(format!("{unique}.so.tmp"));
     let out = Command::new(&clang.path)
-        .args(build.flags)
+        .args(&build.flags)
         .arg("-x")
         .arg("c++")
         .arg(&src)

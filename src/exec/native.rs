@@ -57,42 +57,27 @@ type RunFn = unsafe extern "C" fn(*const *mut c_void, *const i64, *const i64, i6
 /// clang flags: `-fwrapv` gives signed overflow Triton's wrap-around, `-ffp-contract=off`
 /// keeps `a * b + c` two roundings as in the interpreter, `-fno-math-errno` lets clang
 /// vectorise math calls (through glibc's libmvec on x86-64 Linux).
+const FLAGS: &[&str] = &[
+    "-std=c++20",
+    "-O2",
+    "-march=native",
+    "-shared",
+    "-fPIC",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-w",
+    "-ferror-limit=20",
+    "-fno-color-diagnostics",
+    "-ffp-contract=off",
+    "-fwrapv",
+    "-fno-math-errno",
+];
+
+/// glibc's vector math (`exp` over 8 floats at once); the library is part of libc6.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-const FLAGS: &[&str] = &[
-    "-std=c++20",
-    "-O2",
-    "-march=native",
-    "-shared",
-    "-fPIC",
-    "-fno-exceptions",
-    "-fno-rtti",
-    "-w",
-    "-ferror-limit=20",
-    "-fno-color-diagnostics",
-    "-ffp-contract=off",
-    "-fwrapv",
-    "-fno-math-errno",
-    // glibc's vector math (`exp` over 8 floats at once); the library is part of libc6.
-    "-fveclib=libmvec",
-    "-Wl,--no-as-needed",
-    "-lmvec",
-];
+const VECTOR_MATH: &[&str] = &["-fveclib=libmvec", "-Wl,--no-as-needed", "-lmvec"];
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-const FLAGS: &[&str] = &[
-    "-std=c++20",
-    "-O2",
-    "-march=native",
-    "-shared",
-    "-fPIC",
-    "-fno-exceptions",
-    "-fno-rtti",
-    "-w",
-    "-ferror-limit=20",
-    "-fno-color-diagnostics",
-    "-ffp-contract=off",
-    "-fwrapv",
-    "-fno-math-errno",
-];
+const VECTOR_MATH: &[&str] = &[];
 
 /// True when kernels can be compiled here (a clang >= 15 was found).
 pub fn available() -> bool {
@@ -152,7 +137,7 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
         .nth(1)
         .unwrap_or_default();
     let build = Build {
-        flags: FLAGS,
+        flags: [FLAGS, VECTOR_MATH].concat(),
         symbol: b"tm_run\0",
         backend: "cpu",
         source_tag: "kernel.cpp",
