@@ -20,6 +20,7 @@
 use super::dialect::CPU;
 use super::lower::{unsupported_on, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{Kernel, ParamKind};
 use crate::opt::{Chip, HardwareProfile};
@@ -63,6 +64,13 @@ pub struct CpuProgram {
 /// or construct the dialect lacks ([`crate::Error::Unsupported`]), blocks whose arrays
 /// would not fit on a worker's stack, parameter names that clash with generated code.
 pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
+    if kernel.values.iter().any(|v| v.ty.dtype == DType::F64) {
+        return Err(unsupported_on(
+            &CPU,
+            kernel,
+            "f64 values (Target::Cpu interprets f64 kernels)",
+        ));
+    }
     for v in &kernel.values {
         if v.ty.shape.iter().any(|d| !d.is_power_of_two()) {
             return Err(unsupported_on(

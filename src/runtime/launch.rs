@@ -349,7 +349,8 @@ impl<'k> Launch<'k> {
     /// Forces every reduction of the kernel into one layout (default: the code generator's
     /// choice, COALESCED, on GPU targets; the fastest order on the CPU). On the CPU
     /// executor, builtin reductions then combine their elements in that layout's order over
-    /// `num_warps x 32` simulated lanes ([`crate::exec::ReduceStrategy`]).
+    /// `num_warps x 32` simulated lanes ([`crate::exec::ReduceStrategy`]); the compiled CPU
+    /// executor ([`Target::CpuCompiled`]) keeps its own order (8 interleaved partial folds).
     pub fn reduction_layout(mut self, layout: ReductionLayout) -> Self {
         self.reduction_layout = Some(layout);
         self
