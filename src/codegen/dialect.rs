@@ -356,6 +356,6 @@ pub const CPU: Dialect = Dialect {
     uint4: "tm_uint4",
     simd_width: 1,
     lazy_recipes: true,
-    reduce_lanes: 8,
+    reduce_lanes: 32,
     op_marker: Some("tm_status->op = {id};"),
 };

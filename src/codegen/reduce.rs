@@ -273,9 +273,9 @@ impl Lowering<'_> {
     }
 
     /// The body of [`Self::reduce_local`]'s fold for one output (`tm_j`, first register
-    /// `tm_i0`, `acc[tm_j]` already holding element `tm_i0`) as `2^lane_bits` independent
-    /// folds over the lowest reduced register bits, combined at the end: the same result up
-    /// to reassociation, with no serial dependency for the compiler to keep.
+    /// `tm_i0`) as `2^lane_bits` independent folds over the lowest reduced register bits,
+    /// combined pairwise at the end: the same result up to reassociation, with short
+    /// dependency chains for the compiler to keep.
     #[allow(clippy::too_many_arguments)]
     fn fold_in_lanes(
         &mut self,
@@ -333,21 +333,27 @@ impl Lowering<'_> {
         self.line(s);
         self.close();
         self.close();
+        // The lanes pairwise (log2(lanes) dependent steps, each a vector op).
+        self.open(format!(
+            "for (uint tm_w = {}u; tm_w > 0u; tm_w >>= 1)",
+            lanes / 2
+        ));
+        self.open("for (uint tm_e = 0; tm_e < tm_w; ++tm_e)");
+        let s = self.combine(
+            kind,
+            dt,
+            &format!("{p}[tm_e]"),
+            &format!("{pi}[tm_e]"),
+            &format!("{p}[tm_e + tm_w]"),
+            &format!("{pi}[tm_e + tm_w]"),
+        )?;
+        self.line(s);
+        self.close();
+        self.close();
         self.line(format!("{acc}[tm_j] = {p}[0];"));
         if arg {
             self.line(format!("{acci}[tm_j] = {pi}[0];"));
         }
-        self.open(format!("for (uint tm_e = 1; tm_e < {lanes}u; ++tm_e)"));
-        let s = self.combine(
-            kind,
-            dt,
-            &format!("{acc}[tm_j]"),
-            &format!("{acci}[tm_j]"),
-            &format!("{p}[tm_e]"),
-            &format!("{pi}[tm_e]"),
-        )?;
-        self.line(s);
-        self.close();
         Ok(())
     }
 
