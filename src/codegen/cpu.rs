@@ -40,7 +40,8 @@ inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, 
 );
 
 /// Largest sum of a program's local arrays: programs run on rayon's worker threads, whose
-/// stacks are 2 MiB; larger blocks stay with the interpreter.
+/// stacks are 2 MiB (kernels with larger blocks are `Unsupported` here; the interpreter,
+/// `Target::Cpu`, runs them).
 pub const MAX_LOCAL_BYTES: usize = 1 << 20;
 
 /// A kernel printed for the compiled CPU executor.

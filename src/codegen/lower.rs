@@ -79,8 +79,6 @@ pub(super) struct Lowering<'k> {
     /// Per lazy block computed from other variables: every variable it reads, directly or
     /// through other lazy blocks (a parallel assignment must not overwrite them first).
     pub lazy_reads: HashMap<String, BTreeSet<String>>,
-    /// Index of the op being lowered.
-    pub current_op: usize,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
@@ -180,7 +178,6 @@ impl<'k> Lowering<'k> {
                 Vec::new()
             },
             lazy_reads: HashMap::new(),
-            current_op: 0,
         }
     }
 
@@ -647,7 +644,6 @@ impl<'k> Lowering<'k> {
     fn op(&mut self, id: OpId) -> Result<()> {
         let data = self.k.op(id);
         let res = data.results.start_value();
-        self.current_op = id.index();
         if let Some(m) = self.d.op_marker {
             if matches!(
                 data.op,

@@ -71,6 +71,8 @@ const FLAGS: &[&str] = &[
     "-ffp-contract=off",
     "-fwrapv",
     "-fno-math-errno",
+    // A frame larger than the stack faults on the guard page instead of writing past it.
+    "-fstack-clash-protection",
 ];
 
 /// glibc's vector math (`exp` over 8 floats at once); the library is part of libc6.
