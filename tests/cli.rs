@@ -224,11 +224,13 @@ fn profiles_and_check_system() {
         "metal",
         "cuda",
         "emulation harness",
+        "compiled cpu executor",
     ] {
         assert!(out.contains(k), "{k}: {out}");
     }
     let v = json(&["--format", "json", "check-system"]);
     assert_eq!(v["ok"], true);
+    assert_eq!(v["compiled_cpu_executor"], v["emulation_harness"]);
     assert_eq!(json(&["check-system", "--json"])["ok"], true);
     assert_eq!(json(&["profiles", "--json"]).as_array().unwrap().len(), 16);
     assert!(v["mlx_version"].as_str().unwrap().starts_with("0."));
@@ -241,6 +243,11 @@ fn profiles_and_check_system() {
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(
         stdout(&o).contains("missing: emulation harness"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("compiled cpu executor") && stdout(&o).contains("needs clang++"),
         "{}",
         stdout(&o)
     );

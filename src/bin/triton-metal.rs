@@ -873,6 +873,16 @@ fn check_system(cli: &Cli, require_emu: bool, as_json: bool) -> Res<ExitCode> {
             None
         },
     ));
+    // The compiled CPU executor (`Target::CpuCompiled`) builds kernels with the same clang.
+    rows.push((
+        "compiled cpu executor".into(),
+        match clang {
+            Some(_) if backend_ok => "available (Target::CpuCompiled)".into(),
+            Some(_) => "not available (no CPU executor)".into(),
+            None => "not available: needs clang++ >= 15 (Target::Cpu interprets)".into(),
+        },
+        None,
+    ));
     let plan_for = profile(cli);
     rows.push((
         "planning profile".into(),
@@ -907,6 +917,7 @@ fn check_system(cli: &Cli, require_emu: bool, as_json: bool) -> Res<ExitCode> {
             "metal": metal,
             "cuda": cuda,
             "emulation_harness": clang.is_some(),
+            "compiled_cpu_executor": clang.is_some() && backend_ok,
             "mlx_version": mlx_version.as_ref().ok(),
         });
         println!("{}", pretty(&doc));
