@@ -18,7 +18,6 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, OnceLock};
 
 use rayon::prelude::*;
@@ -109,8 +108,9 @@ fn host_key() -> String {
     }
 }
 
-fn programs() -> &'static Mutex<HashMap<(u64, bool), RunFnPtr>> {
-    static P: OnceLock<Mutex<HashMap<(u64, bool), RunFnPtr>>> = OnceLock::new();
+/// Loaded programs by kernel IR text (constexprs folded in) and shared-output mode.
+fn programs() -> &'static Mutex<HashMap<(String, bool), RunFnPtr>> {
+    static P: OnceLock<Mutex<HashMap<(String, bool), RunFnPtr>>> = OnceLock::new();
     P.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -119,10 +119,7 @@ struct RunFnPtr(RunFn);
 
 /// The compiled program of `k` (`shared`: atomic output accesses), built on first use.
 fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
-    let ir = k.ir();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    ir.hash(&mut h);
-    let key = (h.finish(), shared);
+    let key = (k.ir(), shared);
     let lock = || {
         programs().lock().map_err(|_| Error::Runtime {
             kernel: k.name.clone(),
