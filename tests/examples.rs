@@ -100,3 +100,36 @@ fn compiled_cpu_without_clang_is_a_clear_error() {
         "unclear error:\n{all}"
     );
 }
+
+#[test]
+fn compiled_cpu_sources_can_be_inspected() {
+    let dir = std::env::temp_dir().join(format!("tm-cpu-src-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    if !triton_metal::emu::Emulator::should_run("compiled_cpu_sources_can_be_inspected")
+        .expect("clang check")
+    {
+        return;
+    }
+    let out = Command::new(example("vector_add"))
+        .env("TRITON_METAL_TARGET", "cpu-compiled")
+        .env("TRITON_METAL_CACHE_DIR", &dir)
+        .env("TRITON_METAL_DEBUG", "1")
+        .output()
+        .expect("example runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let src = std::fs::read_to_string(dir.join("add_kernel.cpp")).expect("source written");
+    assert!(
+        src.contains("void tm_run(") && src.contains("x_ptr"),
+        "{src}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("compiled CPU program of `add_kernel`"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -135,6 +135,22 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
         .split("#line 1 \"kernel.cpp\"\n")
         .nth(1)
         .unwrap_or_default();
+    // The same inspection hooks as the GPU back ends (`codegen::msl`).
+    if crate::codegen::debug_enabled() {
+        eprintln!("[triton-metal] IR before lowering:\n{}", key.0);
+        for l in &prog.layouts {
+            eprintln!("[triton-metal]   layout: {} -> {}", l.op, l.layout);
+        }
+        eprintln!(
+            "[triton-metal] compiled CPU program of `{}` (shared outputs: {shared}):\n{body}",
+            k.name
+        );
+    }
+    if let Some(dir) = std::env::var_os(crate::codegen::CACHE_DIR_ENV) {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(format!("{}.cpp", k.name)), &prog.source)?;
+    }
     let build = Build {
         flags: [FLAGS, VECTOR_MATH].concat(),
         symbol: b"tm_run\0",
