@@ -18,7 +18,7 @@
 //! stops after the first program that made an out-of-bounds access.
 
 use super::dialect::CPU;
-use super::lower::{unsupported_on, Lowering};
+use super::lower::{check_block_shapes, unsupported_on, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -72,15 +72,7 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
             "f64 values (Target::Cpu interprets f64 kernels)",
         ));
     }
-    for v in &kernel.values {
-        if v.ty.shape.iter().any(|d| !d.is_power_of_two()) {
-            return Err(unsupported_on(
-                &CPU,
-                kernel,
-                format!("block shape {} (dims must be powers of two)", v.ty),
-            ));
-        }
-    }
+    check_block_shapes(&CPU, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     abi::check_param_names(&kernel.name, &names)?;
     let opts = LaunchOptions {

@@ -19,7 +19,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use super::dialect::CUDA;
-use super::lower::{unsupported_on, Lowering};
+use super::lower::{check_block_shapes, unsupported_on, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::device::Backend;
 use crate::dtype::DType;
@@ -249,15 +249,7 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<CudaProgram> {
             opts.num_warps, opts.target.chip
         )));
     }
-    for v in &kernel.values {
-        if v.ty.shape.iter().any(|d| !d.is_power_of_two()) {
-            return Err(unsupported_on(
-                &CUDA,
-                kernel,
-                format!("block shape {} (dims must be powers of two)", v.ty),
-            ));
-        }
-    }
+    check_block_shapes(&CUDA, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     abi::check_param_names(&kernel.name, &names)?;
     if let Some(n) = names.iter().find(|n| CUDA_RESERVED.contains(n)) {

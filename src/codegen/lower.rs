@@ -94,6 +94,22 @@ pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
     unsupported_on(&super::dialect::METAL, k, what)
 }
 
+/// Every block dimension must be a power of two (layouts split flat indices into bits).
+pub(super) fn check_block_shapes(d: &Dialect, k: &Kernel) -> Result<()> {
+    match k
+        .values
+        .iter()
+        .find(|v| v.ty.shape.iter().any(|n| !n.is_power_of_two()))
+    {
+        Some(v) => Err(unsupported_on(
+            d,
+            k,
+            format!("block shape {} (dims must be powers of two)", v.ty),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `Error::Unsupported` naming the kernel, the construct and the target language.
 pub(super) fn unsupported_on(d: &Dialect, k: &Kernel, what: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("kernel `{}`: {what} on {}", k.name, d.title))

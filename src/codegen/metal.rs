@@ -4,7 +4,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use super::dialect::METAL;
-use super::lower::{unsupported, Lowering};
+use super::lower::{check_block_shapes, unsupported, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, ParamKind};
@@ -102,13 +102,8 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
                 ),
             ));
         }
-        if v.ty.shape.iter().any(|d| !d.is_power_of_two()) {
-            return Err(unsupported(
-                kernel,
-                format!("block shape {} (dims must be powers of two)", v.ty),
-            ));
-        }
     }
+    check_block_shapes(&METAL, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     abi::check_param_names(&kernel.name, &names)?;
 
