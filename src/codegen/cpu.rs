@@ -83,7 +83,8 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
     let mut lw = Lowering::new(kernel, &CPU, &opts);
     lw.atomic_outputs |= shared_outputs;
     lw.compute_provenance()?;
-    lw.region(kernel.body)?;
+    lw.region_split(kernel.body)?;
+    lw.end_splits();
     let scratch_bytes: usize = lw.scratch.iter().map(|(dt, n)| n * dt.size_bytes()).sum();
     let local_bytes = lw.local_bytes + scratch_bytes;
     if local_bytes > MAX_LOCAL_BYTES {

@@ -47,6 +47,13 @@ template <class T, class F> struct tm_lazy_t {
 };
 template <class T, class F> inline tm_lazy_t<T, F> tm_lazy(F f) { return tm_lazy_t<T, F>{f}; }
 
+// Whether `run(r)` holds for every run r < n of a mask block (codegen::unswitch).
+template <class F> inline bool tm_all_runs(unsigned n, F run) {
+  for (unsigned r = 0; r < n; ++r)
+    if (!run(r)) return false;
+  return true;
+}
+
 template <class T> struct tm_ptr;
 
 // A kernel argument: `p[i]` is element i (checked), `p + i` a chunk start for tm_vload.

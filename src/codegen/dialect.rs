@@ -93,6 +93,10 @@ pub struct Dialect {
     /// masks) are printed as `tm_lazy` objects computing each element where it is read,
     /// instead of register arrays (one-thread programs only: the CPU).
     pub lazy_recipes: bool,
+    /// Masks computed from index arithmetic are checked once per block and the code after
+    /// them printed twice, once with the mask known to be all true (one-thread programs
+    /// only: see `codegen::unswitch`).
+    pub unswitch_masks: bool,
     /// Independent accumulators of a thread's own fold over a reduced axis (the lowest
     /// reduced register bits run side by side, so a CPU compiler can vectorise the fold).
     pub reduce_lanes: usize,
@@ -210,6 +214,7 @@ pub const METAL: Dialect = Dialect {
     uint4: "uint4",
     simd_width: super::layout::SIMD_WIDTH,
     lazy_recipes: false,
+    unswitch_masks: false,
     reduce_lanes: 1,
     op_marker: None,
 };
@@ -284,6 +289,7 @@ pub const CUDA: Dialect = Dialect {
     uint4: "tm_uint4",
     simd_width: super::layout::SIMD_WIDTH,
     lazy_recipes: false,
+    unswitch_masks: false,
     reduce_lanes: 1,
     op_marker: None,
 };
@@ -356,6 +362,7 @@ pub const CPU: Dialect = Dialect {
     uint4: "tm_uint4",
     simd_width: 1,
     lazy_recipes: true,
+    unswitch_masks: true,
     reduce_lanes: 32,
     op_marker: Some("tm_status->op = {id};"),
 };

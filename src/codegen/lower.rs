@@ -82,6 +82,13 @@ pub(super) struct Lowering<'k> {
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
+    /// Per value: a mask [`super::unswitch`] may unswitch (dialects with
+    /// [`Dialect::unswitch_masks`]).
+    pub unswitchable: Vec<bool>,
+    /// Open splits, one frame per region being lowered with [`Lowering::region_split`].
+    pub splits: Vec<Vec<super::unswitch::Split>>,
+    /// Masks whose reads go through a split's compile-time flag (`flag || mask[i]`).
+    pub flags: HashMap<Value, String>,
 }
 
 /// Placeholder for the flat element index in a recipe.
@@ -194,6 +201,13 @@ impl<'k> Lowering<'k> {
                 Vec::new()
             },
             lazy_reads: HashMap::new(),
+            unswitchable: if d.unswitch_masks {
+                super::unswitch::unswitchable_masks(k)
+            } else {
+                Vec::new()
+            },
+            splits: Vec::new(),
+            flags: HashMap::new(),
         }
     }
 
@@ -291,7 +305,10 @@ impl<'k> Lowering<'k> {
     pub fn el(&self, v: Value, i: &str) -> String {
         match self.repr(v) {
             Repr::Scalar(s) | Repr::Splat(s) => s.clone(),
-            Repr::Block(a) => format!("{a}[{i}]"),
+            Repr::Block(a) => match self.flags.get(&v) {
+                Some(f) => format!("({f} || {a}[{i}])"),
+                None => format!("{a}[{i}]"),
+            },
         }
     }
 
@@ -299,7 +316,13 @@ impl<'k> Lowering<'k> {
     pub fn recipe(&self, v: Value) -> Option<String> {
         match self.repr(v) {
             Repr::Scalar(s) | Repr::Splat(s) => Some(s.clone()),
-            Repr::Block(_) => self.recipes[v.index()].clone(),
+            Repr::Block(_) => {
+                let r = self.recipes[v.index()].clone()?;
+                Some(match self.flags.get(&v) {
+                    Some(f) => format!("({f} || {r})"),
+                    None => r,
+                })
+            }
         }
     }
 
@@ -657,7 +680,7 @@ impl<'k> Lowering<'k> {
         }
     }
 
-    fn op(&mut self, id: OpId) -> Result<()> {
+    pub(super) fn op(&mut self, id: OpId) -> Result<()> {
         let data = self.k.op(id);
         let res = data.results.start_value();
         if let Some(m) = self.d.op_marker {
@@ -2014,8 +2037,9 @@ impl<'k> Lowering<'k> {
         self.open(format!("for ({iv_t} {iv} = {l}; {iv} < {h}; {iv} += {s})"));
         // The previous iteration's reads of scratch are pending at the top of the body.
         self.hazard.reads_pending = true;
-        let ys = self.region(body)?;
+        let ys = self.region_split(body)?;
         self.assign_carried(&kept_vars, &keep(&ys))?;
+        self.end_splits();
         self.close();
         self.hazard.reads_pending = true;
         for (k, r) in results.into_iter().enumerate() {
@@ -2085,8 +2109,9 @@ impl<'k> Lowering<'k> {
             unsupported_on(self.d, self.k, "a while condition that yields nothing")
         })?;
         self.line(format!("if (!{}) break;", self.el(cv, "")));
-        let ys = self.region(body)?;
+        let ys = self.region_split(body)?;
         self.assign_carried(&vars, &ys)?;
+        self.end_splits();
         self.close();
         self.hazard.reads_pending = true;
         for (k, r) in results.into_iter().enumerate() {
@@ -2103,15 +2128,17 @@ impl<'k> Lowering<'k> {
         }
         let before = self.hazard;
         self.open(format!("if ({})", self.el(cond, "")));
-        let ys = self.region(then_r)?;
+        let ys = self.region_split(then_r)?;
         self.assign_carried(&vars, &ys)?;
+        self.end_splits();
         let after_then = self.hazard;
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
         self.hazard = before;
-        let ys = self.region(else_r)?;
+        let ys = self.region_split(else_r)?;
         self.assign_carried(&vars, &ys)?;
+        self.end_splits();
         self.close();
         self.hazard.reads_pending |= after_then.reads_pending;
         for (k, r) in results.into_iter().enumerate() {

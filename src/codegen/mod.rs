@@ -44,6 +44,7 @@ pub mod metal;
 mod mma;
 pub mod nvrtc;
 mod reduce;
+mod unswitch;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -300,3 +301,5 @@ mod cuda_tests;
 mod diff_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unswitch_tests;
