@@ -38,13 +38,13 @@ fn flags() -> Kernel {
             k.scalar(I32, "hi"),
         );
         let idx = tl::program_id(0) * k.constexpr("BLOCK") + tl::arange(0, BLOCK);
-        let o = idx.clone() + base;
-        let below = o.clone().lt(hi.clone());
-        let above = hi.gt(o.clone());
+        let o = idx + base;
+        let below = o.lt(hi);
+        let above = hi.gt(o);
         let from = o.ge(lo);
-        let v = tl::where_(below.clone(), 1.0f32, 0.0f32)
+        let v = tl::where_(below, 1.0f32, 0.0f32)
             + tl::where_(above, 2.0f32, 0.0f32)
-            + tl::where_(from.clone(), 4.0f32, 0.0f32)
+            + tl::where_(from, 4.0f32, 0.0f32)
             + tl::where_(below & from, 8.0f32, 0.0f32);
         tl::store(out + idx, v);
     })
@@ -82,8 +82,8 @@ fn index_masks_are_split_and_data_masks_are_not() {
     let data = kernel("data_mask", &[], |k| {
         let (x, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "out_ptr"));
         let offs = tl::arange(0, 64);
-        let v = tl::load(x + offs.clone());
-        tl::store(out + offs, v.clone()).mask(v.gt(0.0f32));
+        let v = tl::load(x + offs);
+        tl::store(out + offs, v).mask(v.gt(0.0f32));
     });
     assert!(!source(&data).contains("_all = "));
 
@@ -93,9 +93,9 @@ fn index_masks_are_split_and_data_masks_are_not() {
         let (m, n) = (k.scalar(I32, "m"), k.scalar(I32, "n"));
         let rows = tl::program_id(0) * 16 + tl::arange(0, 16);
         let cols = tl::arange(0, 32);
-        let offs = rows.clone().col() * n.clone() + cols.clone().row();
+        let offs = rows.col() * n + cols.row();
         let mask = rows.col().lt(m) & cols.row().lt(n);
-        let v = tl::load(x + offs.clone()).mask(mask.clone()).other(-1.0f32);
+        let v = tl::load(x + offs).mask(mask).other(-1.0f32);
         tl::store(out + offs, v).mask(mask);
     });
     // Broadcast masks are checked on their 1-D sources.
@@ -108,7 +108,7 @@ fn index_masks_are_split_and_data_masks_are_not() {
         let out = k.ptr(F32, "out_ptr");
         let m = k.scalar(I32, "m");
         let rows = tl::program_id(0) * 16 + tl::arange(0, 16);
-        let offs = rows.clone().col() * 32 + tl::arange(0, 32).row();
+        let offs = rows.col() * 32 + tl::arange(0, 32).row();
         let mask = tl::broadcast_to(rows.col(), [16, 32]).lt(m);
         tl::store(out + offs, tl::full([16, 32], 1.0f32, F32)).mask(mask);
     });
@@ -166,10 +166,10 @@ fn split_two_d_tiles_match_the_interpreter() {
         let (m, n) = (k.scalar(I32, "m"), k.scalar(I32, "n"));
         let rows = tl::program_id(0) * 16 + tl::arange(0, 16);
         let cols = tl::program_id(1) * 32 + tl::arange(0, 32);
-        let offs = rows.clone().col() * n.clone() + cols.clone().row();
+        let offs = rows.col() * n + cols.row();
         // Rows compared after the broadcast (checked run by run), columns before it.
         let mask = tl::broadcast_to(rows.col(), [16, 32]).lt(m) & cols.row().lt(n);
-        let v = tl::load(x + offs.clone()).mask(mask.clone()).other(-1.0f32);
+        let v = tl::load(x + offs).mask(mask).other(-1.0f32);
         tl::store(out + offs, v * 3.0f32).mask(mask);
     });
     // 37 x 45: full tiles, tiles ragged in rows, in columns and in both.
