@@ -2148,15 +2148,24 @@ impl<'k> Lowering<'k> {
     }
 }
 
-/// `(bit position, width)` of each dim of a row-major power-of-two shape.
-/// Values used exactly once, by an op of the region that defines them which reads each
-/// element once (elementwise ops, loads, stores, atomics, builtin reductions, the `yield`
-/// of a `for` body, which assigns it to a loop variable element by element). Loop and `if`
-/// operands are excluded: they are copied into variables before the region runs.
+/// Values computed where they are read instead of stored, for one-thread dialects: each
+/// reader is an op of the region that defines the value and reads each element once
+/// (elementwise ops, loads, stores, atomics, builtin reductions, the `yield` of a `for`
+/// body, which assigns it to a loop variable element by element), and either
+/// - the value has one use;
+/// - it has one reader, an elementwise op reading it more than once at the same index
+///   (`d * d`: the compiler evaluates it once);
+/// - it is a load read by several such ops (other than `yield`): each re-reads the
+///   argument, which is cheaper than storing the block and reading it back (whether the
+///   argument may be re-read, being read-only, is [`Lowering::lazy_load`]'s own check).
+///
+/// Loop and `if` operands are excluded: they are copied into variables before the region
+/// runs.
 fn fusable_values(k: &Kernel) -> Vec<bool> {
     let n = k.values.len();
     let mut uses = vec![0u32; n];
-    let mut user: Vec<Option<(usize, OpId)>> = vec![None; n];
+    // Distinct readers of each value, in program order.
+    let mut users: Vec<Vec<(usize, OpId)>> = vec![Vec::new(); n];
     let mut home: Vec<Option<usize>> = vec![None; n];
     for (ri, r) in k.regions.iter().enumerate() {
         for &id in &r.ops {
@@ -2166,44 +2175,67 @@ fn fusable_values(k: &Kernel) -> Vec<bool> {
             }
             data.op.for_each_operand(|v| {
                 uses[v.index()] += 1;
-                user[v.index()] = Some((ri, id));
+                if users[v.index()].last() != Some(&(ri, id)) {
+                    users[v.index()].push((ri, id));
+                }
             });
         }
     }
+    let elementwise = |op: &Op| {
+        matches!(
+            op,
+            Op::Unary { .. }
+                | Op::Binary { .. }
+                | Op::Cmp { .. }
+                | Op::Select { .. }
+                | Op::Fma { .. }
+                | Op::Clamp { .. }
+                | Op::Cast { .. }
+                | Op::Bitcast { .. }
+        )
+    };
     (0..n)
         .map(|v| {
-            let Some((ri, id)) = user[v] else {
-                return false;
+            let reads_once = |&(ri, id): &(usize, OpId)| {
+                let for_body = || {
+                    k.regions[ri]
+                        .parent
+                        .is_some_and(|p| matches!(k.op(p).op, Op::For { .. }))
+                };
+                home[v] == Some(ri)
+                    && match &k.op(id).op {
+                        // Assigned to the loop's variables, element by element.
+                        Op::Yield { .. } => for_body(),
+                        op if elementwise(op) => true,
+                        Op::AddPtr { .. }
+                        | Op::Load { .. }
+                        | Op::Store { .. }
+                        | Op::AtomicRmw { .. } => true,
+                        Op::Reduce { kind, .. } => *kind != crate::ir::ReduceKind::Custom,
+                        _ => false,
+                    }
             };
-            let for_body = || {
-                k.regions[ri]
-                    .parent
-                    .is_some_and(|p| matches!(k.op(p).op, Op::For { .. }))
+            let is_load = || {
+                k.def_op(Value(v as u32))
+                    .is_some_and(|d| matches!(k.op(d).op, Op::Load { .. }))
             };
-            uses[v] == 1
-                && home[v] == Some(ri)
-                && match &k.op(id).op {
-                    // Assigned to the loop's variables, element by element.
-                    Op::Yield { .. } => for_body(),
-                    Op::Unary { .. }
-                    | Op::Binary { .. }
-                    | Op::Cmp { .. }
-                    | Op::Select { .. }
-                    | Op::Fma { .. }
-                    | Op::Clamp { .. }
-                    | Op::Cast { .. }
-                    | Op::Bitcast { .. }
-                    | Op::AddPtr { .. }
-                    | Op::Load { .. }
-                    | Op::Store { .. }
-                    | Op::AtomicRmw { .. } => true,
-                    Op::Reduce { kind, .. } => *kind != crate::ir::ReduceKind::Custom,
-                    _ => false,
+            match users[v].as_slice() {
+                [] => false,
+                [one] => {
+                    reads_once(one) && (uses[v] == 1 || elementwise(&k.op(one.1).op) || is_load())
                 }
+                many => {
+                    is_load()
+                        && many
+                            .iter()
+                            .all(|u| reads_once(u) && !matches!(k.op(u.1).op, Op::Yield { .. }))
+                }
+            }
         })
         .collect()
 }
 
+/// `(bit position, width)` of each dim of a row-major power-of-two shape.
 pub(super) fn bit_fields(shape: &[usize]) -> Vec<(u32, u32)> {
     let mut pos = 0u32;
     let mut out = vec![(0, 0); shape.len()];

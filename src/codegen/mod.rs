@@ -296,6 +296,8 @@ fn poisoned() -> crate::Error {
 }
 
 #[cfg(test)]
+mod cpu_tests;
+#[cfg(test)]
 mod cuda_tests;
 #[cfg(test)]
 mod diff_tests;
