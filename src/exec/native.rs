@@ -14,7 +14,7 @@
 //! Building needs clang >= 15 (the emulator's, found the same way:
 //! `TRITON_METAL_EMU_CXX`, else the newest `clang++-N`); the shared objects are cached on
 //! disk under [`crate::emu::cache_dir`], keyed by source, flags, compiler and host CPU, so
-//! a kernel is compiled once per machine (the 86 kernels of tests/ops.rs took about 6 s
+//! a kernel is compiled once per machine (the 86 kernels of tests/ops.rs took about 8 s
 //! together on 2 cores), then loaded once per process.
 
 use std::collections::HashMap;
