@@ -642,6 +642,12 @@ impl<'k> Lowering<'k> {
 
     /// Lowers the ops of region `r` (but not its `yield`); returns the yielded values.
     pub fn region(&mut self, r: RegionId) -> Result<Vec<Value>> {
+        self.region_ops(r, false)
+    }
+
+    /// [`Lowering::region`], opening a split after each mask worth unswitching when
+    /// `split` (see [`Lowering::region_split`]).
+    pub(super) fn region_ops(&mut self, r: RegionId, split: bool) -> Result<Vec<Value>> {
         let ops = self.k.region(r).ops.clone();
         let mut yielded = Vec::new();
         for id in ops {
@@ -650,6 +656,12 @@ impl<'k> Lowering<'k> {
                 continue;
             }
             self.op(id)?;
+            if split {
+                let results: Vec<Value> = self.k.op(id).results.iter().collect();
+                for v in results {
+                    self.maybe_split(v);
+                }
+            }
         }
         Ok(yielded)
     }
@@ -680,7 +692,7 @@ impl<'k> Lowering<'k> {
         }
     }
 
-    pub(super) fn op(&mut self, id: OpId) -> Result<()> {
+    fn op(&mut self, id: OpId) -> Result<()> {
         let data = self.k.op(id);
         let res = data.results.start_value();
         if let Some(m) = self.d.op_marker {

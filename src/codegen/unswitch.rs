@@ -106,20 +106,7 @@ impl Lowering<'_> {
     /// prints what uses the yielded values, then calls [`Lowering::end_splits`].
     pub fn region_split(&mut self, r: RegionId) -> Result<Vec<Value>> {
         self.splits.push(Vec::new());
-        let ops = self.k.region(r).ops.clone();
-        let mut yielded = Vec::new();
-        for id in ops {
-            if let Op::Yield { values } = &self.k.op(id).op {
-                yielded = values.clone();
-                continue;
-            }
-            self.op(id)?;
-            let results: Vec<Value> = self.k.op(id).results.iter().collect();
-            for v in results {
-                self.maybe_split(v);
-            }
-        }
-        Ok(yielded)
+        self.region_ops(r, true)
     }
 
     /// Closes the splits [`Lowering::region_split`] opened and calls each lambda on its
@@ -137,7 +124,7 @@ impl Lowering<'_> {
     }
 
     /// Opens a split after `v`'s definition when `v` is a mask worth unswitching.
-    fn maybe_split(&mut self, v: Value) {
+    pub(super) fn maybe_split(&mut self, v: Value) {
         let open: usize = self.splits.iter().map(Vec::len).sum();
         if !self.d.unswitch_masks
             || open >= MAX_OPEN
