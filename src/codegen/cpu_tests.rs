@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::dtype::DType::*;
+use crate::emu::Emulator;
+use crate::exec::{execute, execute_native, ExecArg};
 use crate::ir::Kernel;
 use crate::tl::{self, *};
 
@@ -61,4 +63,124 @@ fn a_stored_argument_is_not_read_twice() {
         tl::store(x + offs, row - row.max(0));
     });
     assert!(!src.contains("x_src"), "{src}");
+}
+
+/// Per row `pid` of `n` elements, over the blocks of 64 at offsets `range(lo, hi, 64)`: a
+/// sum from `tl.zeros`, a running product from `tl.full(1)` and a maximum from the first
+/// block (not uniform), carried through one loop; each stored reduced over its lanes.
+fn blocked(k: &mut KernelBuilder) {
+    let (x, sums, prods, maxs) = (
+        k.ptr(F32, "x_ptr"),
+        k.ptr(F32, "sum_ptr"),
+        k.ptr(F32, "prod_ptr"),
+        k.ptr(F32, "max_ptr"),
+    );
+    let (n, lo, hi) = (k.scalar(I32, "n"), k.scalar(I32, "lo"), k.scalar(I32, "hi"));
+    let pid = tl::program_id(0);
+    let row = x + pid * n;
+    let cols = tl::arange(0, 64);
+    let first = tl::load(row + cols)
+        .mask(cols.lt(n))
+        .other(f32::NEG_INFINITY);
+    let [s, p, m] = tl::range(lo, hi, 64).fold(
+        [tl::zeros([64], F32), tl::full([64], 1.0f32, F32), first],
+        |off, [s, p, m]| {
+            let c = off + cols;
+            let v = tl::load(row + c).mask(c.lt(n)).other(0.0f32);
+            [s + v, p * tl::where_(c.lt(n), v, 1.0f32), tl::maximum(m, v)]
+        },
+    );
+    tl::store(sums + pid, s.sum(0));
+    tl::store(prods + pid, p.sum(0));
+    tl::store(maxs + pid, m.max(0));
+}
+
+#[test]
+fn a_loop_from_zeros_starts_without_filling_its_accumulator() {
+    let src = source("blocked", blocked);
+    assert!(src.contains("if (lo < hi) {"), "not peeled:\n{src}");
+    assert!(src.contains("(0.0f + "), "{src}");
+}
+
+/// [`blocked`]'s three results per row, in f64.
+fn blocked_reference(x: &[f32], n: usize, lo: i32, hi: i32, row: usize) -> [f64; 3] {
+    let at = |c: usize| x[row * n + c] as f64;
+    let mut s = [0.0f64; 64];
+    let mut p = [1.0f64; 64];
+    let mut m: Vec<f64> = (0..64)
+        .map(|j| if j < n { at(j) } else { f64::NEG_INFINITY })
+        .collect();
+    for off in (lo..hi).step_by(64) {
+        for j in 0..64 {
+            let c = off as usize + j;
+            let v = if c < n { at(c) } else { 0.0 };
+            s[j] += v;
+            p[j] *= if c < n { v } else { 1.0 };
+            m[j] = m[j].max(v);
+        }
+    }
+    [
+        s.iter().sum(),
+        p.iter().sum(),
+        m.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+    ]
+}
+
+#[test]
+fn a_peeled_loop_matches_the_interpreter_for_zero_one_and_many_iterations() {
+    if !Emulator::should_run("compiled CPU executor").expect("clang check") {
+        return;
+    }
+    let k: Kernel = match tl::build("blocked", &BTreeMap::new(), blocked) {
+        Ok(k) => k,
+        Err(e) => panic!("build failed: {e}"),
+    };
+    let (rows, n) = (3usize, 200usize);
+    let x: Vec<f32> = (0..rows * n)
+        .map(|i| 0.75 + ((i * 7919) % 101) as f32 / 200.0)
+        .collect();
+    let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    // No iteration, one, a ragged last block, a start past the first block.
+    for (lo, hi) in [(0, 0), (5, 5), (0, 64), (0, 200), (64, 130), (128, 200)] {
+        let mut got = Vec::new();
+        for native in [true, false] {
+            let mut outs = vec![vec![f32::NAN.to_bits(); rows]; 3];
+            let [s, p, m] = &mut outs[..] else {
+                unreachable!()
+            };
+            let bytes = |v: &mut Vec<u32>| {
+                // SAFETY: u32 has no padding and every byte pattern is a valid u32.
+                unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4) }
+            };
+            let mut args = [
+                ExecArg::from(&xb[..]),
+                ExecArg::from(bytes(s)),
+                ExecArg::from(bytes(p)),
+                ExecArg::from(bytes(m)),
+                ExecArg::from(n as i32),
+                ExecArg::from(lo),
+                ExecArg::from(hi),
+            ];
+            let r = if native {
+                execute_native(&k, [rows, 1, 1], &mut args)
+            } else {
+                execute(&k, [rows, 1, 1], &mut args)
+            };
+            r.unwrap_or_else(|e| panic!("native={native} lo={lo} hi={hi}: {e}"));
+            got.push(outs);
+        }
+        for row in 0..rows {
+            let want = blocked_reference(&x, n, lo, hi, row);
+            for (which, w) in want.iter().enumerate() {
+                for (t, outs) in got.iter().enumerate() {
+                    let g = f32::from_bits(outs[which][row]) as f64;
+                    assert!(
+                        (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                        "{} result {which} row {row} lo={lo} hi={hi}: {g} vs {w}",
+                        ["compiled", "interpreted"][t]
+                    );
+                }
+            }
+        }
+    }
 }

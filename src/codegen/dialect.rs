@@ -97,6 +97,10 @@ pub struct Dialect {
     /// them printed twice, once with the mask known to be all true (one-thread programs
     /// only: see `codegen::unswitch`).
     pub unswitch_masks: bool,
+    /// `for` loops whose carried blocks start uniform (`tl.zeros` accumulators) print
+    /// their first iteration apart, with those blocks still uniform (one-thread programs
+    /// only: see `codegen::peel`).
+    pub peel_uniform_inits: bool,
     /// Independent accumulators of a thread's own fold over a reduced axis (the lowest
     /// reduced register bits run side by side, so a CPU compiler can vectorise the fold).
     pub reduce_lanes: usize,
@@ -215,6 +219,7 @@ pub const METAL: Dialect = Dialect {
     simd_width: super::layout::SIMD_WIDTH,
     lazy_recipes: false,
     unswitch_masks: false,
+    peel_uniform_inits: false,
     reduce_lanes: 1,
     op_marker: None,
 };
@@ -290,6 +295,7 @@ pub const CUDA: Dialect = Dialect {
     simd_width: super::layout::SIMD_WIDTH,
     lazy_recipes: false,
     unswitch_masks: false,
+    peel_uniform_inits: false,
     reduce_lanes: 1,
     op_marker: None,
 };
@@ -363,6 +369,7 @@ pub const CPU: Dialect = Dialect {
     simd_width: 1,
     lazy_recipes: true,
     unswitch_masks: true,
+    peel_uniform_inits: true,
     reduce_lanes: 32,
     op_marker: Some("tm_status->op = {id};"),
 };

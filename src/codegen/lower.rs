@@ -1937,7 +1937,7 @@ impl<'k> Lowering<'k> {
     }
 
     /// Assigns `vals` to the carried variables `vars` as one parallel assignment.
-    fn assign_carried(&mut self, vars: &[Repr], vals: &[Value]) -> Result<()> {
+    pub(super) fn assign_carried(&mut self, vars: &[Repr], vals: &[Value]) -> Result<()> {
         let var_names: Vec<&str> = vars
             .iter()
             .map(|r| match r {
@@ -2038,21 +2038,36 @@ impl<'k> Lowering<'k> {
             .filter(|(k, _)| frag_of[*k].is_none())
             .map(|(_, r)| r.clone())
             .collect();
-        self.assign_carried(&kept_vars, &keep(init))?;
         let iv_t = self.cty(self.edt(lo))?;
-        let iv = self.fresh("iv");
         let (l, h, s) = (self.el(lo, ""), self.el(hi, ""), self.el(step, ""));
+        let peel = self.uniform_inits_to_peel(body, init, &frag_of);
+        let start = match &peel {
+            Some(uniform) => {
+                self.peel_first_iteration(body, init, &vars, uniform, iv_t, (&l, &h))?;
+                format!("{l} + {s}")
+            }
+            None => {
+                self.assign_carried(&kept_vars, &keep(init))?;
+                l.clone()
+            }
+        };
+        let iv = self.fresh("iv");
         self.set(args[0], Repr::Scalar(iv.clone()));
         for (k, r) in vars.iter().enumerate() {
             self.set(args[k + 1], r.clone());
         }
-        self.open(format!("for ({iv_t} {iv} = {l}; {iv} < {h}; {iv} += {s})"));
+        self.open(format!(
+            "for ({iv_t} {iv} = {start}; {iv} < {h}; {iv} += {s})"
+        ));
         // The previous iteration's reads of scratch are pending at the top of the body.
         self.hazard.reads_pending = true;
         let ys = self.region_split(body)?;
         self.assign_carried(&kept_vars, &keep(&ys))?;
         self.end_splits();
         self.close();
+        if let Some(uniform) = &peel {
+            self.end_peel(init, &vars, uniform)?;
+        }
         self.hazard.reads_pending = true;
         for (k, r) in results.into_iter().enumerate() {
             match &frag_of[k] {

@@ -43,6 +43,7 @@ mod lower;
 pub mod metal;
 mod mma;
 pub mod nvrtc;
+mod peel;
 mod reduce;
 mod unswitch;
 
