@@ -21,7 +21,7 @@
 //!
 //! [`execute_native`] runs the same kernels compiled to native code instead (the shared
 //! printer's C++ dialect, built with clang; see `native.rs`): same arguments, semantics and
-//! errors, 1.3–4.8× faster than the interpreter on the benchmark kernels (benches/README.md).
+//! errors, 1.4–5.2× faster than the interpreter on the benchmark kernels (benches/README.md).
 //!
 //! Speed comes from doing each op as one tight loop over its block and from not repeating
 //! work: ops that do not depend on the program (`arange`, constants, splats of arguments)
