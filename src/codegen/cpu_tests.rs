@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::dtype::DType::*;
 use crate::emu::Emulator;
-use crate::exec::{execute, execute_native, ExecArg};
+use crate::exec::test_support::{bytes_mut, run_on};
+use crate::exec::ExecArg;
 use crate::ir::Kernel;
 use crate::tl::{self, *};
 
@@ -148,25 +149,17 @@ fn a_peeled_loop_matches_the_interpreter_for_zero_one_and_many_iterations() {
             let [s, p, m] = &mut outs[..] else {
                 unreachable!()
             };
-            let bytes = |v: &mut Vec<u32>| {
-                // SAFETY: u32 has no padding and every byte pattern is a valid u32.
-                unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4) }
-            };
             let mut args = [
                 ExecArg::from(&xb[..]),
-                ExecArg::from(bytes(s)),
-                ExecArg::from(bytes(p)),
-                ExecArg::from(bytes(m)),
+                ExecArg::from(bytes_mut(s)),
+                ExecArg::from(bytes_mut(p)),
+                ExecArg::from(bytes_mut(m)),
                 ExecArg::from(n as i32),
                 ExecArg::from(lo),
                 ExecArg::from(hi),
             ];
-            let r = if native {
-                execute_native(&k, [rows, 1, 1], &mut args)
-            } else {
-                execute(&k, [rows, 1, 1], &mut args)
-            };
-            r.unwrap_or_else(|e| panic!("native={native} lo={lo} hi={hi}: {e}"));
+            run_on(native, &k, [rows, 1, 1], &mut args)
+                .unwrap_or_else(|e| panic!("native={native} lo={lo} hi={hi}: {e}"));
             got.push(outs);
         }
         for row in 0..rows {

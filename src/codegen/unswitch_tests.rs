@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::dtype::DType::*;
 use crate::emu::Emulator;
-use crate::exec::{execute, execute_native, ExecArg};
+use crate::exec::test_support::{bytes_mut, run_on};
+use crate::exec::ExecArg;
 use crate::ir::Kernel;
 use crate::tl::{self, *};
 
@@ -61,11 +62,6 @@ fn flags_expected(n: usize, base: i32, lo: i32, hi: i32) -> Vec<f32> {
                 .sum()
         })
         .collect()
-}
-
-fn f32_bytes_mut(v: &mut [u32]) -> &mut [u8] {
-    // SAFETY: u32 has no padding and every byte pattern is a valid u32.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4) }
 }
 
 fn floats(v: &[u32]) -> Vec<f32> {
@@ -136,17 +132,13 @@ fn split_paths_match_the_interpreter_including_wrapped_offsets() {
         for native in [true, false] {
             let mut out = vec![f32::NAN.to_bits(); n];
             let mut args = [
-                ExecArg::from(f32_bytes_mut(&mut out)),
+                ExecArg::from(bytes_mut(&mut out)),
                 ExecArg::from(base),
                 ExecArg::from(lo),
                 ExecArg::from(hi),
             ];
-            let r = if native {
-                execute_native(&k, [programs, 1, 1], &mut args)
-            } else {
-                execute(&k, [programs, 1, 1], &mut args)
-            };
-            r.unwrap_or_else(|e| panic!("native={native}: {e}"));
+            run_on(native, &k, [programs, 1, 1], &mut args)
+                .unwrap_or_else(|e| panic!("native={native}: {e}"));
             assert_eq!(
                 floats(&out),
                 want,
@@ -182,16 +174,11 @@ fn split_two_d_tiles_match_the_interpreter() {
         let mut out = vec![f32::NAN.to_bits(); m * n];
         let mut args = [
             ExecArg::from(&xb[..]),
-            ExecArg::from(f32_bytes_mut(&mut out)),
+            ExecArg::from(bytes_mut(&mut out)),
             ExecArg::from(m as i32),
             ExecArg::from(n as i32),
         ];
-        let r = if native {
-            execute_native(&k, grid, &mut args)
-        } else {
-            execute(&k, grid, &mut args)
-        };
-        r.unwrap_or_else(|e| panic!("native={native}: {e}"));
+        run_on(native, &k, grid, &mut args).unwrap_or_else(|e| panic!("native={native}: {e}"));
         let got = floats(&out);
         for (i, (g, v)) in got.iter().zip(&x).enumerate() {
             assert_eq!(*g, v * 3.0, "native={native} element {i}");

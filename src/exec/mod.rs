@@ -81,6 +81,34 @@ mod shape;
 #[cfg(test)]
 mod tests;
 
+/// Helpers shared by the tests that run kernels on both CPU executors.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{execute, execute_native, ExecArg};
+    use crate::error::Result;
+    use crate::ir::Kernel;
+
+    /// Runs `kernel` compiled (`compiled`) or interpreted.
+    pub fn run_on(
+        compiled: bool,
+        kernel: &Kernel,
+        grid: [usize; 3],
+        args: &mut [ExecArg<'_>],
+    ) -> Result<()> {
+        if compiled {
+            execute_native(kernel, grid, args)
+        } else {
+            execute(kernel, grid, args)
+        }
+    }
+
+    /// The bytes of 4-byte aligned storage (f32 outputs kept as their bits).
+    pub fn bytes_mut(v: &mut [u32]) -> &mut [u8] {
+        // SAFETY: u32 has no padding and every byte pattern is a valid u32.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4) }
+    }
+}
+
 use rayon::prelude::*;
 
 use crate::dtype::DType;

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{execute, execute_native, ExecArg};
+use super::test_support::{bytes_mut, run_on};
+use super::{execute_native, ExecArg};
 use crate::dtype::DType::*;
 use crate::emu::Emulator;
 use crate::error::Error;
@@ -33,11 +34,6 @@ fn from_f32s(b: &[u8]) -> Vec<f32> {
 /// A 4-byte aligned byte buffer of `n` f32 (Vec<u32> storage).
 fn out_buf(n: usize, fill: f32) -> Vec<u32> {
     vec![fill.to_bits(); n]
-}
-
-fn as_bytes_mut(v: &mut [u32]) -> &mut [u8] {
-    // SAFETY: u32 has no padding and every byte pattern is a valid u32.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4) }
 }
 
 fn run() -> bool {
@@ -77,17 +73,13 @@ fn masked_ragged_tail_matches_the_interpreter_and_leaves_the_rest() {
     for (buf, native) in [(&mut a, true), (&mut b, false)] {
         let mut args = [
             ExecArg::from(&xb[..]),
-            ExecArg::from(as_bytes_mut(buf)),
+            ExecArg::from(bytes_mut(buf)),
             ExecArg::from(n as i32),
         ];
-        let r = if native {
-            execute_native(&k, [16, 1, 1], &mut args)
-        } else {
-            execute(&k, [16, 1, 1], &mut args)
-        };
-        r.unwrap_or_else(|e| panic!("native={native}: {e}"));
+        run_on(native, &k, [16, 1, 1], &mut args)
+            .unwrap_or_else(|e| panic!("native={native}: {e}"));
     }
-    let got = from_f32s(as_bytes_mut(&mut a));
+    let got = from_f32s(bytes_mut(&mut a));
     for i in 0..n {
         assert_eq!(got[i], x[i] * 2.0, "element {i}");
     }
@@ -105,7 +97,7 @@ fn out_of_bounds_load_names_kernel_op_program_and_offset() {
     let mut out = out_buf(128, 0.0);
     let mut args = [
         ExecArg::from(&x[..]),
-        ExecArg::from(as_bytes_mut(&mut out)),
+        ExecArg::from(bytes_mut(&mut out)),
         ExecArg::from(100i32),
     ];
     let e = execute_native(&k, [2, 1, 1], &mut args).expect_err("x has 100 elements");
@@ -135,7 +127,7 @@ fn out_of_bounds_store_writes_nothing_outside_the_buffer() {
     let (_, inner) = inner.split_at_mut(32);
     let mut args = [
         ExecArg::from(&x[..]),
-        ExecArg::from(as_bytes_mut(inner)),
+        ExecArg::from(bytes_mut(inner)),
         ExecArg::from(128i32),
     ];
     let e = execute_native(&k, [2, 1, 1], &mut args).expect_err("out has 64 elements");
@@ -144,7 +136,7 @@ fn out_of_bounds_store_writes_nothing_outside_the_buffer() {
         msg.contains("op `store`") && msg.contains("`out_ptr` (64 elements)"),
         "{msg}"
     );
-    let all = from_f32s(as_bytes_mut(&mut whole));
+    let all = from_f32s(bytes_mut(&mut whole));
     assert!(all[..32].iter().all(|&v| v == -1.0), "before the buffer");
     assert!(all[96..].iter().all(|&v| v == -1.0), "after the buffer");
 }
@@ -161,7 +153,7 @@ fn negative_offsets_are_out_of_bounds() {
     });
     let x = f32s(&[0.0; 32]);
     let mut out = out_buf(32, 0.0);
-    let mut args = [ExecArg::from(&x[..]), ExecArg::from(as_bytes_mut(&mut out))];
+    let mut args = [ExecArg::from(&x[..]), ExecArg::from(bytes_mut(&mut out))];
     let msg = execute_native(&k, [1, 1, 1], &mut args)
         .expect_err("offsets start at -5")
         .to_string();
@@ -197,7 +189,7 @@ fn programs_sharing_an_output_store_whole_values() {
     );
     assert!(!body(false).contains("tm_atomic_store("));
     let mut out = vec![-1i32 as u32; 256];
-    let mut args = [ExecArg::from(as_bytes_mut(&mut out))];
+    let mut args = [ExecArg::from(bytes_mut(&mut out))];
     execute_native(&k, [64, 1, 1], &mut args).expect("runs");
     assert!(
         out.iter().all(|&v| (v as i32) >= 0 && (v as i32) < 64),
@@ -224,7 +216,7 @@ fn scalar_arguments_of_every_width_arrive_intact() {
     });
     let mut out = out_buf(2, 0.0);
     let mut args = [
-        ExecArg::from(as_bytes_mut(&mut out)),
+        ExecArg::from(bytes_mut(&mut out)),
         ExecArg::from(1.5f32),
         ExecArg::from(-0.25f32),
         ExecArg::from(1i64 << 33),
@@ -233,7 +225,7 @@ fn scalar_arguments_of_every_width_arrive_intact() {
     ];
     execute_native(&k, [1, 1, 1], &mut args).expect("runs");
     let want = 1.5 - 0.25 + (1u64 << 33) as f32 + 1.0 - 7.0;
-    assert_eq!(from_f32s(as_bytes_mut(&mut out)), vec![want, want]);
+    assert_eq!(from_f32s(bytes_mut(&mut out)), vec![want, want]);
 }
 
 #[test]
