@@ -99,7 +99,7 @@ fn blocked(k: &mut KernelBuilder) {
 #[test]
 fn a_loop_from_zeros_starts_without_filling_its_accumulator() {
     let src = source("blocked", blocked);
-    assert!(src.contains("if (lo < hi) {"), "not peeled:\n{src}");
+    assert!(src.contains("if ((lo) < (hi)) {"), "not peeled:\n{src}");
     assert!(src.contains("(0.0f + "), "{src}");
 }
 

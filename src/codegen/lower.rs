@@ -2044,7 +2044,7 @@ impl<'k> Lowering<'k> {
         let start = match &peel {
             Some(uniform) => {
                 self.peel_first_iteration(body, init, &vars, uniform, iv_t, (&l, &h))?;
-                format!("{l} + {s}")
+                format!("({l}) + ({s})")
             }
             None => {
                 self.assign_carried(&kept_vars, &keep(init))?;

@@ -60,7 +60,7 @@ impl Lowering<'_> {
     ) -> Result<()> {
         let (now_vars, now_init) = pick(vars, init, uniform, false);
         self.assign_carried(&now_vars, &now_init)?;
-        self.open(format!("if ({lo} < {hi})"));
+        self.open(format!("if (({lo}) < ({hi}))"));
         self.line("{");
         self.indent += 1;
         let args = self.k.region(body).args.clone();
