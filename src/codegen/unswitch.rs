@@ -4,8 +4,8 @@
 //! or a tensor every lane is active. A one-thread program evaluates the mask per element
 //! in every loop that reads it (a compare and a select, or a masked load or store), which
 //! cost a quarter of `layer_norm`'s time. So where a mask is defined, the rest of its
-//! region is printed once as a generic lambda and called twice: with `std::true_type` when
-//! the mask is true everywhere (checked once, a vectorised AND over the block), where every
+//! region is printed once as a generic lambda and called on one of two paths: with
+//! `std::true_type` when the mask is true everywhere (checked once per block), where every
 //! read of the mask folds to `true` at compile time, and with `std::false_type` otherwise,
 //! where it reads the mask as before. Both paths compute the same values by construction.
 //!
@@ -149,9 +149,7 @@ impl Lowering<'_> {
             frame.push(Split { mask: v, all, rest });
         }
     }
-}
 
-impl Lowering<'_> {
     /// A C condition, reading a few elements, that holds exactly when every element of the
     /// bool block `v` is true; `None` when no such cheap check is known.
     fn all_true(&self, v: Value) -> Option<String> {
