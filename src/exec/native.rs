@@ -118,10 +118,47 @@ fn host_key() -> String {
     }
 }
 
-/// Loaded programs by kernel IR text (constexprs folded in) and shared-output mode.
-fn programs() -> &'static Mutex<HashMap<(String, bool), RunFnPtr>> {
-    static P: OnceLock<Mutex<HashMap<(String, bool), RunFnPtr>>> = OnceLock::new();
-    P.get_or_init(|| Mutex::new(HashMap::new()))
+/// Loaded programs, by kernel IR text (constexprs folded in) and shared-output mode; and,
+/// so that a launch need not print the text, by kernel name with the kernel itself, which
+/// a launch compares structurally (much cheaper than printing: the text and its compare
+/// were 60% of a launch's fixed cost).
+#[derive(Default)]
+struct Programs {
+    by_text: HashMap<(String, bool), RunFnPtr>,
+    by_kernel: HashMap<String, Vec<(bool, Kernel, RunFnPtr)>>,
+}
+
+impl Programs {
+    fn find(&self, k: &Kernel, shared: bool) -> Option<RunFn> {
+        let list = self.by_kernel.get(k.name.as_str())?;
+        list.iter()
+            .find(|(s, kk, _)| *s == shared && kk == k)
+            .map(|(_, _, f)| f.0)
+    }
+
+    /// Remembers `f` for `k`, unless `k` does not equal itself (a NaN constant), which
+    /// would never be found and only grow the list.
+    fn remember(&mut self, k: &Kernel, shared: bool, f: RunFn) {
+        let copy = k.clone();
+        if copy == *k {
+            let list = self.by_kernel.entry(k.name.clone()).or_default();
+            list.push((shared, copy, RunFnPtr(f)));
+        }
+    }
+}
+
+/// How many programs are remembered by kernel (not by text) under `name`.
+#[cfg(test)]
+pub(super) fn remembered(name: &str) -> usize {
+    programs()
+        .lock()
+        .map(|p| p.by_kernel.get(name).map_or(0, Vec::len))
+        .unwrap_or(0)
+}
+
+fn programs() -> &'static Mutex<Programs> {
+    static P: OnceLock<Mutex<Programs>> = OnceLock::new();
+    P.get_or_init(|| Mutex::new(Programs::default()))
 }
 
 #[derive(Clone, Copy)]
@@ -129,15 +166,22 @@ struct RunFnPtr(RunFn);
 
 /// The compiled program of `k` (`shared`: atomic output accesses), built on first use.
 fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
-    let key = (k.ir(), shared);
     let lock = || {
         programs().lock().map_err(|_| Error::Runtime {
             kernel: k.name.clone(),
             msg: "compiled-kernel cache lock poisoned by a panic".into(),
         })
     };
-    if let Some(f) = lock()?.get(&key) {
-        return Ok(f.0);
+    if let Some(f) = lock()?.find(k, shared) {
+        return Ok(f);
+    }
+    let key = (k.ir(), shared);
+    {
+        let mut p = lock()?;
+        if let Some(f) = p.by_text.get(&key).map(|f| f.0) {
+            p.remember(k, shared, f);
+            return Ok(f);
+        }
     }
     let prog = cpu::compile(k, shared)?;
     let body = prog
@@ -175,7 +219,9 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
     let addr = compile::load_symbol(&prog.source, &k.name, body, &build)?;
     // SAFETY: `codegen::cpu` prints `tm_run` with exactly this signature.
     let f = unsafe { std::mem::transmute::<*const c_void, RunFn>(addr) };
-    lock()?.insert(key, RunFnPtr(f));
+    let mut p = lock()?;
+    p.by_text.insert(key, RunFnPtr(f));
+    p.remember(k, shared, f);
     Ok(f)
 }
 

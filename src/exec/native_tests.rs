@@ -257,3 +257,36 @@ fn f64_kernels_are_unsupported_with_a_hint() {
         "{e:?}"
     );
 }
+
+#[test]
+fn launches_find_their_program_by_the_kernel_and_nan_constants_still_work() {
+    if !run() {
+        return;
+    }
+    // `x * c + NaN-guarded c`: a kernel holding a NaN constant never equals itself, so it
+    // is found by its IR text on every launch, and never piles up in the by-kernel list.
+    let build = |name: &str, c: f32| {
+        kernel(name, &[], move |k| {
+            let (x, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "out_ptr"));
+            let offs = tl::arange(0, 64);
+            let v = tl::load(x + offs);
+            let nan_or = tl::where_(v.ne(v), c, 2.0f32);
+            tl::store(out + offs, v * nan_or);
+        })
+    };
+    let x: Vec<f32> = (0..64).map(|i| i as f32 - 3.0).collect();
+    let xb = f32s(&x);
+    for (name, c) in [("by_kernel_plain", 5.0f32), ("by_kernel_nan", f32::NAN)] {
+        let k = build(name, c);
+        for launch in 0..3 {
+            let mut out = out_buf(64, f32::NAN);
+            let mut args = [ExecArg::from(&xb[..]), ExecArg::from(bytes_mut(&mut out))];
+            execute_native(&k, [1, 1, 1], &mut args).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let got = from_f32s(bytes_mut(&mut out));
+            let want: Vec<f32> = x.iter().map(|v| v * 2.0).collect();
+            assert_eq!(got, want, "{name} launch {launch}");
+        }
+        let expect = if c.is_nan() { 0 } else { 1 };
+        assert_eq!(super::native::remembered(name), expect, "{name}");
+    }
+}
