@@ -138,11 +138,12 @@ impl Programs {
 
     /// Remembers `f` for `k`, unless `k` does not equal itself (a NaN constant), which
     /// would never be found and only grow the list.
+    // Comparing `k` with itself is the point: NaN makes a kernel unequal to itself.
+    #[allow(clippy::eq_op)]
     fn remember(&mut self, k: &Kernel, shared: bool, f: RunFn) {
-        let copy = k.clone();
-        if copy == *k {
+        if k == k {
             let list = self.by_kernel.entry(k.name.clone()).or_default();
-            list.push((shared, copy, RunFnPtr(f)));
+            list.push((shared, k.clone(), RunFnPtr(f)));
         }
     }
 }
