@@ -1,6 +1,6 @@
 //! The block-level interpreter: runs one program's ops in order, each op on whole blocks.
 //!
-//! Every SSA value owns one slot of an environment (`Vec<Data>`); a rayon worker keeps its
+//! Every SSA value owns one slot of an environment (`Vec<Data>`); a thread keeps its
 //! environment across the programs it runs, so after the first program the slots' buffers
 //! are reused and ops allocate nothing. Region arguments (loop-carried values) are slots
 //! too; loops copy yielded values into them between iterations.

@@ -1,6 +1,6 @@
 //! Argument buffers shared by all programs of a launch: the executor's only `unsafe`.
 //!
-//! Programs run in parallel on rayon threads and may all write the same output buffer, as
+//! Programs run in parallel on several threads and may all write the same output buffer, as
 //! GPU threads do. Rust forbids unsynchronised writes to memory another thread may touch,
 //! so every access to a writable buffer is an atomic access (relaxed for plain loads and
 //! stores, which compiles to ordinary moves; read-modify-write for the atomic ops). A race

@@ -2,8 +2,8 @@
 //!
 //! Like Triton's interpreter (`GridExecutor`), it runs each program of the grid as a whole:
 //! every op works on whole blocks (typed buffers), never element by element through the op
-//! graph. Programs run in parallel on rayon's pool, each worker reusing its value buffers
-//! from one program to the next.
+//! graph. Programs run in parallel on the calling thread and rayon's pool (`parallel`),
+//! each thread reusing its value buffers from one program to the next.
 //!
 //! Semantics follow Triton 3.x (see the crate's design notes): integer division and
 //! remainder truncate toward zero, float `%` is `fmod`, integers wrap, f16/bf16 math is
@@ -74,6 +74,7 @@ mod memory;
 mod native;
 #[cfg(test)]
 mod native_tests;
+mod parallel;
 mod plan;
 mod reduce;
 mod reduce_layout;
@@ -108,8 +109,6 @@ pub(crate) mod test_support {
         unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4) }
     }
 }
-
-use rayon::prelude::*;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -359,9 +358,18 @@ pub fn execute_with(
     match total {
         0 => Ok(()),
         1 => launch.run_program(launch.env().get(), [0, 0, 0]),
-        _ => (0..total).into_par_iter().try_for_each_init(
-            || launch.env(),
-            |env, p| launch.run_program(env.get(), pid(p)),
-        ),
+        _ => {
+            // Programs are dealt in runs of consecutive ones: one counter update per run,
+            // and still enough runs to balance uneven programs.
+            let per = total.div_ceil(rayon::current_num_threads() * 32);
+            parallel::run_pieces(
+                total.div_ceil(per),
+                || launch.env(),
+                |env, piece| {
+                    (piece * per..((piece + 1) * per).min(total))
+                        .try_for_each(|p| launch.run_program(env.get(), pid(p)))
+                },
+            )
+        }
     }
 }

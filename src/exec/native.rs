@@ -21,8 +21,6 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
 
-use rayon::prelude::*;
-
 use super::data::Data;
 use super::{bind, Bound, ExecArg};
 use crate::codegen::cpu;
@@ -314,9 +312,10 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
     let pieces = (rayon::current_num_threads() * 8).clamp(1, total.max(1));
     let per = total.div_ceil(pieces).max(1);
     let a = &a;
-    (0..total.div_ceil(per))
-        .into_par_iter()
-        .try_for_each(|piece| {
+    super::parallel::run_pieces(
+        total.div_ceil(per),
+        || (),
+        |(), piece| {
             let start = (piece * per) as i64;
             let end = ((piece + 1) * per).min(total) as i64;
             let mut ctx = Ctx {
@@ -346,7 +345,8 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
                 return Ok(());
             }
             Err(out_of_bounds(k, &ctx))
-        })
+        },
+    )
 }
 
 fn out_of_bounds(k: &Kernel, c: &Ctx) -> Error {
