@@ -1,4 +1,5 @@
-//! Argument buffers shared by all programs of a launch: the executor's only `unsafe`.
+//! Argument buffers shared by all programs of a launch: the interpreter's only `unsafe`
+//! besides the lifetime erasure that lets pool threads help a launch (`parallel`).
 //!
 //! Programs run in parallel on several threads and may all write the same output buffer, as
 //! GPU threads do. Rust forbids unsynchronised writes to memory another thread may touch,

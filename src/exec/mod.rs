@@ -355,21 +355,12 @@ pub fn execute_with(
             p / (grid[0] * grid[1]),
         ]
     };
-    match total {
-        0 => Ok(()),
-        1 => launch.run_program(launch.env().get(), [0, 0, 0]),
-        _ => {
-            // Programs are dealt in runs of consecutive ones: one counter update per run,
-            // and still enough runs to balance uneven programs.
-            let per = total.div_ceil(rayon::current_num_threads() * 32);
-            parallel::run_pieces(
-                total.div_ceil(per),
-                || launch.env(),
-                |env, piece| {
-                    (piece * per..((piece + 1) * per).min(total))
-                        .try_for_each(|p| launch.run_program(env.get(), pid(p)))
-                },
-            )
-        }
-    }
+    // Many pieces per thread: programs can be uneven, and a counter update per piece is
+    // cheap next to a few dozen programs.
+    parallel::run_pieces(
+        total,
+        32,
+        || launch.env(),
+        |env, mut programs| programs.try_for_each(|p| launch.run_program(env.get(), pid(p))),
+    )
 }

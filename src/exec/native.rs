@@ -308,16 +308,14 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
         }
     }
     let g = [grid[0] as i64, grid[1] as i64, grid[2] as i64];
-    // Enough pieces to balance the pool, few enough that each runs many programs.
-    let pieces = (rayon::current_num_threads() * 8).clamp(1, total.max(1));
-    let per = total.div_ceil(pieces).max(1);
     let a = &a;
+    // Enough pieces to balance the pool, few enough that each runs many programs.
     super::parallel::run_pieces(
-        total.div_ceil(per),
+        total,
+        8,
         || (),
-        |(), piece| {
-            let start = (piece * per) as i64;
-            let end = ((piece + 1) * per).min(total) as i64;
+        |(), programs| {
+            let (start, end) = (programs.start as i64, programs.end as i64);
             let mut ctx = Ctx {
                 failed: 0,
                 op: -1,

@@ -1,53 +1,76 @@
-//! Running a launch's pieces (programs, or ranges of programs) on the calling thread and
-//! rayon's pool together.
+//! Running a launch's programs on the calling thread and rayon's pool together.
 //!
 //! A launch through MLX starts on MLX's stream thread, outside the pool. A parallel iterator
 //! there parks that thread until pool threads wake up and finish everything: the launch
 //! pays the wake-up of every worker before any work starts, and a 2-core machine runs a
-//! launch with one core's thread asleep. Here the calling thread takes pieces from a shared
-//! counter at once, and `current_num_threads() - 1` pool threads take pieces from the same
-//! counter as they wake, so the pool stays as busy as before and no piece waits for a
-//! wake-up. (Measured on the 2-core CI machine, layer_norm 4096x1024 f32 through MLX with
-//! the compiled executor, the two ways alternating in one process: 0.92–0.97 ms against
-//! 1.04–1.06 ms per launch, medians of three runs.)
+//! launch with one core's thread asleep. Here the calling thread runs the first program at
+//! once and, when the rest looks longer than a wake-up, takes pieces from a shared counter
+//! while `current_num_threads() - 1` pool threads take pieces from the same counter as they
+//! wake; a helper that wakes after the work is gone returns without being waited for.
+//! Measured on the 2-core CI machine (layer_norm 4096x1024 f32 through MLX, compiled
+//! executor): 0.92–0.97 ms against 1.04–1.06 ms per launch with the parallel iterator (the
+//! two alternating in one process, medians of three runs); a 2-program launch no longer
+//! wakes the pool at all.
 //!
 //! Called from inside a pool (`ThreadPool::install`), the caller is one of that pool's
-//! threads and `current_num_threads() - 1` others join it: a one-thread pool runs the pieces
-//! in order on the caller, which tests use to get a deterministic schedule.
+//! threads and `current_num_threads() - 1` others join it: a one-thread pool runs the
+//! programs in order on the caller, which tests use to get a deterministic schedule.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Mutex, PoisonError};
+use std::any::Any;
+use std::ops::Range;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 
-/// Runs `work(state, piece)` once for each `piece` in `0..n`, on the calling thread and on
-/// up to `rayon::current_num_threads() - 1` pool threads, each participating thread making
-/// its `state` with `init` before its first piece.
+/// Below this much estimated work a launch runs on the calling thread alone: waking a
+/// sleeping pool thread costs tens of microseconds here (and the woken thread can preempt
+/// the caller on a 2-core machine), more than it would save.
+const INLINE: Duration = Duration::from_micros(40);
+
+/// Runs `work(state, range)` over `0..total` in ranges that together cover each index once:
+/// first `0..1` on the calling thread, timed; then, if the rest looks longer than
+/// [`INLINE`], in about `pieces_per_thread` pieces per thread, dealt from a shared counter
+/// to the calling thread and up to `rayon::current_num_threads() - 1` pool threads, each
+/// participating thread making its `state` with `init` before its first range.
 ///
 /// Stops handing out pieces after the first error; the error returned is the one of the
-/// lowest-numbered piece that failed (so a launch where one program fails reports that
-/// program, whichever thread ran it). A panic in `work` is propagated after every thread
-/// has stopped.
+/// lowest range that failed (so a launch where one program fails reports that program,
+/// whichever thread ran it). A panic in `work` is propagated after every thread has
+/// stopped.
 pub(crate) fn run_pieces<S>(
-    n: usize,
+    total: usize,
+    pieces_per_thread: usize,
     init: impl Fn() -> S + Sync,
-    work: impl Fn(&mut S, usize) -> Result<()> + Sync,
+    work: impl Fn(&mut S, Range<usize>) -> Result<()> + Sync,
 ) -> Result<()> {
-    if n == 0 {
+    if total == 0 {
         return Ok(());
     }
+    let mut first = init();
+    let t = Instant::now();
+    work(&mut first, 0..1)?;
+    let rest = total - 1;
+    let threads = rayon::current_num_threads();
+    if rest == 0 || threads == 1 || t.elapsed().as_nanos() * (rest as u128) < INLINE.as_nanos() {
+        return work(&mut first, 1..total);
+    }
+    let per = rest.div_ceil(threads * pieces_per_thread.max(1));
+    let n = rest.div_ceil(per);
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let failed = Mutex::new(None);
-    let worker = || {
-        let mut state = None;
+    let deal = |state: &mut Option<S>| {
         while !stop.load(Relaxed) {
             let piece = next.fetch_add(1, Relaxed);
             if piece >= n {
                 break;
             }
             let state = state.get_or_insert_with(&init);
-            if let Err(e) = work(state, piece) {
+            let range = 1 + piece * per..(1 + (piece + 1) * per).min(total);
+            if let Err(e) = work(state, range) {
                 stop.store(true, Relaxed);
                 let mut f = failed.lock().unwrap_or_else(PoisonError::into_inner);
                 if f.as_ref().is_none_or(|&(p, _)| piece < p) {
@@ -56,20 +79,91 @@ pub(crate) fn run_pieces<S>(
             }
         }
     };
-    let helpers = rayon::current_num_threads().min(n).saturating_sub(1);
-    if helpers == 0 {
-        worker();
-    } else {
-        rayon::in_place_scope(|s| {
-            for _ in 0..helpers {
-                s.spawn(|_| worker());
-            }
-            worker();
-        });
-    }
+    let mut mine = Some(first);
+    with_helpers((threads - 1).min(n - 1), &|| deal(&mut None), || {
+        deal(&mut mine)
+    });
     match failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         Some((_, e)) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// What the helpers of one launch share with its caller.
+struct Shared {
+    /// The worker loop, in the caller's frame (its lifetime erased). A helper calls it only
+    /// after counting itself in `active` and seeing `closed` unset; the caller sets
+    /// `closed` and waits for `active` to reach zero before it leaves `with_helpers`, also
+    /// when unwinding. With both sides sequentially consistent, either the caller sees the
+    /// helper counted and waits for it, or the helper sees `closed` and never calls it.
+    body: *const (dyn Fn() + Sync),
+    closed: AtomicBool,
+    active: AtomicUsize,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+// SAFETY: `body` is only dereferenced under the protocol above, while the closure it points
+// to (which is `Sync`) is alive; the other fields are thread-safe.
+unsafe impl Send for Shared {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Shared {}
+
+/// Closes the launch and waits for helpers still inside `body` (at most one piece each:
+/// nothing is left to hand out when the caller gets here).
+struct Close<'a>(&'a Shared);
+
+impl Drop for Close<'_> {
+    fn drop(&mut self) {
+        self.0.closed.store(true, SeqCst);
+        let mut spins = 0u32;
+        while self.0.active.load(SeqCst) != 0 {
+            if spins < 1 << 12 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Runs `mine` on the calling thread and offers `body` to `helpers` pool threads. A helper
+/// that wakes after the caller has finished does nothing, so the caller never waits for a
+/// sleeping thread to wake up; one that started is waited for.
+fn with_helpers(helpers: usize, body: &(dyn Fn() + Sync), mine: impl FnOnce()) {
+    // SAFETY: only the lifetime is erased; see `Shared::body` for why it is never used
+    // after `body` is gone.
+    let erased: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(body) };
+    let shared = Arc::new(Shared {
+        body: erased,
+        closed: AtomicBool::new(false),
+        active: AtomicUsize::new(0),
+        panic: Mutex::new(None),
+    });
+    for _ in 0..helpers {
+        let shared = Arc::clone(&shared);
+        rayon::spawn(move || {
+            shared.active.fetch_add(1, SeqCst);
+            if !shared.closed.load(SeqCst) {
+                // SAFETY: counted in `active` while the launch was open: the caller waits.
+                let body = unsafe { &*shared.body };
+                if let Err(p) = catch_unwind(AssertUnwindSafe(body)) {
+                    *shared.panic.lock().unwrap_or_else(PoisonError::into_inner) = Some(p);
+                }
+            }
+            shared.active.fetch_sub(1, SeqCst);
+        });
+    }
+    let close = Close(&shared);
+    mine();
+    drop(close);
+    let panic = shared
+        .panic
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(p) = panic {
+        resume_unwind(p);
     }
 }
 
@@ -77,13 +171,15 @@ pub(crate) fn run_pieces<S>(
 mod tests {
     use super::run_pieces;
     use crate::error::Error;
+    use std::collections::HashSet;
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use std::sync::Mutex;
+    use std::time::Duration;
 
-    fn err(piece: usize) -> Error {
+    fn err(i: usize) -> Error {
         Error::Runtime {
             kernel: "k".into(),
-            msg: format!("piece {piece}"),
+            msg: format!("index {i};"),
         }
     }
 
@@ -94,45 +190,73 @@ mod tests {
             .unwrap()
     }
 
+    /// Runs `0..total` with `each` per index; returns how often each index ran, how many
+    /// states were made and which threads ran something.
+    fn run(
+        threads: usize,
+        total: usize,
+        each: impl Fn(usize) + Sync,
+    ) -> (Vec<usize>, usize, usize) {
+        let runs: Vec<AtomicUsize> = (0..total).map(|_| AtomicUsize::new(0)).collect();
+        let inits = AtomicUsize::new(0);
+        let who = Mutex::new(HashSet::new());
+        pool(threads)
+            .install(|| {
+                run_pieces(
+                    total,
+                    4,
+                    || inits.fetch_add(1, Relaxed),
+                    |_, range| {
+                        who.lock().unwrap().insert(std::thread::current().id());
+                        for i in range {
+                            runs[i].fetch_add(1, Relaxed);
+                            each(i);
+                        }
+                        Ok(())
+                    },
+                )
+            })
+            .unwrap();
+        let runs = runs.into_iter().map(AtomicUsize::into_inner).collect();
+        (runs, inits.into_inner(), who.into_inner().unwrap().len())
+    }
+
     #[test]
-    fn every_piece_runs_once_on_any_pool() {
+    fn every_index_runs_once_on_any_pool() {
         for threads in [1, 2, 4] {
-            for n in [0, 1, 2, 3, 17, 1000] {
-                let runs: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-                let inits = AtomicUsize::new(0);
-                pool(threads)
-                    .install(|| {
-                        run_pieces(
-                            n,
-                            || inits.fetch_add(1, Relaxed),
-                            |_, p| {
-                                runs[p].fetch_add(1, Relaxed);
-                                Ok(())
-                            },
-                        )
-                    })
-                    .unwrap();
-                assert!(runs.iter().all(|r| r.load(Relaxed) == 1), "{threads} {n}");
-                // One state per participating thread, and none without work.
-                assert!(inits.load(Relaxed) <= threads.min(n), "{threads} {n}");
+            for total in [0, 1, 2, 3, 17, 1000] {
+                let (runs, inits, _) = run(threads, total, |_| ());
+                assert!(runs.iter().all(|&r| r == 1), "{threads} {total}");
+                assert!(inits <= threads.min(total), "{threads} {total}");
             }
         }
-        // From outside any pool (MLX's stream thread), with the global pool's helpers.
-        let runs: Vec<AtomicUsize> = (0..100).map(|_| AtomicUsize::new(0)).collect();
-        let outside = std::thread::spawn(move || {
+    }
+
+    #[test]
+    fn long_launches_use_the_pool() {
+        // 64 x 0.5 ms is far above the inline budget: pool threads join the caller.
+        let (runs, inits, who) = run(2, 64, |_| std::thread::sleep(Duration::from_micros(500)));
+        assert!(runs.iter().all(|&r| r == 1));
+        assert_eq!((inits, who), (2, 2));
+        // From outside any pool (MLX's stream thread), with the global pool's threads.
+        let outside = std::thread::spawn(|| {
+            let runs: Vec<AtomicUsize> = (0..40).map(|_| AtomicUsize::new(0)).collect();
             run_pieces(
-                100,
+                40,
+                8,
                 || (),
-                |_, p| {
-                    runs[p].fetch_add(1, Relaxed);
+                |_, range| {
+                    for i in range {
+                        runs[i].fetch_add(1, Relaxed);
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
                     Ok(())
                 },
             )
             .unwrap();
             runs
         });
-        let runs = outside.join().unwrap();
-        assert!(runs.iter().all(|r| r.load(Relaxed) == 1));
+        assert!(outside.join().unwrap().iter().all(|r| r.load(Relaxed) == 1));
     }
 
     #[test]
@@ -142,72 +266,95 @@ mod tests {
             .install(|| {
                 run_pieces(
                     5,
+                    2,
                     || 10,
-                    |s, p| {
-                        *s += 1;
-                        order.lock().unwrap().push((p, *s));
+                    |s, range| {
+                        for i in range {
+                            *s += 1;
+                            order.lock().unwrap().push((i, *s));
+                        }
                         Ok(())
                     },
                 )
             })
             .unwrap();
-        let want: Vec<(usize, i32)> = (0..5).map(|p| (p, 11 + p as i32)).collect();
+        let want: Vec<(usize, i32)> = (0..5).map(|i| (i, 11 + i as i32)).collect();
         assert_eq!(order.into_inner().unwrap(), want);
     }
 
     #[test]
-    fn reports_the_lowest_failing_piece_and_stops() {
-        // In order on one thread: piece 3 fails, nothing after it runs.
+    fn reports_the_lowest_failing_index_and_stops() {
+        // On one thread, in order: index 3 fails and nothing after it runs.
         let ran = AtomicUsize::new(0);
         let e = pool(1)
             .install(|| {
                 run_pieces(
                     10,
+                    4,
                     || (),
-                    |_, p| {
-                        ran.fetch_add(1, Relaxed);
-                        if p >= 3 {
-                            Err(err(p))
-                        } else {
-                            Ok(())
+                    |_, range| {
+                        for i in range {
+                            ran.fetch_add(1, Relaxed);
+                            if i >= 3 {
+                                return Err(err(i));
+                            }
                         }
+                        Ok(())
                     },
                 )
             })
             .unwrap_err();
-        assert!(e.to_string().contains("piece 3"), "{e}");
+        assert!(e.to_string().contains("index 3;"), "{e}");
         assert_eq!(ran.load(Relaxed), 4);
-        // In parallel, the only failing piece is the one reported, whoever ran it.
+        // In parallel (slow indices, so the pool joins), the failing index is the one
+        // reported, whoever ran it.
         for threads in [2, 4] {
-            for bad in [0, 7, 63] {
+            for bad in [0, 7, 31] {
                 let e = pool(threads)
                     .install(|| {
                         run_pieces(
-                            64,
+                            32,
+                            4,
                             || (),
-                            |_, p| if p == bad { Err(err(p)) } else { Ok(()) },
+                            |_, range| {
+                                for i in range {
+                                    std::thread::sleep(Duration::from_micros(100));
+                                    if i == bad {
+                                        return Err(err(i));
+                                    }
+                                }
+                                Ok(())
+                            },
                         )
                     })
                     .unwrap_err();
-                assert!(e.to_string().contains(&format!("piece {bad}")), "{e}");
+                assert!(e.to_string().contains(&format!("index {bad};")), "{e}");
             }
         }
     }
 
     #[test]
     fn a_panic_reaches_the_caller() {
-        let r = std::panic::catch_unwind(|| {
-            pool(2).install(|| {
-                run_pieces(
-                    8,
-                    || (),
-                    |_, p| {
-                        assert!(p != 5, "piece five");
-                        Ok(())
-                    },
-                )
-            })
-        });
-        assert!(r.is_err());
+        for (total, slow) in [(8, false), (64, true)] {
+            let r = std::panic::catch_unwind(|| {
+                pool(2).install(|| {
+                    run_pieces(
+                        total,
+                        4,
+                        || (),
+                        |_, range| {
+                            for i in range {
+                                if slow {
+                                    std::thread::sleep(Duration::from_micros(200));
+                                }
+                                assert!(i != total - 3, "index {i}");
+                            }
+                            Ok(())
+                        },
+                    )
+                })
+            });
+            assert!(r.is_err(), "{total}");
+        }
     }
 }
