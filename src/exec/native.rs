@@ -9,7 +9,8 @@
 //! interpreter defines them, and stores to an output that programs might share are relaxed
 //! atomics unless the launch proves them disjoint (`disjoint::disjoint_stores`), so racing
 //! programs never make a data race. Floating point results may differ from the
-//! interpreter's in the last bits (libm's `exp` against the interpreter's, summation order).
+//! interpreter's in the last bits (`exp`/`exp2` are the runtime's own vectorisable
+//! polynomial, within 1 ulp like Rust's; summation order).
 //!
 //! Building needs clang >= 15 (the emulator's, found the same way:
 //! `TRITON_METAL_EMU_CXX`, else the newest `clang++-N`); the shared objects are cached on
@@ -27,7 +28,7 @@ use crate::codegen::cpu;
 use crate::dtype::DType;
 use crate::emu::compile::{self, Build};
 use crate::error::{Error, Result};
-use crate::ir::{Kernel, Op, OpId, ParamKind};
+use crate::ir::{Kernel, Op, OpId, ParamKind, UnaryOp};
 
 /// The program-range status the generated code fills (`tm_ctx` in `cpu_runtime.h`).
 #[repr(C, align(64))]
@@ -73,14 +74,29 @@ const FLAGS: &[&str] = &[
     "-fstack-clash-protection",
 ];
 
-/// Extra flags for kernels with a `tl.dot`, which are compute-bound: vectorised over 512
-/// bits where the CPU has them (matmul 1024³ 24.9 → 22.2 ms on an AVX-512 Xeon), while
-/// memory-bound kernels keep clang's 256 (512 made row-sum 20% and layer_norm 17% slower
-/// there; benches/README.md).
+/// Extra flags for compute-bound kernels (a `tl.dot`, or `exp`/`exp2`, whose polynomial
+/// is most of the work): vectorised over 512 bits where the CPU has them (matmul 1024³
+/// 24.9 → 22.2 ms, softmax 4096×1024 ... on an AVX-512 Xeon), while memory-bound kernels
+/// keep clang's 256 (512 made row-sum 20% and layer_norm 17% slower there;
+/// benches/README.md).
 #[cfg(target_arch = "x86_64")]
-const DOT_FLAGS: &[&str] = &["-mprefer-vector-width=512"];
+const WIDE_FLAGS: &[&str] = &["-mprefer-vector-width=512"];
 #[cfg(not(target_arch = "x86_64"))]
-const DOT_FLAGS: &[&str] = &[];
+const WIDE_FLAGS: &[&str] = &[];
+
+/// Whether `k` is compute-bound in the sense of [`WIDE_FLAGS`].
+fn compute_bound(k: &Kernel) -> bool {
+    k.ops.iter().any(|o| {
+        matches!(
+            o.op,
+            Op::Dot { .. }
+                | Op::Unary {
+                    kind: UnaryOp::Exp | UnaryOp::Exp2,
+                    ..
+                }
+        )
+    })
+}
 
 /// glibc's vector math (`exp` over 8 floats at once); the library is part of libc6.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -205,8 +221,8 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
         std::fs::write(dir.join(format!("{}.cpp", k.name)), &prog.source)?;
     }
     let build = Build {
-        flags: if k.ops.iter().any(|o| matches!(o.op, Op::Dot { .. })) {
-            [FLAGS, VECTOR_MATH, DOT_FLAGS].concat()
+        flags: if compute_bound(k) {
+            [FLAGS, VECTOR_MATH, WIDE_FLAGS].concat()
         } else {
             [FLAGS, VECTOR_MATH].concat()
         },
