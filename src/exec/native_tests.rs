@@ -333,9 +333,9 @@ fn exp_and_exp2_are_within_one_ulp_of_the_correctly_rounded_result() {
             let (x, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "out_ptr"));
             let n = k.scalar(I32, "n");
             let offs = tl::program_id(0) * 1024 + tl::arange(0, 1024);
-            let v = tl::load(x + offs.clone()).mask(offs.lt(n.clone()));
+            let v = tl::load(x + offs).mask(offs.lt(n));
             let y = if two { tl::exp2(v) } else { tl::exp(v) };
-            tl::store(out + offs.clone(), y).mask(offs.lt(n));
+            tl::store(out + offs, y).mask(offs.lt(n));
         });
         let mut out = out_buf(n, -7.0);
         let mut args = [
