@@ -247,7 +247,7 @@ pub enum Target {
     /// The CPU executor, as an MLX primitive (lazy outputs).
     Cpu,
     /// The CPU executor with the kernel compiled to native code by clang (>= 15) instead
-    /// of interpreted: the same semantics and checks, 1.4–5.2× faster than `Cpu` on the
+    /// of interpreted: the same semantics and checks, 1.4–6.1× faster than `Cpu` on the
     /// benchmark kernels once built (each kernel compiled once, cached on disk; see
     /// `exec::execute_native`). Without a clang the launch fails with `Unsupported`.
     CpuCompiled,
