@@ -317,7 +317,9 @@ fn bind<'a>(k: &Kernel, grid: [usize; 3], args: &'a mut [ExecArg<'_>]) -> Result
 /// [`Error::Build`] for a kernel that fails the IR verifier, [`Error::Launch`] for
 /// arguments that do not match the parameters, [`Error::Runtime`]
 /// for failures while running (out-of-bounds accesses, writes through read-only buffers),
-/// naming the op and program.
+/// naming the op and program. A failure stops the launch early (programs not yet started
+/// do not run); the program named is the lowest-numbered one that failed, whatever the
+/// thread schedule.
 pub fn execute(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
     execute_with(kernel, grid, args, None)
 }

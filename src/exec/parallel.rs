@@ -36,9 +36,11 @@ const INLINE: Duration = Duration::from_micros(40);
 /// to the calling thread and up to `rayon::current_num_threads() - 1` pool threads, each
 /// participating thread making its `state` with `init` before its first range.
 ///
-/// Stops handing out pieces after the first error; the error returned is the one of the
-/// lowest range that failed (so a launch where one program fails reports that program,
-/// whichever thread ran it). A panic in `work` is propagated after every thread has
+/// Stops handing out pieces after the first error and returns the error of the lowest
+/// range that failed. Pieces are dealt in order and a piece once dealt runs to its end, so
+/// when `work` stops a range at its first error (as both executors do), the error is the
+/// one of the lowest failing index whatever the schedule: a launch reports its
+/// lowest-numbered failing program. A panic in `work` is propagated after every thread has
 /// stopped.
 pub(crate) fn run_pieces<S>(
     total: usize,
@@ -306,10 +308,10 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("index 3;"), "{e}");
         assert_eq!(ran.load(Relaxed), 4);
-        // In parallel (slow indices, so the pool joins), the failing index is the one
-        // reported, whoever ran it.
+        // In parallel (slow indices, so the pool joins), every index from `bad` on fails and
+        // later ones fail sooner: the lowest is reported, whoever ran it and whenever.
         for threads in [2, 4] {
-            for bad in [0, 7, 31] {
+            for bad in [0, 7, 30] {
                 let e = pool(threads)
                     .install(|| {
                         run_pieces(
@@ -318,8 +320,9 @@ mod tests {
                             || (),
                             |_, range| {
                                 for i in range {
-                                    std::thread::sleep(Duration::from_micros(100));
-                                    if i == bad {
+                                    let us = 50 * (32 - i as u64);
+                                    std::thread::sleep(Duration::from_micros(us));
+                                    if i >= bad {
                                         return Err(err(i));
                                     }
                                 }
