@@ -75,6 +75,8 @@ mod native;
 #[cfg(test)]
 mod native_tests;
 mod parallel;
+#[cfg(test)]
+mod parallel_tests;
 mod plan;
 mod reduce;
 mod reduce_layout;
