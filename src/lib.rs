@@ -5,6 +5,9 @@
 //! plugs into MLX as a custom primitive.
 #![deny(missing_docs)]
 
+// The `#[jit]` expansion names `::triton_metal`, also inside this crate's own tests.
+extern crate self as triton_metal;
+
 pub mod dtype;
 pub mod emu;
 pub mod error;
@@ -14,6 +17,9 @@ pub mod tl;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, Result, SourceLoc};
+
+#[doc = include_str!("jit.md")]
+pub use triton_metal_macros::jit;
 
 pub mod array;
 pub mod bench;

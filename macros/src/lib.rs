@@ -1,0 +1,106 @@
+//! `#[jit]`: Triton-style kernels written as plain Rust functions, expanded onto
+//! `triton_metal::tl` (the builder DSL). Use it through `triton_metal::jit`, whose
+//! documentation is the guide.
+
+use proc_macro::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::{parse_macro_input, ItemFn, ReturnType, Type};
+
+mod body;
+mod sig;
+
+/// Turns a function into a kernel factory (or, for a helper, a function the kernel inlines).
+/// See `triton_metal::jit` for the guide.
+#[proc_macro_attribute]
+pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let attr = proc_macro2::TokenStream::from(attr);
+    if !attr.is_empty() {
+        return syn::Error::new_spanned(attr, "`#[jit]` takes no arguments")
+            .to_compile_error()
+            .into();
+    }
+    let f = parse_macro_input!(item as ItemFn);
+    match expand(f) {
+        Ok(t) => t.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+fn is_tensor(ty: &Type) -> bool {
+    match ty {
+        Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Tensor"),
+        Type::Reference(r) => is_tensor(&r.elem),
+        _ => false,
+    }
+}
+
+fn expand(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
+    let s = &f.sig;
+    if let Some(t) = &s.asyncness {
+        return Err(syn::Error::new_spanned(t, "a kernel cannot be `async`"));
+    }
+    if let Some(t) = &s.constness {
+        return Err(syn::Error::new_spanned(t, "a kernel cannot be `const`"));
+    }
+    if let Some(t) = &s.unsafety {
+        return Err(syn::Error::new_spanned(
+            t,
+            "a kernel has nothing unsafe: drop `unsafe`",
+        ));
+    }
+    if let Some(v) = &s.variadic {
+        return Err(syn::Error::new_spanned(v, "a kernel cannot be variadic"));
+    }
+    // A helper (Triton's `@triton.jit` function called from a kernel) takes tensors or
+    // returns something; a kernel does neither.
+    let helper = !matches!(s.output, ReturnType::Default)
+        || s.inputs
+            .iter()
+            .any(|a| matches!(a, syn::FnArg::Typed(t) if is_tensor(&t.ty)));
+    if helper {
+        return helper_fn(f);
+    }
+    if !s.generics.params.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &s.generics,
+            "a kernel cannot be generic: take `dtype: DType` and write `Ptr<dtype>`",
+        ));
+    }
+    let params = s
+        .inputs
+        .iter()
+        .map(sig::param)
+        .collect::<syn::Result<Vec<_>>>()?;
+    let k = sig::hidden("__tm_k");
+    let decls = params.iter().map(|p| p.declare(&k));
+    let factory_args = params.iter().filter_map(|p| p.factory_arg());
+    let body = body::kernel_body(&f.block, &params)?;
+    let (attrs, vis, name) = (&f.attrs, &f.vis, &s.ident);
+    let name_lit = syn::LitStr::new(&name.to_string(), name.span());
+    let span = name.span();
+    let jit = quote_spanned!(span=> ::triton_metal::tl::jit);
+    Ok(quote! {
+        #(#attrs)*
+        #[allow(non_snake_case, unused_mut, unused_variables, unused_assignments, clippy::all)]
+        #vis fn #name(#(#factory_args),*) -> ::triton_metal::Result<::triton_metal::tl::JitKernel> {
+            #jit(#name_lit, move |#k: &mut ::triton_metal::tl::KernelBuilder| {
+                #(#decls)*
+                #body
+            })
+        }
+    })
+}
+
+fn helper_fn(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
+    let body = body::helper_body(&f.block, &f.sig)?;
+    let (attrs, vis, sig) = (&f.attrs, &f.vis, &f.sig);
+    let span = f.sig.ident.span();
+    let allow = quote_spanned!(span=> #[allow(non_snake_case, unused_mut, unused_variables, unused_assignments, clippy::all)]);
+    Ok(quote! {
+        #(#attrs)*
+        #allow
+        #vis #sig {
+            #body
+        }
+    })
+}
