@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use cxx::UniquePtr;
+#[cfg(feature = "ndarray")]
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use crate::dtype::{DType, Element};
@@ -15,7 +16,7 @@ use crate::runtime::cpu_primitive::ErrorSlot;
 ///
 /// Cloning is a reference-count bump, never a copy. Operations (in [`crate::mlx`] and
 /// kernel launches) return new lazy arrays; data is computed on [`Array::eval`] or when it
-/// is read ([`Array::to_vec`], [`Array::to_ndarray`]).
+/// is read ([`Array::to_vec`], or `Array::to_ndarray` with feature `ndarray`).
 ///
 /// # Threads
 /// `Array` is `Send` and `Sync`: MLX arrays are immutable once built and their reference
@@ -124,7 +125,8 @@ impl Array {
     }
 
     /// Builds an array from any ndarray (owned, view, transposed or strided); the data
-    /// is copied in logical (row-major) order.
+    /// is copied in logical (row-major) order. Feature `ndarray`.
+    #[cfg(feature = "ndarray")]
     pub fn from_ndarray<T, S, D>(a: &ArrayBase<S, D>) -> Result<Array>
     where
         T: Element,
@@ -247,7 +249,8 @@ impl Array {
         )
     }
 
-    /// Evaluates and copies into an owned `ndarray::ArrayD`.
+    /// Evaluates and copies into an owned `ndarray::ArrayD`. Feature `ndarray`.
+    #[cfg(feature = "ndarray")]
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         let v = self.to_vec::<T>()?;
         ArrayD::from_shape_vec(IxDyn(&self.shape()), v)

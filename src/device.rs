@@ -17,6 +17,7 @@ pub enum Device {
 
 /// The GPU programming model behind a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Backend {
     /// Apple GPU through Metal.
     Metal,

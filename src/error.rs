@@ -1,6 +1,7 @@
 //! The crate's error type. Every fallible public function returns [`Result`].
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Where in the user's Rust source an op was built (from `#[track_caller]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,7 +34,21 @@ impl fmt::Display for SourceLoc {
 }
 
 /// Everything that can go wrong, from MLX calls to kernel building and launching.
+///
+/// Match on the variant to tell kinds apart; new variants may be added (the enum is
+/// `#[non_exhaustive]`). I/O failures keep the [`std::io::Error`] as their
+/// [`source`](std::error::Error::source), so its [`kind`](std::io::Error::kind) can be
+/// checked:
+///
+/// ```
+/// use std::error::Error as _;
+/// let e = triton_metal::Error::io("reading the op file", std::io::ErrorKind::NotFound.into());
+/// assert!(matches!(&e, triton_metal::Error::Io { context, .. } if context == "reading the op file"));
+/// let io = e.source().and_then(|s| s.downcast_ref::<std::io::Error>()).unwrap();
+/// assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// An exception thrown by MLX, with MLX's own message.
     #[error("MLX error: {0}")]
@@ -82,9 +97,25 @@ pub enum Error {
     /// A bad argument to a host-side API (array construction, reference ops, tools).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// An I/O failure (caches, tools).
-    #[error("I/O error: {0}")]
-    Io(String),
+    /// An I/O failure (caches, generated sources, tools).
+    #[error("I/O error{}: {source}", if context.is_empty() { String::new() } else { format!(" ({context})") })]
+    Io {
+        /// What was being done, naming the path or setting involved (may be empty).
+        context: String,
+        /// The operating system's error (shared, so that `Error` stays `Clone`).
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+}
+
+impl Error {
+    /// An I/O failure while doing `context` (name the path or setting involved).
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io {
+            context: context.into(),
+            source: Arc::new(source),
+        }
+    }
 }
 
 impl From<cxx::Exception> for Error {
@@ -95,7 +126,7 @@ impl From<cxx::Exception> for Error {
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::Io(e.to_string())
+        Error::io("", e)
     }
 }
 

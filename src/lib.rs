@@ -23,10 +23,12 @@ pub use triton_metal_macros::jit;
 
 pub mod array;
 pub mod bench;
+pub mod config;
 pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
+pub(crate) mod settings;
 pub mod testing;
 pub mod tune;
 
@@ -36,4 +38,5 @@ pub mod opt;
 pub mod passes;
 
 pub use array::Array;
+pub use config::Config;
 pub use device::{Backend, Device, HardwareInfo};

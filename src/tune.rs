@@ -126,7 +126,7 @@ pub struct Autotuner<'k> {
 
 /// The default cache file (see the module docs).
 pub fn default_cache_file() -> PathBuf {
-    let dir = std::env::var_os("TRITON_METAL_CACHE_DIR")
+    let dir = crate::settings::var_os("TRITON_METAL_CACHE_DIR")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("triton-metal"))
@@ -203,7 +203,7 @@ impl<'k> Autotuner<'k> {
             std::fs::create_dir_all(dir)?;
         }
         let text = serde_json::to_string_pretty(all)
-            .map_err(|e| Error::Io(format!("autotune cache: {e}")))?;
+            .map_err(|e| Error::io(format!("autotune cache {}", path.display()), e.into()))?;
         // Write then rename: a crash never leaves half a file.
         let tmp = path.with_extension(format!("json.{}", std::process::id()));
         std::fs::write(&tmp, text)?;

@@ -1,6 +1,7 @@
 //! Round trips between Rust data and MLX arrays, for every dtype.
 
 use half::{bf16, f16};
+#[cfg(feature = "ndarray")]
 use ndarray::{Array2, Array3, ArrayD, IxDyn};
 use triton_metal::{mlx, Array, DType, Element};
 
@@ -13,8 +14,26 @@ fn round_trip<T: Element + PartialEq>(values: Vec<T>) {
     assert_eq!(a.strides(), vec![6, 1]);
     assert_eq!(a.to_vec::<T>().unwrap(), values);
 
-    // ndarray: contiguous, transposed view and sliced view.
-    let nd = Array2::from_shape_vec((n / 6, 6), values.clone()).unwrap();
+    // An MLX transpose is a strided view; reading it gives logical order.
+    let mt = mlx::transpose(&a, None).unwrap();
+    mt.eval().unwrap();
+    assert_eq!(mt.strides(), vec![1, 6]);
+    let transposed: Vec<T> = (0..6)
+        .flat_map(|j| (0..n / 6).map(move |i| i * 6 + j))
+        .map(|k| values[k])
+        .collect();
+    assert_eq!(mt.to_vec::<T>().unwrap(), transposed);
+
+    #[cfg(feature = "ndarray")]
+    ndarray_round_trip(&a, values);
+}
+
+/// `values` (shape `[n / 6, 6]`, also held by `a`) through ndarray: contiguous, transposed
+/// view and sliced view.
+#[cfg(feature = "ndarray")]
+fn ndarray_round_trip<T: Element + PartialEq>(a: &Array, values: Vec<T>) {
+    let n = values.len();
+    let nd = Array2::from_shape_vec((n / 6, 6), values).unwrap();
     let b = Array::from_ndarray(&nd).unwrap();
     assert_eq!(b.to_ndarray::<T>().unwrap(), nd.clone().into_dyn());
     let t = nd.t();
@@ -25,10 +44,7 @@ fn round_trip<T: Element + PartialEq>(values: Vec<T>) {
     let d = Array::from_ndarray(&s).unwrap();
     assert_eq!(d.to_ndarray::<T>().unwrap(), s.to_owned().into_dyn());
 
-    // An MLX transpose is a strided view; reading it gives logical order.
-    let mt = mlx::transpose(&a, None).unwrap();
-    mt.eval().unwrap();
-    assert_eq!(mt.strides(), vec![1, 6]);
+    let mt = mlx::transpose(a, None).unwrap();
     assert_eq!(mt.to_ndarray::<T>().unwrap(), t.to_owned().into_dyn());
 }
 
@@ -71,13 +87,26 @@ fn every_dtype_round_trips() {
     );
 }
 
+#[cfg(feature = "ndarray")]
 #[test]
-fn three_d_and_scalar_and_empty() {
+fn ndarray_three_d_and_empty() {
     let nd = Array3::from_shape_fn((2, 3, 4), |(i, j, k)| (i * 100 + j * 10 + k) as i32);
     let perm = nd.view().permuted_axes([2, 0, 1]);
     let a = Array::from_ndarray(&perm).unwrap();
     assert_eq!(a.shape(), vec![4, 2, 3]);
     assert_eq!(a.to_ndarray::<i32>().unwrap(), perm.to_owned().into_dyn());
+
+    let e = Array::from_slice::<f32>(&[], &[0, 3]).unwrap();
+    let d = ArrayD::<f32>::zeros(IxDyn(&[0, 3]));
+    assert_eq!(e.to_ndarray::<f32>().unwrap(), d);
+}
+
+#[test]
+fn three_d_and_scalar_and_empty() {
+    let a = Array::from_slice(&(0..24).collect::<Vec<i32>>(), &[2, 3, 4]).unwrap();
+    assert_eq!(a.shape(), vec![2, 3, 4]);
+    assert_eq!(a.strides(), vec![12, 4, 1]);
+    assert_eq!(a.to_vec::<i32>().unwrap(), (0..24).collect::<Vec<i32>>());
 
     let s = Array::scalar(2.5f32).unwrap();
     assert_eq!(s.shape(), Vec::<usize>::new());
@@ -86,8 +115,6 @@ fn three_d_and_scalar_and_empty() {
     let e = Array::from_slice::<f32>(&[], &[0, 3]).unwrap();
     assert_eq!(e.size(), 0);
     assert_eq!(e.to_vec::<f32>().unwrap(), Vec::<f32>::new());
-    let d = ArrayD::<f32>::zeros(IxDyn(&[0, 3]));
-    assert_eq!(e.to_ndarray::<f32>().unwrap(), d);
 }
 
 #[test]

@@ -22,7 +22,10 @@ fn font() -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Io("plot: the bundled font failed to load".into()))
+        Err(Error::io(
+            "plot",
+            std::io::Error::other("the bundled font failed to load"),
+        ))
     }
 }
 
@@ -34,7 +37,12 @@ pub fn plot_png(report: &BenchReport, path: &Path) -> Result<()> {
             "plot: the report has no rows".into(),
         ));
     }
-    let err = |e: &dyn std::fmt::Display| Error::Io(format!("plot {}: {e}", path.display()));
+    let err = |e: &dyn std::fmt::Display| {
+        Error::io(
+            format!("plot {}", path.display()),
+            std::io::Error::other(e.to_string()),
+        )
+    };
     let mut sizes: Vec<(usize, usize)> = Vec::new();
     let mut layouts: Vec<&str> = Vec::new();
     for r in &report.rows {

@@ -66,6 +66,7 @@ pub const CACHE_DIR_ENV: &str = "TRITON_METAL_CACHE_DIR";
 
 /// How a reduction is laid out (see `reduce.rs` for what each prints).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReductionLayout {
     /// Thread-local partials, then one pass over them in threadgroup memory.
     Default,
@@ -201,13 +202,13 @@ pub fn cache_key(kernel: &Kernel, opts: &LaunchOptions) -> u64 {
 }
 
 pub(crate) fn debug_enabled() -> bool {
-    std::env::var(DEBUG_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+    crate::settings::flag(DEBUG_ENV)
 }
 
 /// The Metal program of a kernel specialisation under `opts`, compiled once per process
 /// (keyed by [`cache_key`]).
 pub fn msl(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<MetalProgram>> {
-    let dir = std::env::var_os(CACHE_DIR_ENV).map(std::path::PathBuf::from);
+    let dir = crate::settings::var_os(CACHE_DIR_ENV).map(std::path::PathBuf::from);
     msl_with(kernel, opts, debug_enabled(), dir.as_deref())
 }
 
@@ -278,7 +279,7 @@ pub fn cuda(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<CudaProgram>> {
             prog.describe()
         );
     }
-    if let Some(dir) = std::env::var_os(CACHE_DIR_ENV).map(std::path::PathBuf::from) {
+    if let Some(dir) = crate::settings::var_os(CACHE_DIR_ENV).map(std::path::PathBuf::from) {
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join(format!("{}.cu", prog.name)), prog.standalone())?;
     }

@@ -88,7 +88,7 @@ pub(crate) fn clang() -> Option<&'static Clang> {
     static FOUND: OnceLock<Option<Clang>> = OnceLock::new();
     FOUND
         .get_or_init(|| {
-            if let Ok(cmd) = std::env::var("TRITON_METAL_EMU_CXX") {
+            if let Some(cmd) = crate::settings::var("TRITON_METAL_EMU_CXX") {
                 return probe(&cmd);
             }
             (MIN_CLANG..=25)
@@ -105,7 +105,7 @@ pub(crate) fn clang() -> Option<&'static Clang> {
 /// `$XDG_CACHE_HOME/triton-metal/emu`, else `$HOME/.cache/triton-metal/emu`, else the
 /// system temp dir.
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("TRITON_METAL_EMU_CACHE") {
+    if let Some(d) = crate::settings::var_os("TRITON_METAL_EMU_CACHE") {
         return PathBuf::from(d);
     }
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
@@ -259,7 +259,7 @@ fn compile(
         });
     }
     std::fs::rename(&tmp, so)?;
-    if std::env::var_os("TRITON_METAL_EMU_KEEP").is_none() {
+    if crate::settings::var_os("TRITON_METAL_EMU_KEEP").is_none() {
         // The .cpp embeds the whole shim; keep it only on request (or on failure).
         let _ = std::fs::remove_file(&src);
     }

@@ -217,7 +217,7 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
             k.name
         );
     }
-    if let Some(dir) = std::env::var_os(crate::codegen::CACHE_DIR_ENV) {
+    if let Some(dir) = crate::settings::var_os(crate::codegen::CACHE_DIR_ENV) {
         let dir = std::path::PathBuf::from(dir);
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join(format!("{}.cpp", k.name)), &prog.source)?;

@@ -24,6 +24,7 @@ pub const HW_ENV_VAR: &str = "TRITON_METAL_HW";
 /// Every chip a profile exists for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Chip {
     /// Apple M1.
     M1,
@@ -396,8 +397,8 @@ impl HardwareProfile {
     /// The profile to plan for: `TRITON_METAL_HW` when set (an unknown value is an error
     /// listing the valid names), else the default MLX device.
     pub fn detect() -> Result<HardwareProfile> {
-        match std::env::var(HW_ENV_VAR) {
-            Ok(v) if !v.trim().is_empty() => HardwareProfile::named(&v).map_err(|e| match e {
+        match crate::settings::var(HW_ENV_VAR) {
+            Some(v) if !v.trim().is_empty() => HardwareProfile::named(&v).map_err(|e| match e {
                 Error::InvalidArgument(m) => Error::InvalidArgument(format!("{HW_ENV_VAR}: {m}")),
                 other => other,
             }),

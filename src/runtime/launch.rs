@@ -237,11 +237,14 @@ impl IntoArgs for Vec<Arg> {
 
 /// Where a launch runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Target {
     /// Metal when MLX's default device is an Apple GPU, CUDA when it is an NVIDIA GPU and
     /// the crate feature `cuda` is on, otherwise the CPU executor. The environment variable
     /// `TRITON_METAL_TARGET` (`cpu`, `cpu-compiled`, `metal`, `cuda`, `emulated`, `emulated-reverse`)
-    /// overrides the choice, e.g. to run a whole program on emulated Metal.
+    /// overrides the choice, e.g. to run a whole program on emulated Metal, unless the program
+    /// installed a [`crate::Config`] that sets [`crate::Config::target`] or turns the
+    /// environment off.
     #[default]
     Auto,
     /// The CPU executor, as an MLX primitive (lazy outputs).
@@ -267,7 +270,7 @@ pub const TARGET_ENV: &str = "TRITON_METAL_TARGET";
 
 impl Target {
     fn from_env() -> Result<Option<Target>> {
-        let Ok(v) = std::env::var(TARGET_ENV) else {
+        let Some(v) = crate::settings::var(TARGET_ENV) else {
             return Ok(None);
         };
         Ok(Some(match v.trim().to_ascii_lowercase().as_str() {
