@@ -5,6 +5,10 @@ pub mod launch;
 pub mod mlx_kernel;
 
 pub use launch::{cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target};
+// What launches take and return from the modules outside the public API.
+pub use crate::codegen::{CudaProgram, MetalProgram, ReductionLayout};
+pub use crate::emu::LaneOrder;
+pub use crate::passes::PassOptions;
 pub use mlx_kernel::{
     cpu_launch, cpu_output_cache_bytes, set_cpu_output_cache_limit, CudaKernelCall, KernelCall,
     MetalKernelCall, OutputSpec,
