@@ -36,16 +36,26 @@ impl fmt::Display for SourceLoc {
 /// Everything that can go wrong, from MLX calls to kernel building and launching.
 ///
 /// Match on the variant to tell kinds apart; new variants may be added (the enum is
-/// `#[non_exhaustive]`). I/O failures keep the [`std::io::Error`] as their
+/// `#[non_exhaustive]`). I/O failures keep the [`std::io::Error`] (shared, so that `Error`
+/// stays `Clone`) in their `source` field, also returned by
 /// [`source`](std::error::Error::source), so its [`kind`](std::io::Error::kind) can be
 /// checked:
 ///
 /// ```
 /// use std::error::Error as _;
-/// let e = triton_metal::Error::io("reading the op file", std::io::ErrorKind::NotFound.into());
-/// assert!(matches!(&e, triton_metal::Error::Io { context, .. } if context == "reading the op file"));
-/// let io = e.source().and_then(|s| s.downcast_ref::<std::io::Error>()).unwrap();
-/// assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+/// use std::io::ErrorKind;
+/// use triton_metal::Error;
+///
+/// let e = Error::io("reading ops.json", ErrorKind::NotFound.into());
+/// match &e {
+///     Error::Io { context, source } => {
+///         assert_eq!(context, "reading ops.json");
+///         assert_eq!(source.kind(), ErrorKind::NotFound);
+///     }
+///     other => panic!("{other}"),
+/// }
+/// assert!(e.source().is_some());
+/// assert!(e.to_string().starts_with("I/O error (reading ops.json): "));
 /// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
