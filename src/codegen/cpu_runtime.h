@@ -16,7 +16,7 @@ typedef signed char schar;
 
 // One program range's status, shared with the host (layout mirrored in exec/native.rs).
 struct tm_ctx {
-  int64_t failed;   // 1 once an access was out of bounds
+  int64_t failed;   // 1 once an access was out of bounds, 2 for a zero loop step
   int64_t op;       // the op being run (set before each memory op)
   int64_t bad_op;   // the op that made the bad access
   int64_t param;    // the argument the bad access went through
@@ -36,6 +36,15 @@ __attribute__((noinline, cold)) inline void* tm_oob(tm_ctx* c, int64_t param, in
     c->len = len;
   }
   return c->sink;
+}
+
+// A `for` loop whose step is zero at run time: recorded like a bad access (`failed` 2), the
+// loop runs no iteration, and the host reports it after the program.
+__attribute__((noinline, cold)) inline void tm_zero_step(tm_ctx* c, int64_t op) {
+  if (!c->failed) {
+    c->failed = 2;
+    c->bad_op = op;
+  }
 }
 
 template <class T, int N> using tm_vec = T __attribute__((ext_vector_type(N)));

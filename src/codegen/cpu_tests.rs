@@ -35,7 +35,7 @@ fn a_load_read_by_two_ops_is_read_from_the_argument_by_both() {
         "not read lazily:\n{src}"
     );
     // Both readers go through the lazy read; no loop copies the row into its array first.
-    assert!(src.contains("fmax(lane[tm_e], x_1[tm_i])"), "{src}");
+    assert!(src.contains("tm_fmax(lane[tm_e], x_1[tm_i])"), "{src}");
     assert!(src.contains("(x_1[tm_k] - max_1)"), "{src}");
 }
 
@@ -99,7 +99,11 @@ fn blocked(k: &mut KernelBuilder) {
 #[test]
 fn a_loop_from_zeros_starts_without_filling_its_accumulator() {
     let src = source("blocked", blocked);
-    assert!(src.contains("if ((lo) < (hi)) {"), "not peeled:\n{src}");
+    assert!(
+        src.lines()
+            .any(|l| l.trim_start().starts_with("if (trips") && l.contains(" > 0) {")),
+        "not peeled:\n{src}"
+    );
     assert!(src.contains("(0.0f + "), "{src}");
 }
 

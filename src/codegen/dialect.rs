@@ -76,7 +76,7 @@ pub struct Dialect {
     /// Start of every header (includes, typedefs, always-needed helpers).
     pub prelude: &'static str,
     /// Helper definitions printed once each when the body uses them, by helper name
-    /// (`erf`, `atomic`, `atomic_cas`, `atomic_fminmax`, `philox`, `packed`).
+    /// (`erf`, `atomic`, `atomic_cas`, `atomic_fminmax`, `philox`, `packed`, `minmax`, `f2i`).
     pub helpers: &'static [(&'static str, &'static str)],
     /// Type of one chunk of a vectorised access: `{ty}` (element type) and `{n}`.
     pub vector_type: &'static str,
@@ -107,6 +107,9 @@ pub struct Dialect {
     /// Statement printed before every memory op (`{id}`: the op's index), so a failing
     /// access can name its op.
     pub op_marker: Option<&'static str>,
+    /// Statement reporting a `for` loop whose step is zero at run time (`{id}`: the loop's
+    /// op index); where `None`, such a loop runs no iteration.
+    pub zero_step: Option<&'static str>,
 }
 
 impl Dialect {
@@ -149,6 +152,52 @@ impl Dialect {
         s
     }
 }
+
+/// Float max/min and float-to-integer conversions, the same text in every dialect: `$q`
+/// qualifies a function (`inline`, `__device__ inline`), `$u` reinterprets a `float` as a
+/// `uint`, `$i8` names the 8-bit signed type. Returns the `minmax` and `f2i` helpers.
+///
+/// Max/min follow Triton: a NaN operand is ignored (`maximum`, `max` reductions) or wins
+/// (`propagate_nan=ALL`), and +0 is greater than -0 whatever the order. They never call the
+/// language's `fmax`/`fmin` (nor `simd_max`/`simd_min` on floats, see `reduce.rs`): under
+/// Metal's default `mathFloatingPointFunctions` (fast), which MLX leaves in place, those are
+/// undefined for NaN. NaN is tested on the bits, which no floating-point mode relaxes, and
+/// the comparisons that follow only ever see numbers, so the result is the same under fast
+/// and precise math.
+///
+/// Float-to-integer conversions are Triton's on NVIDIA GPUs (PTX `cvt.rzi`): truncate
+/// toward zero, saturate at the range of a 16-, 32- or 64-bit integer, NaN gives 0 (64-bit:
+/// the bit pattern `0x8000000000000000`); an 8-bit result is the low byte of the saturated
+/// 16-bit one. Every out-of-range case is selected before the C conversion, which is
+/// undefined there.
+macro_rules! value_helpers {
+    ($q:literal, $u:literal, $i8:literal) => {
+        (
+            concat!(
+                "\n", $q, " bool tm_isnan_f(float x) { return (", $u, "(x) & 0x7fffffffu) > 0x7f800000u; }\n",
+                $q, " float tm_fmax(float a, float b) { return (tm_isnan_f(b) || a > b || (a == b && (", $u, "(a) >> 31) == 0u)) ? a : b; }\n",
+                $q, " float tm_fmin(float a, float b) { return (tm_isnan_f(b) || a < b || (a == b && (", $u, "(a) >> 31) != 0u)) ? a : b; }\n",
+                $q, " float tm_fmax_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmax(a, b); }\n",
+                $q, " float tm_fmin_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmin(a, b); }\n",
+            ),
+            concat!(
+                "\n", $q, " bool tm_f2i_nan(float x) { return (", $u, "(x) & 0x7fffffffu) > 0x7f800000u; }\n",
+                $q, " short tm_f2i16(float x) { return tm_f2i_nan(x) ? short(0) : x >= 32767.0f ? short(32767) : x <= -32768.0f ? short(-32768) : short(x); }\n",
+                $q, " ushort tm_f2u16(float x) { return tm_f2i_nan(x) ? ushort(0) : x >= 65535.0f ? ushort(65535) : x <= 0.0f ? ushort(0) : ushort(x); }\n",
+                $q, " int tm_f2i32(float x) { return tm_f2i_nan(x) ? 0 : x >= 2147483648.0f ? 2147483647 : x <= -2147483648.0f ? int(-2147483647 - 1) : int(x); }\n",
+                $q, " uint tm_f2u32(float x) { return tm_f2i_nan(x) ? 0u : x >= 4294967296.0f ? 4294967295u : x <= 0.0f ? 0u : uint(x); }\n",
+                $q, " long tm_f2i64(float x) { return tm_f2i_nan(x) || x <= -9223372036854775808.0f ? long(-0x7fffffffffffffff - 1) : x >= 9223372036854775808.0f ? long(0x7fffffffffffffff) : long(x); }\n",
+                $q, " ulong tm_f2u64(float x) { return tm_f2i_nan(x) ? ulong(0x8000000000000000) : x >= 18446744073709551616.0f ? ulong(0xffffffffffffffff) : x <= 0.0f ? ulong(0) : ulong(x); }\n",
+                $q, " ", $i8, " tm_f2i8(float x) { return ", $i8, "(uchar(ushort(tm_f2i16(x)))); }\n",
+                $q, " uchar tm_f2u8(float x) { return uchar(tm_f2u16(x)); }\n",
+            ),
+        )
+    };
+}
+
+const METAL_VALUES: (&str, &str) = value_helpers!("inline", "as_type<uint>", "char");
+const CUDA_VALUES: (&str, &str) = value_helpers!("__device__ inline", "__float_as_uint", "schar");
+const CPU_VALUES: (&str, &str) = value_helpers!("inline", "as_type<uint>", "schar");
 
 /// Metal Shading Language (MLX `fast::metal_kernel` bodies).
 pub const METAL: Dialect = Dialect {
@@ -211,6 +260,8 @@ pub const METAL: Dialect = Dialect {
         ("atomic_fminmax", super::metal::ATOMIC_FMINMAX),
         ("philox", super::metal::PHILOX),
         ("packed", super::metal::PACKED),
+        ("minmax", METAL_VALUES.0),
+        ("f2i", METAL_VALUES.1),
     ],
     vector_type: "packed_{ty}{n}",
     vector_load: &[(2, "tm_vload2({p})"), (4, "tm_vload({p})")],
@@ -222,6 +273,7 @@ pub const METAL: Dialect = Dialect {
     peel_uniform_inits: false,
     reduce_lanes: 1,
     op_marker: None,
+    zero_step: None,
 };
 
 /// CUDA C++ as NVRTC compiles it (MLX `fast::cuda_kernel` bodies and standalone kernels).
@@ -283,6 +335,8 @@ pub const CUDA: Dialect = Dialect {
         ("atomic_fminmax", super::cuda::ATOMIC_FMINMAX),
         ("philox", super::cuda::PHILOX),
         ("packed", super::cuda::PACKED),
+        ("minmax", CUDA_VALUES.0),
+        ("f2i", CUDA_VALUES.1),
     ],
     vector_type: "tm_vec<{ty}, {n}>",
     vector_load: &[
@@ -298,6 +352,7 @@ pub const CUDA: Dialect = Dialect {
     peel_uniform_inits: false,
     reduce_lanes: 1,
     op_marker: None,
+    zero_step: None,
 };
 
 /// C++20 for the compiled CPU executor (`exec::native`), built by clang against Metal's
@@ -357,7 +412,12 @@ pub const CPU: Dialect = Dialect {
         include_str!("../emu/metal_core.h"),
         include_str!("cpu_runtime.h")
     ),
-    helpers: &[("erf", super::metal::ERF), ("philox", super::cpu::PHILOX)],
+    helpers: &[
+        ("erf", super::metal::ERF),
+        ("philox", super::cpu::PHILOX),
+        ("minmax", CPU_VALUES.0),
+        ("f2i", CPU_VALUES.1),
+    ],
     vector_type: "tm_vec<{ty}, {n}>",
     vector_load: &[
         (2, "tm_vload<2>({p})"),
@@ -372,4 +432,5 @@ pub const CPU: Dialect = Dialect {
     peel_uniform_inits: true,
     reduce_lanes: 32,
     op_marker: Some("tm_status->op = {id};"),
+    zero_step: Some("tm_zero_step(tm_status, {id});"),
 };

@@ -129,15 +129,20 @@ impl Lowering<'_> {
             n,
             batch,
         } = self.dot_dims(a, res, sa, sb, sc)?;
-        let ct = self.cty(dacc)?;
         let lay = self.layout(res);
-        let name = self.declare_block("dot", dacc, lay.n)?;
+        let out = self.declare_block("dot", dacc, lay.n)?;
+        // 16-bit float accumulators sum in `float` and round once at the end of the dot,
+        // as every other path (and the interpreter) does.
+        let narrow = matches!(dacc, DType::F16 | DType::BF16);
+        let (name, ct) = if narrow {
+            (self.declare_block("dot_acc", DType::F32, lay.n)?, "float")
+        } else {
+            (out.clone(), self.cty(dacc)?)
+        };
         let rows = if m % 4 == 0 { 4 } else { 1 };
         let fma = |x: &str, y: &str, c: &str| {
-            if dacc.is_float() && dacc != DType::BF16 {
+            if dacc.is_float() {
                 format!("fma({x}, {y}, {c})")
-            } else if dacc == DType::BF16 {
-                format!("{ct}(fma(float({x}), float({y}), float({c})))")
             } else {
                 format!("{c} + {x} * {y}")
             }
@@ -170,7 +175,13 @@ impl Lowering<'_> {
         self.close();
         self.close();
         self.close();
-        self.set(res, Repr::Block(name));
+        if narrow {
+            let oct = self.cty(dacc)?;
+            self.open(format!("for (uint tm_c = 0; tm_c < {}u; ++tm_c)", lay.n));
+            self.line(format!("{out}[tm_c] = {oct}({name}[tm_c]);"));
+            self.close();
+        }
+        self.set(res, Repr::Block(out));
         self.layouts.push(LayoutChoice {
             op: format!("dot {batch}x{m}x{n}x{k}"),
             layout: format!("rows of C along rows of B, {rows} row(s) at a time"),
@@ -335,21 +346,20 @@ impl Lowering<'_> {
         self.line(format!("const uint tm_b = tm_l / {}u;", m * n));
         self.line(format!("const uint tm_m = (tm_l / {n}u) % {m}u;"));
         self.line(format!("const uint tm_n = tm_l % {n}u;"));
-        self.line(format!("{ct} tm_c = {accs};"));
+        // 16-bit float accumulators sum in `float`, rounded once at the end of the dot.
+        let narrow = matches!(dacc, DType::F16 | DType::BF16);
+        let at = if narrow { "float" } else { ct };
+        self.line(format!("{at} tm_c = {at}({accs});"));
         self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
-        let x = format!("{ct}({s}[tm_b * {}u + tm_m * {k}u + tm_k])", m * k);
-        let y = format!("{ct}({s}[{na}u + tm_b * {}u + tm_k * {n}u + tm_n])", k * n);
-        if dacc.is_float() && dacc != DType::BF16 {
+        let x = format!("{at}({s}[tm_b * {}u + tm_m * {k}u + tm_k])", m * k);
+        let y = format!("{at}({s}[{na}u + tm_b * {}u + tm_k * {n}u + tm_n])", k * n);
+        if dacc.is_float() {
             self.line(format!("tm_c = fma({x}, {y}, tm_c);"));
-        } else if dacc == DType::BF16 {
-            self.line(format!(
-                "tm_c = {ct}(fma(float({x}), float({y}), float(tm_c)));"
-            ));
         } else {
             self.line(format!("tm_c = tm_c + {x} * {y};"));
         }
         self.close();
-        self.line(format!("{name}[tm_i] = tm_c;"));
+        self.line(format!("{name}[tm_i] = {ct}(tm_c);"));
         self.close();
         self.smem_read_done();
         self.set(res, Repr::Block(name));

@@ -813,15 +813,16 @@ impl<'k> Lowering<'k> {
                 let dt = self.edt(res);
                 let ct = self.cty(dt)?;
                 let nan = *propagate_nan;
+                self.helpers.insert("minmax");
                 self.elementwise(res, &[*src, *lo, *hi], "clamp", &|x| {
                     let (s, l, h) = (&x[0], &x[1], &x[2]);
-                    let body = if dt == DType::BF16 {
-                        format!("{ct}(fmin(fmax(float({s}), float({l})), float({h})))")
+                    let body = if dt == DType::F32 {
+                        format!("tm_fmin(tm_fmax({s}, {l}), {h})")
                     } else {
-                        format!("fmin(fmax({s}, {l}), {h})")
+                        format!("{ct}(tm_fmin(tm_fmax(float({s}), float({l})), float({h})))")
                     };
                     if nan {
-                        format!("(isnan({s}) ? {s} : {body})")
+                        format!("(tm_isnan_f(float({s})) ? {s} : {body})")
                     } else {
                         body
                     }
@@ -830,8 +831,30 @@ impl<'k> Lowering<'k> {
             Op::Cast { src } => {
                 let (from, to) = (self.edt(*src), self.edt(res));
                 let ct = self.cty(to)?;
+                let f2i = match to {
+                    _ if !from.is_float() => None,
+                    DType::I8 => Some("tm_f2i8"),
+                    DType::I16 => Some("tm_f2i16"),
+                    DType::I32 => Some("tm_f2i32"),
+                    DType::I64 => Some("tm_f2i64"),
+                    DType::U8 => Some("tm_f2u8"),
+                    DType::U16 => Some("tm_f2u16"),
+                    DType::U32 => Some("tm_f2u32"),
+                    DType::U64 => Some("tm_f2u64"),
+                    _ => None,
+                };
+                if f2i.is_some() {
+                    self.helpers.insert("f2i");
+                }
                 self.elementwise(res, &[*src], "cast", &|a| {
-                    if (from == DType::BF16 && !to.is_float())
+                    if let Some(f) = f2i {
+                        // Saturating, NaN-defined (see `value_helpers` in dialect.rs).
+                        if from == DType::F32 {
+                            format!("{f}({})", a[0])
+                        } else {
+                            format!("{f}(float({}))", a[0])
+                        }
+                    } else if (from == DType::BF16 && !to.is_float())
                         || (to == DType::BF16 && !from.is_float())
                         || (from == DType::BF16 && to == DType::F16)
                         || (from == DType::F16 && to == DType::BF16)
@@ -1030,10 +1053,16 @@ impl<'k> Lowering<'k> {
                         "fabs({x})".into()
                     }
                 } else if dt.is_signed_int() {
-                    format!("{ct}(abs({{x}}))")
+                    // Wrapping (abs(INT_MIN) = INT_MIN), without C's overflow.
+                    let u = if dt.size_bytes() == 8 {
+                        "ulong"
+                    } else {
+                        "uint"
+                    };
+                    format!("{ct}({{x}} < 0 ? {u}(0) - {u}({{x}}) : {u}({{x}}))")
                 } else {
                     "{x}".into()
-                })
+                });
             }
         };
         let call = match self.d.override_for(func) {
@@ -1060,6 +1089,25 @@ impl<'k> Lowering<'k> {
     pub(super) fn binary_expr(&mut self, kind: BinaryOp, dt: DType) -> Result<String> {
         let ct = self.cty(dt)?;
         let float = dt.is_float();
+        if float {
+            // Never the language's fmax/fmin: see `value_helpers` in dialect.rs.
+            let f = match kind {
+                BinaryOp::Max => Some("tm_fmax"),
+                BinaryOp::Min => Some("tm_fmin"),
+                BinaryOp::MaxNan => Some("tm_fmax_nan"),
+                BinaryOp::MinNan => Some("tm_fmin_nan"),
+                _ => None,
+            };
+            if let Some(f) = f {
+                self.helpers.insert("minmax");
+                return Ok(if dt == DType::F32 {
+                    format!("{f}({{a}}, {{b}})")
+                } else {
+                    // Exact: the result is one of the operands, widened and narrowed back.
+                    format!("{ct}({f}(float({{a}}), float({{b}})))")
+                });
+            }
+        }
         let bits = dt.size_bytes() * 8;
         // Integer results Triton leaves undefined are defined as the CPU executor defines
         // them (x / 0 = all ones, x % 0 = x, MIN / -1 wraps, over-wide shifts give 0 or the
@@ -1069,7 +1117,15 @@ impl<'k> Lowering<'k> {
             _ => format!("{ct}(0u - uint({{a}}))"),
         };
         let signed = dt.is_signed_int();
+        // Integer arithmetic wraps (Triton's two's complement). C-family signed overflow is
+        // undefined, and 8/16-bit operands promote to `int` (where `ushort * ushort` can
+        // overflow), so signed and narrow integers compute in `uint`/`ulong` and convert back.
+        let u = if bits == 64 { "ulong" } else { "uint" };
+        let wrap = !float && dt != DType::Bool && (signed || bits < 32);
         let e = match kind {
+            BinaryOp::Add if wrap => format!("{ct}({u}({{a}}) + {u}({{b}}))"),
+            BinaryOp::Sub if wrap => format!("{ct}({u}({{a}}) - {u}({{b}}))"),
+            BinaryOp::Mul if wrap => format!("{ct}({u}({{a}}) * {u}({{b}}))"),
             BinaryOp::Add => "({a} + {b})".to_string(),
             BinaryOp::Sub => "({a} - {b})".into(),
             BinaryOp::Mul => "({a} * {b})".into(),
@@ -1086,21 +1142,16 @@ impl<'k> Lowering<'k> {
             BinaryOp::And => "({a} & {b})".into(),
             BinaryOp::Or => "({a} | {b})".into(),
             BinaryOp::Xor => "({a} ^ {b})".into(),
+            BinaryOp::Shl if !float => {
+                format!("(ulong({{b}}) >= {bits}ul ? {ct}(0) : {ct}({u}({{a}}) << {{b}}))")
+            }
             BinaryOp::Shl => format!("(ulong({{b}}) >= {bits}ul ? {ct}(0) : {ct}({{a}} << {{b}}))"),
             BinaryOp::Shr if signed => format!(
                 "(ulong({{b}}) >= {bits}ul ? ({{a}} < 0 ? {ct}(-1) : {ct}(0)) : {ct}({{a}} >> {{b}}))"
             ),
             BinaryOp::Shr => format!("(ulong({{b}}) >= {bits}ul ? {ct}(0) : {ct}({{a}} >> {{b}}))"),
-            BinaryOp::Max if float => "fmax({a}, {b})".into(),
-            BinaryOp::Min if float => "fmin({a}, {b})".into(),
-            BinaryOp::Max => "max({a}, {b})".into(),
-            BinaryOp::Min => "min({a}, {b})".into(),
-            BinaryOp::MaxNan => {
-                "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmax({a}, {b}))".into()
-            }
-            BinaryOp::MinNan => {
-                "((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmin({a}, {b}))".into()
-            }
+            BinaryOp::Max | BinaryOp::MaxNan => "max({a}, {b})".into(),
+            BinaryOp::Min | BinaryOp::MinNan => "min({a}, {b})".into(),
             // Triton's `umulhi`: the high half of the unsigned product, whatever the sign.
             BinaryOp::MulHi if signed => {
                 let u = if bits == 64 { "ulong" } else { "uint" };
@@ -1614,7 +1665,15 @@ impl<'k> Lowering<'k> {
         val: &str,
     ) -> Result<String> {
         if !matches!(dt, DType::I32 | DType::U32 | DType::F32) {
-            return Err(unsupported_on(self.d, self.k, format!("atomics on {dt}")));
+            let op = kind.map_or("atomic_cas", |k| k.name());
+            return Err(unsupported_on(
+                self.d,
+                self.k,
+                format!(
+                    "`atomic_{}` on {dt} (generated code has 32-bit atomics only; accumulate                      in an f32 or i32 buffer and convert, or run on Target::Cpu)",
+                    op.trim_start_matches("atomic_")
+                ),
+            ));
         }
         self.helpers.insert("atomic");
         let t = self.d.atomic_rmw;
@@ -2038,26 +2097,69 @@ impl<'k> Lowering<'k> {
             .filter(|(k, _)| frag_of[*k].is_none())
             .map(|(_, r)| r.clone())
             .collect();
-        let iv_t = self.cty(self.edt(lo))?;
+        let dt = self.edt(lo);
+        let iv_t = self.cty(dt)?;
         let (l, h, s) = (self.el(lo, ""), self.el(hi, ""), self.el(step, ""));
+        // Python's `range`: a negative step counts down. The trip count is computed once,
+        // in unsigned arithmetic of the bounds' width (exact: it is below 2^width), and the
+        // induction variable is `lo + t * step`, wrapping, so no bound near the type's
+        // limits can overflow or loop forever. A zero step runs no iteration (the compiled
+        // CPU executor also reports it; the interpreter refuses it).
+        let (u, one) = if dt.size_bytes() == 8 {
+            ("ulong", "1ul")
+        } else {
+            ("uint", "1u")
+        };
+        let trips = self.fresh("trips");
+        let up =
+            format!("(({l}) < ({h}) ? ({u}({h}) - {u}({l}) - {one}) / {u}({s}) + {one} : {u}(0))");
+        let count = if dt.is_signed_int() {
+            let down = format!(
+                "(({l}) > ({h}) ? ({u}({l}) - {u}({h}) - {one}) / ({u}(0) - {u}({s})) + {one} : {u}(0))"
+            );
+            format!("({s}) > 0 ? {up} : ({s}) < 0 ? {down} : {u}(0)")
+        } else {
+            format!("({s}) != 0 ? {up} : {u}(0)")
+        };
+        self.line(format!("const {u} {trips} = {count};"));
+        // The bounds as they were when the loop started.
+        let (l, s) = {
+            let (lv, sv) = (self.fresh("lo"), self.fresh("step"));
+            self.line(format!("const {iv_t} {lv} = {l};"));
+            self.line(format!("const {iv_t} {sv} = {s};"));
+            (lv, sv)
+        };
+        if let Some(z) = self.d.zero_step {
+            self.line(format!(
+                "if (({s}) == 0) {}",
+                z.replace("{id}", &id.index().to_string())
+            ));
+        }
         let peel = self.uniform_inits_to_peel(body, init, &frag_of);
         let start = match &peel {
             Some(uniform) => {
-                self.peel_first_iteration(body, init, &vars, uniform, iv_t, (&l, &h))?;
-                format!("({l}) + ({s})")
+                let cond = format!("{trips} > 0");
+                self.peel_first_iteration(body, init, &vars, uniform, iv_t, &l, &cond)?;
+                one
             }
             None => {
                 self.assign_carried(&kept_vars, &keep(init))?;
-                l.clone()
+                if u == "ulong" {
+                    "0ul"
+                } else {
+                    "0u"
+                }
             }
         };
         let iv = self.fresh("iv");
+        let t = self.fresh("t");
         self.set(args[0], Repr::Scalar(iv.clone()));
         for (k, r) in vars.iter().enumerate() {
             self.set(args[k + 1], r.clone());
         }
-        self.open(format!(
-            "for ({iv_t} {iv} = {start}; {iv} < {h}; {iv} += {s})"
+        self.open(format!("for ({u} {t} = {start}; {t} < {trips}; ++{t})"));
+        self.line(format!(
+            "const {iv_t} {iv} = {iv_t}({u}({l}) + {t} * {u}({s}));"
         ));
         // The previous iteration's reads of scratch are pending at the top of the body.
         self.hazard.reads_pending = true;

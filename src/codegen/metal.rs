@@ -227,14 +227,16 @@ inline T tm_cas_strong(device atomic<T>* p, T cmp, T val) {
 }
 "#;
 
-/// Float max/min: Metal float atomics only add, so loop a CAS on the bits.
+/// Float max/min: Metal float atomics only add, so loop a CAS on the bits. The new value is
+/// selected explicitly (a NaN in memory is replaced, a NaN operand ignored, like `fmax`):
+/// Metal's `fmax` is undefined for NaN under its default fast math functions.
 pub(super) const ATOMIC_FMINMAX: &str = r#"
 inline float tm_atomic_fmax(device atomic<float>* p, float v) {
   device atomic<uint>* u = (device atomic<uint>*)p;
   uint old = atomic_load_explicit(u, memory_order_relaxed);
   while (true) {
     const float o = as_type<float>(old);
-    const uint next = as_type<uint>(fmax(o, v));
+    const uint next = as_type<uint>(((old & 0x7fffffffu) > 0x7f800000u || v > o) ? v : o);
     if (next == old) return o;
     if (atomic_compare_exchange_weak_explicit(u, &old, next, memory_order_relaxed, memory_order_relaxed)) return o;
   }
@@ -244,7 +246,7 @@ inline float tm_atomic_fmin(device atomic<float>* p, float v) {
   uint old = atomic_load_explicit(u, memory_order_relaxed);
   while (true) {
     const float o = as_type<float>(old);
-    const uint next = as_type<uint>(fmin(o, v));
+    const uint next = as_type<uint>(((old & 0x7fffffffu) > 0x7f800000u || v < o) ? v : o);
     if (next == old) return o;
     if (atomic_compare_exchange_weak_explicit(u, &old, next, memory_order_relaxed, memory_order_relaxed)) return o;
   }

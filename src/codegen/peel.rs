@@ -46,10 +46,10 @@ impl Lowering<'_> {
         (straight && uniform.contains(&true)).then_some(uniform)
     }
 
-    /// Prints `if (lo < hi) {` and the first iteration (induction variable `lo`, carried
-    /// values that start uniform still uniform), after giving the other carried variables
-    /// their initial values. The caller prints the loop from `lo + step`, then calls
-    /// [`Lowering::end_peel`].
+    /// Prints `if (runs) {` (the loop runs at least once) and the first iteration
+    /// (induction variable `lo`, carried values that start uniform still uniform), after
+    /// giving the other carried variables their initial values. The caller prints the loop
+    /// from the second iteration, then calls [`Lowering::end_peel`].
     pub(super) fn peel_first_iteration(
         &mut self,
         body: RegionId,
@@ -57,11 +57,12 @@ impl Lowering<'_> {
         vars: &[Repr],
         uniform: &[bool],
         iv_t: &str,
-        (lo, hi): (&str, &str),
+        lo: &str,
+        runs: &str,
     ) -> Result<()> {
         let (now_vars, now_init) = pick(vars, init, uniform, false);
         self.assign_carried(&now_vars, &now_init)?;
-        self.open(format!("if (({lo}) < ({hi}))"));
+        self.open(format!("if ({runs})"));
         self.line("{");
         self.indent += 1;
         let args = self.k.region(body).args.clone();

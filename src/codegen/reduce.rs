@@ -3,8 +3,10 @@
 //! A reduction follows the layout the options ask for ([`ReductionLayout`]); each is a
 //! different program shape, all exact up to float reassociation:
 //! - COALESCED: each thread combines the elements it holds, then lanes combine with
-//!   `simd_sum`/`simd_max`/`simd_min` (or a `simd_shuffle_xor` butterfly over the lane bits
-//!   that belong to the reduced axis), then SIMD-groups through threadgroup memory.
+//!   `simd_sum` (and `simd_max`/`simd_min` on integers; float max/min, undefined for NaN
+//!   under Metal's fast math functions, take the butterfly), or a `simd_shuffle_xor`
+//!   butterfly over the lane bits that belong to the reduced axis, then SIMD-groups through
+//!   threadgroup memory.
 //! - DEFAULT: thread-local partials, then one pass over the partials in threadgroup memory
 //!   (no SIMD collectives).
 //! - ROW_MAJOR: the block is staged row-major; each output's owner walks its row serially.
@@ -88,6 +90,18 @@ fn is_arg(kind: ReduceKind) -> bool {
 }
 
 impl Lowering<'_> {
+    /// The `int` scratch for the indices of an arg-reduction whose values (`elems` of `dt`)
+    /// are staged next to them. Scratch arrays are one per dtype, so when the values are
+    /// `i32` themselves the indices go in the same array after the values, not over them.
+    fn index_scratch(&mut self, dt: DType, elems: usize) -> Result<String> {
+        if dt == DType::I32 {
+            let s = self.scratch_array(DType::I32, 2 * elems)?;
+            Ok(format!("({s} + {elems}u)"))
+        } else {
+            self.scratch_array(DType::I32, elems)
+        }
+    }
+
     /// `acc (, ai) <- combine(acc (, ai), v (, vi))` as one statement.
     fn combine(
         &mut self,
@@ -115,9 +129,13 @@ impl Lowering<'_> {
                 let gt = if kind == ReduceKind::ArgMax { ">" } else { "<" };
                 let plain = format!("({a} {gt} {b} || ({a} == {b} && {vi} < {ai}))");
                 let better = if dt.is_float() {
-                    format!(
-                        "(isnan({b}) ? (!isnan({a}) || {vi} < {ai}) : (!isnan({a}) && {plain}))"
-                    )
+                    // NaN tested on the bits, as everywhere (see `value_helpers` in dialect.rs).
+                    self.helpers.insert("minmax");
+                    let (na, nb) = (
+                        format!("tm_isnan_f(float({a}))"),
+                        format!("tm_isnan_f(float({b}))"),
+                    );
+                    format!("({nb} ? (!{na} || {vi} < {ai}) : (!{na} && {plain}))")
                 } else {
                     plain
                 };
@@ -397,7 +415,13 @@ impl Lowering<'_> {
             _ => None,
         }
         .filter(|_| {
-            la.len() == lane_bits && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
+            // Float max/min never use `simd_max`/`simd_min`: undefined for NaN under Metal's
+            // default fast math functions, and silent about -0 vs +0 (see `value_helpers`
+            // in dialect.rs); the shuffle butterfly below combines with the NaN-safe helpers.
+            let float_extreme = dt.is_float() && kind != ReduceKind::Sum;
+            la.len() == lane_bits
+                && !float_extreme
+                && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
         });
         let mut how = vec![format!("{} partial(s) per thread", nk)];
         if !la.is_empty() {
@@ -441,7 +465,7 @@ impl Lowering<'_> {
             let t = self.threads;
             let s = self.scratch_array(dt, nk * t)?;
             let si = if arg {
-                self.scratch_array(DType::I32, nk * t)?
+                self.index_scratch(dt, nk * t)?
             } else {
                 String::new()
             };
@@ -571,7 +595,7 @@ impl Lowering<'_> {
             .collect();
         let s = self.scratch_array(dt, geo.nout * p)?;
         let si = if arg {
-            self.scratch_array(DType::I32, geo.nout * p)?
+            self.index_scratch(dt, geo.nout * p)?
         } else {
             String::new()
         };
@@ -685,7 +709,7 @@ impl Lowering<'_> {
         let col = strategy == ReductionLayout::ColumnMajor;
         let s = self.scratch_array(dt, geo.n)?;
         let si = if arg && tiled {
-            self.scratch_array(DType::I32, geo.n)?
+            self.index_scratch(dt, geo.n)?
         } else {
             String::new()
         };
@@ -923,8 +947,9 @@ impl Lowering<'_> {
 
     /// Reductions (`reverse = None`) and scans with a user combine function: every source is
     /// staged row-major and each line is folded serially in index order, which is right for
-    /// any associative combine, commutative or not. A reverse scan folds from the end with
-    /// the new element on the left, so each result is `x_i (+) ... (+) x_last` in order.
+    /// any associative combine, commutative or not. A reverse scan is Triton's: the forward
+    /// scan of the flipped line, the running value from the end on the left, so each result
+    /// is `x_last (+) ... (+) x_i`.
     fn combine_custom(
         &mut self,
         id: OpId,
@@ -976,11 +1001,7 @@ impl Lowering<'_> {
                 }
                 self.open(format!("for (uint tm_k = 1; tm_k < {}u; ++tm_k)", geo.k));
                 let news: Vec<String> = (0..n).map(|k| at(k, "tm_o", &kk("tm_k"))).collect();
-                if rev {
-                    self.apply_combine(r, &accs, &news, &accs.clone(), &dts)?;
-                } else {
-                    self.apply_combine(r, &accs, &accs.clone(), &news, &dts)?;
-                }
+                self.apply_combine(r, &accs, &accs.clone(), &news, &dts)?;
                 for (k, a) in accs.iter().enumerate() {
                     self.line(format!("{} = {a};", at(k, "tm_o", &kk("tm_k"))));
                 }

@@ -273,7 +273,9 @@ fn vector_add_msl_snapshot() {
 fn snapshots_softmax_matmul_reduction() {
     let k = build("softmax", &[("BLOCK", 1024)], softmax);
     let p = metal::compile(&k, &LaunchOptions::default()).unwrap();
-    assert!(p.source.contains("simd_max("), "{}", p.source);
+    // Float max: a NaN-safe butterfly (`tm_fmax` over shuffles), never `simd_max`.
+    assert!(!p.source.contains("simd_max("), "{}", p.source);
+    assert!(p.source.contains("tm_fmax("), "{}", p.source);
     assert!(p.source.contains("simd_sum("), "{}", p.source);
     check_snapshot("softmax", &p);
     let k = build("matmul", &[("BM", 32), ("BN", 32), ("BK", 16)], matmul(F32));

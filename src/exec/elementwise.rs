@@ -195,8 +195,35 @@ fn unary_impl(kind: UnaryOp, d: DType, a: &Data, out: &mut Data) -> Res {
     Ok(())
 }
 
+macro_rules! float_max_min {
+    ($max:ident, $min:ident, $t:ty) => {
+        /// Triton's `maximum` (and `max` reductions) of floats: a NaN operand is ignored (the
+        /// result is NaN only when both are) and +0 is greater than -0, whatever the order.
+        #[inline(always)]
+        pub(crate) fn $max(a: $t, b: $t) -> $t {
+            if b.is_nan() || a > b || (a == b && !a.is_sign_negative()) {
+                a
+            } else {
+                b
+            }
+        }
+
+        /// Triton's `minimum` of floats: NaN ignored, -0 less than +0.
+        #[inline(always)]
+        pub(crate) fn $min(a: $t, b: $t) -> $t {
+            if b.is_nan() || a < b || (a == b && a.is_sign_negative()) {
+                a
+            } else {
+                b
+            }
+        }
+    };
+}
+float_max_min!(max_f32, min_f32, f32);
+float_max_min!(max_f64, min_f64, f64);
+
 macro_rules! float_binary {
-    ($name:ident, $t:ty) => {
+    ($name:ident, $t:ty, $max:ident, $min:ident) => {
         #[inline(always)]
         fn $name(kind: BinaryOp, d: DType, a: &[$t], b: &[$t], o: &mut Vec<$t>) -> Res {
             match kind {
@@ -206,20 +233,20 @@ macro_rules! float_binary {
                 BinaryOp::Div => zip2(a, b, o, |x, y| x / y),
                 // Rust's float `%` is C's fmod.
                 BinaryOp::Rem => zip2(a, b, o, |x, y| x % y),
-                BinaryOp::Max => zip2(a, b, o, <$t>::max),
-                BinaryOp::Min => zip2(a, b, o, <$t>::min),
+                BinaryOp::Max => zip2(a, b, o, $max),
+                BinaryOp::Min => zip2(a, b, o, $min),
                 BinaryOp::MaxNan => zip2(a, b, o, |x, y| {
                     if x.is_nan() || y.is_nan() {
                         <$t>::NAN
                     } else {
-                        x.max(y)
+                        $max(x, y)
                     }
                 }),
                 BinaryOp::MinNan => zip2(a, b, o, |x, y| {
                     if x.is_nan() || y.is_nan() {
                         <$t>::NAN
                     } else {
-                        x.min(y)
+                        $min(x, y)
                     }
                 }),
                 _ => Err(kind_err(kind.name(), d)),
@@ -227,8 +254,8 @@ macro_rules! float_binary {
         }
     };
 }
-float_binary!(binary_f32, f32);
-float_binary!(binary_f64, f64);
+float_binary!(binary_f32, f32, max_f32, min_f32);
+float_binary!(binary_f64, f64, max_f64, min_f64);
 
 /// Integer binary ops in the `I32` class (values canonical for `d`, see `data.rs`).
 #[inline(always)]
@@ -477,22 +504,8 @@ pub(crate) fn cast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
             float_to_i32(a.iter().map(|&x| x as f64), d, o);
         }
         (Data::F64(a), Class::I32) => float_to_i32(a.iter().copied(), d, out.i32s()),
-        (Data::F32(a), Class::I64) => {
-            let o = out.i64s();
-            if d == DType::U64 {
-                map_into(a, o, |x| x as u64 as i64);
-            } else {
-                map_into(a, o, |x| x as i64);
-            }
-        }
-        (Data::F64(a), Class::I64) => {
-            let o = out.i64s();
-            if d == DType::U64 {
-                map_into(a, o, |x| x as u64 as i64);
-            } else {
-                map_into(a, o, |x| x as i64);
-            }
-        }
+        (Data::F32(a), Class::I64) => float_to_i64(a.iter().map(|&x| x as f64), d, out.i64s()),
+        (Data::F64(a), Class::I64) => float_to_i64(a.iter().copied(), d, out.i64s()),
         (Data::I32(a), Class::I32) => {
             let o = out.i32s();
             map_into(a, o, |x| canon_i32(x, d));
@@ -546,16 +559,35 @@ pub(crate) fn cast(s: DType, d: DType, a: &Data, out: &mut Data) -> Res {
     Ok(())
 }
 
-/// Float to a narrow integer: truncate toward zero, saturating at the target's range (out
-/// of range is undefined in Triton; saturation is what GPU conversions do).
+/// Float to a narrow integer as Triton computes it on NVIDIA GPUs (PTX `cvt.rzi`):
+/// truncate toward zero and saturate at the range of a 16-, 32- or 64-bit integer, NaN
+/// giving 0. An 8-bit result is the low byte of the saturated 16-bit one (`300.5` to `i8` is
+/// 44, `inf` is -1), as Triton converts through a 16-bit register.
 fn float_to_i32(a: impl Iterator<Item = f64>, d: DType, o: &mut Vec<i32>) {
+    // Rust's float-to-int `as` truncates, saturates and maps NaN to 0.
     match d {
-        DType::I8 => o.extend(a.map(|x| x as i8 as i32)),
-        DType::U8 => o.extend(a.map(|x| x as u8 as i32)),
+        DType::I8 => o.extend(a.map(|x| x as i16 as i8 as i32)),
+        DType::U8 => o.extend(a.map(|x| x as u16 as u8 as i32)),
         DType::I16 => o.extend(a.map(|x| x as i16 as i32)),
         DType::U16 => o.extend(a.map(|x| x as u16 as i32)),
         DType::U32 => o.extend(a.map(|x| x as u32 as i32)),
         _ => o.extend(a.map(|x| x as i32)),
+    }
+}
+
+/// Float to a 64-bit integer: truncate and saturate like [`float_to_i32`], except that NaN
+/// gives the bit pattern `0x8000_0000_0000_0000` (for `u64` too), PTX's answer.
+fn float_to_i64(a: impl Iterator<Item = f64>, d: DType, o: &mut Vec<i64>) {
+    if d == DType::U64 {
+        o.extend(a.map(|x| {
+            if x.is_nan() {
+                i64::MIN
+            } else {
+                x as u64 as i64
+            }
+        }));
+    } else {
+        o.extend(a.map(|x| if x.is_nan() { i64::MIN } else { x as i64 }));
     }
 }
 

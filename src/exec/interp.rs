@@ -910,8 +910,8 @@ impl<'k, 'a> Launch<'k, 'a> {
                 .ok_or_else(|| self.err(id, pid, "loop bound is empty"))
         };
         let (lo, hi, step) = (get(bounds[0])?, get(bounds[1])?, get(bounds[2])?);
-        if step <= 0 && lo < hi {
-            return Err(self.err(id, pid, format!("for loop step {step} must be positive")));
+        if step == 0 {
+            return Err(self.err(id, pid, "range step is 0"));
         }
         let args = &k.region(body).args;
         let Some((&iv, carried)) = args.split_first() else {
@@ -923,8 +923,10 @@ impl<'k, 'a> Launch<'k, 'a> {
         let ys = self.yields(body);
         let mut tmp = self.feed_back_tmp(ys, body);
         let iv_ty = k.ty(iv);
+        // Python's `range`: a negative step counts down. Bounds are exact in i64 and the
+        // loop stops before the induction variable would leave it.
         let mut i = lo;
-        while i < hi {
+        while if step > 0 { i < hi } else { i > hi } {
             fill_const(&mut env[iv.index()], iv_ty, crate::ir::Const::Int(i), 1);
             self.region_iter(env, side, body, pid, i != lo)?;
             self.feed_back(env, side, body, ys, carried, &mut tmp);
@@ -1163,10 +1165,10 @@ impl<'k, 'a> Launch<'k, 'a> {
             let earlier: Vec<usize> = (0..n - d).collect();
             let later: Vec<usize> = (d..n).collect();
             let (a, b) = (pick(&cur, &earlier)?, pick(&cur, &later)?);
-            // In flipped order the earlier element comes later in the original sequence.
-            let (l, r) = if reverse { (&b, &a) } else { (&a, &b) };
+            // A reverse scan is the forward scan of the flipped sequence (Triton's): the
+            // running value from the end is the combine's left operand.
             let combined =
-                self.combine(env, side, id, pid, region, l, r, outer * (n - d) * inner)?;
+                self.combine(env, side, id, pid, region, &a, &b, outer * (n - d) * inner)?;
             let head = pick(&cur, &(0..d).collect::<Vec<_>>())?;
             cur = head
                 .iter()

@@ -366,6 +366,21 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
 }
 
 fn out_of_bounds(k: &Kernel, c: &Ctx) -> Error {
+    if c.failed == 2 {
+        let at = u32::try_from(c.bad_op)
+            .ok()
+            .filter(|&i| (i as usize) < k.ops.len())
+            .map_or_else(String::new, |i| {
+                format!(" (built at {})", k.op(OpId(i)).loc)
+            });
+        return Error::Runtime {
+            kernel: k.name.clone(),
+            msg: format!(
+                "`for` loop{at} in program ({}, {}, {}): range step is 0",
+                c.pid[0], c.pid[1], c.pid[2]
+            ),
+        };
+    }
     let param = k
         .params
         .get(c.param as usize)

@@ -5,6 +5,7 @@
 //! combine regions are driven by `interp.rs` with the axis helpers at the end of this file.
 
 use super::data::{canon_i32, multiversion, round_f32, same_kind, Data};
+use super::elementwise::{max_f32, max_f64, min_f32, min_f64};
 use crate::dtype::DType;
 use crate::ir::{ReduceKind, ScanKind};
 
@@ -131,11 +132,11 @@ fn reduce_impl(
         }
         (ReduceKind::Xor, Data::I32(s)) => fold_axis(s, dims, 0, |a, b| a ^ b, out.i32s()),
         (ReduceKind::Xor, Data::I64(s)) => fold_axis(s, dims, 0, |a, b| a ^ b, out.i64s()),
-        // f32::max/min return the non-NaN operand, so NaN starts and is ignored after.
-        (ReduceKind::Max, Data::F32(s)) => fold_axis(s, dims, f32::NAN, f32::max, out.f32s()),
-        (ReduceKind::Min, Data::F32(s)) => fold_axis(s, dims, f32::NAN, f32::min, out.f32s()),
-        (ReduceKind::Max, Data::F64(s)) => fold_axis(s, dims, f64::NAN, f64::max, out.f64s()),
-        (ReduceKind::Min, Data::F64(s)) => fold_axis(s, dims, f64::NAN, f64::min, out.f64s()),
+        // max_f32/min_f32 return the non-NaN operand, so NaN starts and is ignored after.
+        (ReduceKind::Max, Data::F32(s)) => fold_axis(s, dims, f32::NAN, max_f32, out.f32s()),
+        (ReduceKind::Min, Data::F32(s)) => fold_axis(s, dims, f32::NAN, min_f32, out.f32s()),
+        (ReduceKind::Max, Data::F64(s)) => fold_axis(s, dims, f64::NAN, max_f64, out.f64s()),
+        (ReduceKind::Min, Data::F64(s)) => fold_axis(s, dims, f64::NAN, min_f64, out.f64s()),
         (ReduceKind::Max, Data::I32(s)) if unsigned => fold_axis(
             s,
             dims,

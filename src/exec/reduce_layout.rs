@@ -19,6 +19,7 @@
 //! combine regions keep the executor's default path.
 
 use super::data::{canon_i32, multiversion, round_f32, Data};
+use super::elementwise::{max_f32, max_f64, min_f32, min_f64};
 use super::reduce;
 use crate::codegen::ReductionLayout;
 use crate::dtype::DType;
@@ -195,10 +196,10 @@ fn reduce_impl(
         }
         (ReduceKind::Xor, Data::I32(s)) => fold_axis(st, s, dims, 0, |a, b| a ^ b, out.i32s()),
         (ReduceKind::Xor, Data::I64(s)) => fold_axis(st, s, dims, 0, |a, b| a ^ b, out.i64s()),
-        (ReduceKind::Max, Data::F32(s)) => fold_axis(st, s, dims, f32::NAN, f32::max, out.f32s()),
-        (ReduceKind::Min, Data::F32(s)) => fold_axis(st, s, dims, f32::NAN, f32::min, out.f32s()),
-        (ReduceKind::Max, Data::F64(s)) => fold_axis(st, s, dims, f64::NAN, f64::max, out.f64s()),
-        (ReduceKind::Min, Data::F64(s)) => fold_axis(st, s, dims, f64::NAN, f64::min, out.f64s()),
+        (ReduceKind::Max, Data::F32(s)) => fold_axis(st, s, dims, f32::NAN, max_f32, out.f32s()),
+        (ReduceKind::Min, Data::F32(s)) => fold_axis(st, s, dims, f32::NAN, min_f32, out.f32s()),
+        (ReduceKind::Max, Data::F64(s)) => fold_axis(st, s, dims, f64::NAN, max_f64, out.f64s()),
+        (ReduceKind::Min, Data::F64(s)) => fold_axis(st, s, dims, f64::NAN, min_f64, out.f64s()),
         (ReduceKind::Max, Data::I32(s)) if unsigned => fold_axis(
             st,
             s,

@@ -510,8 +510,8 @@ fn scans_and_custom_combines() {
     for i in 0..8 {
         let c: i32 = (0..=i).map(|j| x[j] << (i - j)).sum();
         assert_eq!(o[24 + i], (2 << i) + c, "forward scan {i}");
-        // Reverse: folds x_i .. x_7 in index order.
-        let c: i32 = (i..8).map(|j| x[j] << (7 - j)).sum();
+        // Reverse (Triton's): the forward scan of the flipped row, folding x_7 .. x_i.
+        let c: i32 = (i..8).map(|j| x[j] << (j - i)).sum();
         assert_eq!(o[32 + i], c, "reverse scan {i}");
     }
     assert_eq!(o[40], (0..8).map(|j| x[j] << (7 - j)).sum::<i32>());

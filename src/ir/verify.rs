@@ -560,9 +560,10 @@ impl<'k> Verifier<'k> {
                     }
                     _ => tys.iter().map(|t| t.with_shape(&out_shape)).collect(),
                 };
-                ensure(*kind != ReduceKind::Xor || tys[0].dtype.is_int(), || {
-                    format!("xor_sum needs integers, got {}", tys[0])
-                })?;
+                ensure(
+                    *kind != ReduceKind::Xor || tys[0].dtype.is_int() || tys[0].dtype.is_bool(),
+                    || format!("xor_sum needs integers or bools, got {}", tys[0]),
+                )?;
                 ensure(res == want, || {
                     format!(
                         "reduce results are {} but should be {}",

@@ -727,9 +727,58 @@ fn scalar_bytes(v: ScalarValue, dtype: DType) -> Vec<u8> {
     buf
 }
 
+/// The parameter index of each output slot, in order (parallel to `plan.outputs`).
+fn output_params(plan: &Bound) -> Vec<usize> {
+    plan.slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s, Slot::Output))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Outputs this specialisation never stores to (not outputs of the GPU program): made here,
+/// holding their fill (zeros without one) exactly, passed as inputs where the program reads
+/// them, and returned as they are. By parameter index.
+fn unstored_outputs(prog_outputs: &[usize], plan: &Bound) -> Result<Vec<(usize, Array)>> {
+    let mut made = Vec::new();
+    for (i, (spec, fill)) in output_params(plan).into_iter().zip(&plan.outputs) {
+        if prog_outputs.contains(&i) {
+            continue;
+        }
+        let n: usize = spec.shape.iter().product();
+        let mut bytes = vec![0u8; n * spec.dtype.size_bytes()];
+        if let Some(v) = fill {
+            fill_bytes(&mut bytes, spec.dtype, *v);
+        }
+        made.push((i, Array::from_bytes(&bytes, &spec.shape, spec.dtype)?));
+    }
+    Ok(made)
+}
+
+/// The launch's outputs in parameter order: the GPU program's (in its order, which is
+/// parameter order) merged with the unstored ones.
+fn merge_outputs(plan: &Bound, from_gpu: Vec<Array>, unstored: Vec<(usize, Array)>) -> Vec<Array> {
+    let mut gpu = from_gpu.into_iter();
+    let mut made = unstored.into_iter().peekable();
+    output_params(plan)
+        .into_iter()
+        .filter_map(|i| match made.peek() {
+            Some((j, _)) if *j == i => made.next().map(|(_, a)| a),
+            _ => gpu.next(),
+        })
+        .collect()
+}
+
 /// Input arrays in the program's input order: pointer arguments as given, scalars as 0-d
-/// arrays of their parameter's dtype.
-fn gpu_inputs(kernel: &Kernel, prog_inputs: &[usize], plan: &Bound) -> Result<Vec<Array>> {
+/// arrays of their parameter's dtype, outputs the program only reads as made by
+/// [`unstored_outputs`].
+fn gpu_inputs(
+    kernel: &Kernel,
+    prog_inputs: &[usize],
+    plan: &Bound,
+    unstored: &[(usize, Array)],
+) -> Result<Vec<Array>> {
     let mut by_param: Vec<Option<Array>> = vec![None; kernel.params.len()];
     let mut ins = plan.inputs.iter();
     for (i, (slot, p)) in plan.slots.iter().zip(&kernel.params).enumerate() {
@@ -737,6 +786,12 @@ fn gpu_inputs(kernel: &Kernel, prog_inputs: &[usize], plan: &Bound) -> Result<Ve
             (Slot::Input, _) => by_param[i] = ins.next().cloned(),
             (Slot::Scalar(v), ParamKind::Scalar(d)) => {
                 by_param[i] = Some(Array::from_bytes(&scalar_bytes(*v, d), &[], d)?)
+            }
+            (Slot::Output, _) => {
+                by_param[i] = unstored
+                    .iter()
+                    .find(|(j, _)| *j == i)
+                    .map(|(_, a)| a.clone())
             }
             _ => {}
         }
@@ -761,8 +816,13 @@ fn gpu_outputs(
     prog_outputs: &[usize],
     plan: &Bound,
 ) -> Result<Vec<(OutputSpec, Option<f64>)>> {
-    // Outputs in parameter order; the program lists them the same way.
-    let outs: Vec<&(OutputSpec, Option<f64>)> = plan.outputs.iter().collect();
+    // The program's outputs in parameter order; the program lists them the same way.
+    let outs: Vec<&(OutputSpec, Option<f64>)> = output_params(plan)
+        .into_iter()
+        .zip(&plan.outputs)
+        .filter(|(i, _)| prog_outputs.contains(i))
+        .map(|(_, o)| o)
+        .collect();
     if outs.len() != prog_outputs.len() {
         return Err(Error::Launch {
             kernel: kernel.name.clone(),
@@ -796,6 +856,7 @@ fn kernel_call<'a>(
     (grid, threadgroup): ([usize; 3], [usize; 3]),
 ) -> Result<KernelCall<'a>> {
     let outputs = gpu_outputs(kernel, prog.outputs, plan)?;
+    check_fills(kernel, api, prog.output_names, &outputs)?;
     let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
     if fills
         .iter()
@@ -820,13 +881,41 @@ fn kernel_call<'a>(
     })
 }
 
+/// MLX starts the outputs of a custom kernel from one `float` init value, converted to each
+/// output's dtype: a fill that does not survive that (an `i32` of 16777217, most `i64`
+/// values) is refused rather than silently rounded.
+fn check_fills(
+    kernel: &Kernel,
+    api: &str,
+    names: &[String],
+    outputs: &[(OutputSpec, Option<f64>)],
+) -> Result<()> {
+    for (name, (spec, fill)) in names.iter().zip(outputs) {
+        let Some(v) = *fill else { continue };
+        let (mut want, mut got) = (
+            vec![0u8; spec.dtype.size_bytes()],
+            vec![0u8; spec.dtype.size_bytes()],
+        );
+        fill_bytes(&mut want, spec.dtype, v);
+        fill_bytes(&mut got, spec.dtype, v as f32 as f64);
+        if want != got && !(v.is_nan() && spec.dtype.is_float()) {
+            return Err(Error::Unsupported(format!(
+                "kernel `{}`: output `{name}` is filled with {v}, which MLX's {api} init value                  (a float32) cannot hold exactly as {}; store the value from the kernel where                  nothing else is stored, or run on Target::Cpu or Target::CpuCompiled",
+                kernel.name, spec.dtype
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn run_metal(
     kernel: &Kernel,
     prog: &MetalProgram,
     grid: [usize; 3],
     plan: &Bound,
 ) -> Result<Vec<Array>> {
-    let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
+    let unstored = unstored_outputs(&prog.outputs, plan)?;
+    let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
     let source = GpuSource {
         name: &prog.name,
         source: &prog.source,
@@ -836,11 +925,12 @@ fn run_metal(
         outputs: &prog.outputs,
     };
     let dims = prog.launch_dims(grid);
-    MetalKernelCall {
+    let outs = MetalKernelCall {
         kernel: kernel_call(kernel, "metal_kernel", source, &inputs, plan, dims)?,
         atomic_outputs: prog.atomic_outputs,
     }
-    .launch()
+    .launch()?;
+    Ok(merge_outputs(plan, outs, unstored))
 }
 
 fn run_cuda(
@@ -849,7 +939,8 @@ fn run_cuda(
     grid: [usize; 3],
     plan: &Bound,
 ) -> Result<Vec<Array>> {
-    let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
+    let unstored = unstored_outputs(&prog.outputs, plan)?;
+    let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
     let source = GpuSource {
         name: &prog.name,
         source: &prog.source,
@@ -860,11 +951,12 @@ fn run_cuda(
     };
     let dims = prog.launch_dims(grid)?;
     // Shared arrays are static `__shared__` declarations in the source: no dynamic bytes.
-    CudaKernelCall {
+    let outs = CudaKernelCall {
         kernel: kernel_call(kernel, "cuda_kernel", source, &inputs, plan, dims)?,
         shared_memory: 0,
     }
-    .launch()
+    .launch()?;
+    Ok(merge_outputs(plan, outs, unstored))
 }
 
 fn run_emulated(
@@ -874,8 +966,11 @@ fn run_emulated(
     plan: &Bound,
     order: LaneOrder,
 ) -> Result<Vec<Array>> {
-    let inputs = gpu_inputs(kernel, &prog.inputs, plan)?;
+    let unstored = unstored_outputs(&prog.outputs, plan)?;
+    let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
     let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
+    // The emulator stands in for MLX's Metal launch, refusals included.
+    check_fills(kernel, "metal_kernel", &prog.output_names, &outputs)?;
     let (g, t) = prog.launch_dims(grid);
     let mut launch = emu::MetalLaunch::new(&prog.name, &prog.source)
         .header(&prog.header)
@@ -898,8 +993,9 @@ fn run_emulated(
         }
         launch = launch.output(o);
     }
-    emu::run(&launch)?
+    let outs = emu::run(&launch)?
         .into_iter()
         .map(|b| Array::from_bytes(&b.bytes, &b.shape, b.dtype))
-        .collect()
+        .collect::<Result<Vec<Array>>>()?;
+    Ok(merge_outputs(plan, outs, unstored))
 }

@@ -90,7 +90,10 @@ pub struct Range {
     loc: SourceLoc,
 }
 
-/// `range(lo, hi, step)` with runtime bounds (scalar tensors or Rust integers).
+/// `range(lo, hi, step)` with runtime bounds (scalar tensors or Rust integers), with
+/// Python's semantics: a negative step counts down (`range(10, 0, -3)` runs 10, 7, 4, 1). A
+/// zero step is a build error when it is a Rust integer; at run time the CPU targets report
+/// it as an error and GPU code runs no iteration (Triton's own loop would not end).
 #[track_caller]
 pub fn range(lo: impl Into<Operand>, hi: impl Into<Operand>, step: impl Into<Operand>) -> Range {
     Range {

@@ -319,7 +319,8 @@ binary_fns! {
     umulhi => |b, x, y| b.umulhi(x, y);
     /// `cdiv(x, d) = (x + d - 1) // d`.
     cdiv => |b, x, y| b.cdiv(x, y);
-    /// Triton's `x // y` on integers (truncates toward zero, like C).
+    /// Triton's `x // y` on integers (truncates toward zero, like C); of two Rust integers,
+    /// constexpr arithmetic: Python's floor division (`floordiv(-7, 2)` is -4).
     floordiv => |b, x, y| b.floordiv(x, y);
     /// `x / y` (true division: int / int gives fp32); same as the `/` operator.
     div => |b, x, y| b.truediv(x, y);
@@ -331,7 +332,9 @@ binary_fns! {
         b.require_f32(y, "div_rn")?;
         b.fdiv(x, y)
     };
-    /// `x % y` (C remainder for ints, fmod for floats); same as the `%` operator.
+    /// `x % y` (C remainder for ints, fmod for floats); same as the `%` operator. Of two Rust
+    /// numbers it is constexpr arithmetic, Python's modulo (the divisor's sign), as
+    /// [`floordiv`] of two Rust integers is Python's floor division.
     rem => |b, x, y| b.rem(x, y);
 }
 
@@ -875,9 +878,11 @@ pub fn swizzle2d(
     let size_gj = operand_mul(size_g, size_j);
     let group_id = floordiv(ij, size_gj);
     let off_i = operand_mul(group_id.into(), size_g);
+    // The last group may have fewer rows; positions count from the group's first element.
     let size_g = minimum(operand_sub(size_i, off_i.into()), size_g);
+    let ij = ij % size_gj;
     let new_i = off_i + ij % size_g;
-    let new_j = floordiv(ij % size_gj, size_g);
+    let new_j = floordiv(ij, size_g);
     (new_i, new_j)
 }
 
@@ -923,8 +928,9 @@ pub fn min_with_indices(x: Tensor, axis: impl Into<Axis>) -> (Tensor, Tensor) {
 pub mod libdevice {
     use super::{abs, exp, exp2, log2, where_, Operand, Tensor};
 
-    /// `tanh(x)`: `sign(x) * (1 - e) / (1 + e)` with `e = exp(-2|x|)`, and `x` itself for
-    /// `|x| < 4e-4` (where `tanh x = x` to within 6e-8 relative).
+    /// `tanh(x)`: for `|x| < 0.625` an odd polynomial `x + x^3 P(x^2)` (Cephes' `tanhf`
+    /// coefficients, where `1 - e` below would cancel), else `sign(x) * (1 - e) / (1 + e)`
+    /// with `e = exp(-2|x|)`; about 2 ulp everywhere in fp32.
     #[track_caller]
     pub fn tanh(x: impl Into<Operand>) -> Tensor {
         let x = match x.into() {
@@ -934,10 +940,16 @@ pub mod libdevice {
             }
         };
         let ax = abs(x);
+        let z = x * x;
+        let p = (((z * -5.704_988_727_45e-3 + 2.063_908_879_54e-2) * z - 5.373_971_555_31e-2) * z
+            + 1.333_144_220_36e-1)
+            * z
+            - 3.333_328_194_22e-1;
+        let small = x + x * z * p;
         let e = exp(ax * -2.0);
         let t = (1.0f64 - e) / (1.0f64 + e);
         let signed = where_(x.lt(0), -t, t);
-        where_(ax.lt(4e-4), x, signed)
+        where_(ax.lt(0.625), small, signed)
     }
 
     /// `pow(x, y) = exp2(y * log2(x))` for `x > 0`.

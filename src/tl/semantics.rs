@@ -612,8 +612,57 @@ impl Builder {
         Ok(())
     }
 
-    /// Triton's `//` on ints: C division truncating toward zero.
+    /// Two Rust scalars are Triton constexprs, computed at build time with Python's `//`
+    /// and `%` (rounding toward -inf, the remainder taking the divisor's sign: `-7 // 2` is
+    /// -4, `-7 % 2` is 1); `None` when either operand is a tensor.
+    fn constexpr_div_mod(&mut self, a: Opnd, b: Opnd, floor_div: bool) -> Option<Res<Value>> {
+        let (Opnd::Weak(x), Opnd::Weak(y)) = (a, b) else {
+            return None;
+        };
+        let r = match (x, y) {
+            (Scalar::Int(x), Scalar::Int(y)) => {
+                if y == 0 {
+                    return Some(Err(
+                        "integer division or modulo by zero in a constexpr".into()
+                    ));
+                }
+                let (q, r) = (x / y, x % y);
+                let adjust = r != 0 && ((r < 0) != (y < 0));
+                Scalar::Int(match (floor_div, adjust) {
+                    (true, true) => q - 1,
+                    (true, false) => q,
+                    (false, true) => r + y,
+                    (false, false) => r,
+                })
+            }
+            (Scalar::Float(_), _) | (_, Scalar::Float(_)) if !floor_div => {
+                let f = |s: Scalar| match s {
+                    Scalar::Int(v) => v as f64,
+                    Scalar::Float(v) => v,
+                    Scalar::Bool(v) => v as u8 as f64,
+                };
+                let (x, y) = (f(x), f(y));
+                if y == 0.0 {
+                    return Some(Err("float modulo by zero in a constexpr".into()));
+                }
+                let m = x % y;
+                Scalar::Float(if m != 0.0 && ((m < 0.0) != (y < 0.0)) {
+                    m + y
+                } else {
+                    m
+                })
+            }
+            _ => return None,
+        };
+        Some(scalar_dtype(r).and_then(|d| self.scalar_const(r, d)))
+    }
+
+    /// Triton's `//` on ints: C division truncating toward zero (Python's floor division
+    /// when both operands are Rust scalars, see [`Self::constexpr_div_mod`]).
     pub(crate) fn floordiv(&mut self, a: Opnd, b: Opnd) -> Res<Value> {
+        if let Some(r) = self.constexpr_div_mod(a, b, true) {
+            return r;
+        }
         let (a, b) = self.binary_prep(a, b, false, false, true, true)?;
         let (da, db) = (self.ty(a).dtype, self.ty(b).dtype);
         if !(is_int(da) && is_int(db)) {
@@ -626,8 +675,12 @@ impl Builder {
         Ok(self.bin(BinaryOp::Div, a, b))
     }
 
-    /// `%`: fmod for floats, C remainder for ints.
+    /// `%`: fmod for floats, C remainder for ints (Python's modulo when both operands are
+    /// Rust scalars, see [`Self::constexpr_div_mod`]).
     pub(crate) fn rem(&mut self, a: Opnd, b: Opnd) -> Res<Value> {
+        if let Some(r) = self.constexpr_div_mod(a, b, false) {
+            return r;
+        }
         let (a, b) = self.binary_prep(a, b, false, false, true, true)?;
         Ok(self.bin(BinaryOp::Rem, a, b))
     }
@@ -1178,15 +1231,14 @@ impl Builder {
         let pt = self.ptr_ty(ptr, "atomic")?;
         let d = pt.dtype;
         let name = kind.name();
-        // Triton's `atom_red_typechecking_impl`: no int1/int8/int16/bf16 elements, fp16 only
-        // for `atomic_add`, bitwise ops on integers only.
+        // Triton's `atom_red_typechecking_impl`: no int1/int8/int16 elements, fp16 and bf16
+        // only for `atomic_add`, bitwise ops on integers only.
         let bad = match kind {
             AtomicOp::And | AtomicOp::Or | AtomicOp::Xor => !d.is_int(),
             _ => false,
         } || d.bits() < 16
-            || d == DType::BF16
             || (d.bits() == 16 && d.is_int())
-            || (d == DType::F16 && kind != AtomicOp::Add);
+            || (matches!(d, DType::F16 | DType::BF16) && kind != AtomicOp::Add);
         if bad {
             return Err(format!("atomic_{name} does not support {}", dts(d)));
         }
@@ -1416,7 +1468,7 @@ impl Builder {
                 }
             }
             ReduceKind::Xor => {
-                if !is_int(d) {
+                if !is_int(d) && !d.is_bool() {
                     return Err(format!(
                         "xor_sum only supported for integers, got {}",
                         dts(d)
@@ -1650,10 +1702,9 @@ impl Builder {
             }
             d = integer_promote(d, if od.is_bool() { DType::I32 } else { od });
         }
-        if let Opnd::Weak(Scalar::Int(s)) = step {
-            if s <= 0 {
-                return Err(format!("range step must be positive, got {s}"));
-            }
+        // Python's `range`: a negative step counts down; zero is an error.
+        if let Opnd::Weak(Scalar::Int(0)) = step {
+            return Err("range step must not be zero".into());
         }
         let mut out = [Value(0); 3];
         for (i, o) in [lo, hi, step].into_iter().enumerate() {

@@ -27,7 +27,7 @@ TM_PACKED(uint8_t, uchar, 1)
   const uint tm_lid = thread_index_in_threadgroup;
   threadgroup float tm_smem_f32[1024];
   const int pid0_ = int(threadgroup_position_in_grid.x);
-  const int mul = (pid0_ * 32);
+  const int mul = int(uint(pid0_) * uint(32));
   int arange[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
@@ -35,10 +35,10 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   int add[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    add[tm_i] = (mul + arange[tm_i]);
+    add[tm_i] = int(uint(mul) + uint(arange[tm_i]));
   }
   const int pid1_ = int(threadgroup_position_in_grid.y);
-  const int mul_1 = (pid1_ * 32);
+  const int mul_1 = int(uint(pid1_) * uint(32));
   int arange_1[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
@@ -46,7 +46,7 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   int add_1[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    add_1[tm_i] = (mul_1 + arange_1[tm_i]);
+    add_1[tm_i] = int(uint(mul_1) + uint(arange_1[tm_i]));
   }
   int arange_2[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -60,10 +60,14 @@ TM_PACKED(uint8_t, uchar, 1)
     const uint tm_tn = (tm_t % 4u) * 8u;
     frag_c[tm_q] = make_filled_simdgroup_matrix<float, 8, 8>(float(0.0f));
   }
-  for (int iv = 0; iv < K; iv += 16) {
+  const uint trips = (16) > 0 ? ((0) < (K) ? (uint(K) - uint(0) - 1u) / uint(16) + 1u : uint(0)) : (16) < 0 ? ((0) > (K) ? (uint(0) - uint(K) - 1u) / (uint(0) - uint(16)) + 1u : uint(0)) : uint(0);
+  const int lo = 0;
+  const int step = 16;
+  for (uint t = 0u; t < trips; ++t) {
+    const int iv = int(uint(lo) + t * uint(step));
     int add_2[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      add_2[tm_i] = (arange_2[tm_i] + iv);
+      add_2[tm_i] = int(uint(arange_2[tm_i]) + uint(iv));
     }
     bool lt[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -76,12 +80,12 @@ TM_PACKED(uint8_t, uchar, 1)
     bool bcast[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast[tm_i] = ((mul + (int((((tm_l >> 4) & 31u))))) < M);
+      bcast[tm_i] = (int(uint(mul) + uint((int((((tm_l >> 4) & 31u)))))) < M);
     }
     bool bcast_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_1[tm_i] = (((int(((tm_l & 15u)))) + iv) < K);
+      bcast_1[tm_i] = (int(uint((int(((tm_l & 15u))))) + uint(iv)) < K);
     }
     bool and_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -89,7 +93,7 @@ TM_PACKED(uint8_t, uchar, 1)
     }
     int mul_2[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      mul_2[tm_i] = (add[tm_i] * K);
+      mul_2[tm_i] = int(uint(add[tm_i]) * uint(K));
     }
     int a_off[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -98,12 +102,12 @@ TM_PACKED(uint8_t, uchar, 1)
     int bcast_2[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_2[tm_i] = int(((mul + (int((((tm_l >> 4) & 31u))))) * K));
+      bcast_2[tm_i] = int(int(uint(int(uint(mul) + uint((int((((tm_l >> 4) & 31u))))))) * uint(K)));
     }
     int bcast_3[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_3[tm_i] = ((int(((tm_l & 15u)))) + iv);
+      bcast_3[tm_i] = int(uint((int(((tm_l & 15u))))) + uint(iv));
     }
     int a_off_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -130,12 +134,12 @@ TM_PACKED(uint8_t, uchar, 1)
     bool bcast_4[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_4[tm_i] = (((int((((tm_l >> 5) & 15u)))) + iv) < K);
+      bcast_4[tm_i] = (int(uint((int((((tm_l >> 5) & 15u))))) + uint(iv)) < K);
     }
     bool bcast_5[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_5[tm_i] = ((mul_1 + (int(((tm_l & 31u))))) < N);
+      bcast_5[tm_i] = (int(uint(mul_1) + uint((int(((tm_l & 31u)))))) < N);
     }
     bool and_2[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -143,7 +147,7 @@ TM_PACKED(uint8_t, uchar, 1)
     }
     int mul_3[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      mul_3[tm_i] = (add_2[tm_i] * N);
+      mul_3[tm_i] = int(uint(add_2[tm_i]) * uint(N));
     }
     int b_off[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -152,12 +156,12 @@ TM_PACKED(uint8_t, uchar, 1)
     int bcast_6[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_6[tm_i] = int((((int((((tm_l >> 5) & 15u)))) + iv) * N));
+      bcast_6[tm_i] = int(int(uint(int(uint((int((((tm_l >> 5) & 15u))))) + uint(iv))) * uint(N)));
     }
     int bcast_7[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      bcast_7[tm_i] = (mul_1 + (int(((tm_l & 31u)))));
+      bcast_7[tm_i] = int(uint(mul_1) + uint((int(((tm_l & 31u))))));
     }
     int b_off_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -222,12 +226,12 @@ TM_PACKED(uint8_t, uchar, 1)
   bool bcast_8[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_8[tm_i] = ((mul + (int((((tm_l >> 5) & 31u))))) < M);
+    bcast_8[tm_i] = (int(uint(mul) + uint((int((((tm_l >> 5) & 31u)))))) < M);
   }
   bool bcast_9[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_9[tm_i] = ((mul_1 + (int(((tm_l & 31u))))) < N);
+    bcast_9[tm_i] = (int(uint(mul_1) + uint((int(((tm_l & 31u)))))) < N);
   }
   bool and_3[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -235,7 +239,7 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   int mul_4[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    mul_4[tm_i] = (add[tm_i] * N);
+    mul_4[tm_i] = int(uint(add[tm_i]) * uint(N));
   }
   int c_off[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -244,12 +248,12 @@ TM_PACKED(uint8_t, uchar, 1)
   int bcast_10[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_10[tm_i] = int(((mul + (int((((tm_l >> 5) & 31u))))) * N));
+    bcast_10[tm_i] = int(int(uint(int(uint(mul) + uint((int((((tm_l >> 5) & 31u))))))) * uint(N)));
   }
   int bcast_11[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_11[tm_i] = (mul_1 + (int(((tm_l & 31u)))));
+    bcast_11[tm_i] = int(uint(mul_1) + uint((int(((tm_l & 31u))))));
   }
   int c_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {

@@ -1,6 +1,12 @@
 #include <metal_stdlib>
 using namespace metal;
 
+inline bool tm_isnan_f(float x) { return (as_type<uint>(x) & 0x7fffffffu) > 0x7f800000u; }
+inline float tm_fmax(float a, float b) { return (tm_isnan_f(b) || a > b || (a == b && (as_type<uint>(a) >> 31) == 0u)) ? a : b; }
+inline float tm_fmin(float a, float b) { return (tm_isnan_f(b) || a < b || (a == b && (as_type<uint>(a) >> 31) != 0u)) ? a : b; }
+inline float tm_fmax_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmax(a, b); }
+inline float tm_fmin_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmin(a, b); }
+
 #if defined(__x86_64__) || defined(__aarch64__)
 #define TM_PACKED(T, N, A) \
   typedef T packed_##N##2 __attribute__((ext_vector_type(2), aligned(A))); \
@@ -36,7 +42,7 @@ TM_PACKED(uint8_t, uchar, 1)
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     lt[tm_i] = (arange[tm_i] < n_cols);
   }
-  const int mul = (pid0_ * row_stride);
+  const int mul = int(uint(pid0_) * uint(row_stride));
   const int in_off = int(mul);
   int in_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -58,11 +64,20 @@ TM_PACKED(uint8_t, uchar, 1)
     part[tm_j] = in[tm_i0];
     for (uint tm_r = 1; tm_r < 8u; ++tm_r) {
       const uint tm_i = tm_i0 | (tm_r & 7u);
-      part[tm_j] = fmax(part[tm_j], in[tm_i]);
+      part[tm_j] = tm_fmax(part[tm_j], in[tm_i]);
     }
   }
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
-    part[tm_j] = simd_max(part[tm_j]);
+    const float tm_o0 = simd_shuffle_xor(part[tm_j], 1u);
+    part[tm_j] = tm_fmax(part[tm_j], tm_o0);
+    const float tm_o1 = simd_shuffle_xor(part[tm_j], 2u);
+    part[tm_j] = tm_fmax(part[tm_j], tm_o1);
+    const float tm_o2 = simd_shuffle_xor(part[tm_j], 4u);
+    part[tm_j] = tm_fmax(part[tm_j], tm_o2);
+    const float tm_o3 = simd_shuffle_xor(part[tm_j], 8u);
+    part[tm_j] = tm_fmax(part[tm_j], tm_o3);
+    const float tm_o4 = simd_shuffle_xor(part[tm_j], 16u);
+    part[tm_j] = tm_fmax(part[tm_j], tm_o4);
   }
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
     tm_smem_f32[tm_j * 128u + tm_lid] = part[tm_j];
@@ -73,7 +88,7 @@ TM_PACKED(uint8_t, uchar, 1)
     part[tm_j] = tm_smem_f32[tm_base];
     for (uint tm_w = 1; tm_w < 4u; ++tm_w) {
       const uint tm_at = tm_base | ((tm_w & 3u) << 5);
-      part[tm_j] = fmax(part[tm_j], tm_smem_f32[tm_at]);
+      part[tm_j] = tm_fmax(part[tm_j], tm_smem_f32[tm_at]);
     }
   }
   const float max_1 = part[0];
@@ -111,7 +126,7 @@ TM_PACKED(uint8_t, uchar, 1)
     }
   }
   const float sum = part_1[0];
-  const int mul_1 = (pid0_ * row_stride);
+  const int mul_1 = int(uint(pid0_) * uint(row_stride));
   const int out_off = int(mul_1);
   int out_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {

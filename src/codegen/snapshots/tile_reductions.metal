@@ -1,6 +1,12 @@
 #include <metal_stdlib>
 using namespace metal;
 
+inline bool tm_isnan_f(float x) { return (as_type<uint>(x) & 0x7fffffffu) > 0x7f800000u; }
+inline float tm_fmax(float a, float b) { return (tm_isnan_f(b) || a > b || (a == b && (as_type<uint>(a) >> 31) == 0u)) ? a : b; }
+inline float tm_fmin(float a, float b) { return (tm_isnan_f(b) || a < b || (a == b && (as_type<uint>(a) >> 31) != 0u)) ? a : b; }
+inline float tm_fmax_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmax(a, b); }
+inline float tm_fmin_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmin(a, b); }
+
 #if defined(__x86_64__) || defined(__aarch64__)
 #define TM_PACKED(T, N, A) \
   typedef T packed_##N##2 __attribute__((ext_vector_type(2), aligned(A))); \
@@ -28,7 +34,7 @@ TM_PACKED(uint8_t, uchar, 1)
   threadgroup int tm_smem_i32[16];
   threadgroup float tm_smem_f32[512];
   const int pid0_ = int(threadgroup_position_in_grid.x);
-  const int mul = (pid0_ * 16);
+  const int mul = int(uint(pid0_) * uint(16));
   int arange[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
@@ -36,7 +42,7 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   int add[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    add[tm_i] = (mul + arange[tm_i]);
+    add[tm_i] = int(uint(mul) + uint(arange[tm_i]));
   }
   int arange_1[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -54,7 +60,7 @@ TM_PACKED(uint8_t, uchar, 1)
   bool bcast[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast[tm_i] = ((mul + (int((((tm_l >> 6) & 15u))))) < M);
+    bcast[tm_i] = (int(uint(mul) + uint((int((((tm_l >> 6) & 15u)))))) < M);
   }
   bool bcast_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -67,7 +73,7 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   int mul_1[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    mul_1[tm_i] = (add[tm_i] * N);
+    mul_1[tm_i] = int(uint(add[tm_i]) * uint(N));
   }
   int x_off[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -76,7 +82,7 @@ TM_PACKED(uint8_t, uchar, 1)
   int bcast_2[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    bcast_2[tm_i] = int(((mul + (int((((tm_l >> 6) & 15u))))) * N));
+    bcast_2[tm_i] = int(int(uint(int(uint(mul) + uint((int((((tm_l >> 6) & 15u))))))) * uint(N)));
   }
   int bcast_3[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -150,7 +156,7 @@ TM_PACKED(uint8_t, uchar, 1)
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     select[tm_i] = (and_1[tm_i] ? x[tm_i] : -INFINITY);
   }
-  const int mul_2 = (pid0_ * 64);
+  const int mul_2 = int(uint(pid0_) * uint(64));
   const int col_max_off = int(mul_2);
   int col_max_off_1[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -162,12 +168,12 @@ TM_PACKED(uint8_t, uchar, 1)
     part_1[tm_j] = select[tm_i0];
     for (uint tm_r = 1; tm_r < 2u; ++tm_r) {
       const uint tm_i = tm_i0 | ((tm_r & 1u) << 2);
-      part_1[tm_j] = fmax(part_1[tm_j], select[tm_i]);
+      part_1[tm_j] = tm_fmax(part_1[tm_j], select[tm_i]);
     }
   }
   for (uint tm_j = 0; tm_j < 4u; ++tm_j) {
     const float tm_o4 = simd_shuffle_xor(part_1[tm_j], 16u);
-    part_1[tm_j] = fmax(part_1[tm_j], tm_o4);
+    part_1[tm_j] = tm_fmax(part_1[tm_j], tm_o4);
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 4u; ++tm_j) {
@@ -179,7 +185,7 @@ TM_PACKED(uint8_t, uchar, 1)
     part_1[tm_j] = tm_smem_f32[tm_base];
     for (uint tm_w = 1; tm_w < 4u; ++tm_w) {
       const uint tm_at = tm_base | ((tm_w & 3u) << 5);
-      part_1[tm_j] = fmax(part_1[tm_j], tm_smem_f32[tm_at]);
+      part_1[tm_j] = tm_fmax(part_1[tm_j], tm_smem_f32[tm_at]);
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);

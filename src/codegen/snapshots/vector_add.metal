@@ -26,7 +26,7 @@ TM_PACKED(uint8_t, uchar, 1)
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
   const int pid0_ = int(threadgroup_position_in_grid.x);
-  const int mul = (pid0_ * 1024);
+  const int mul = int(uint(pid0_) * uint(1024));
   int arange[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
@@ -34,7 +34,7 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   int add[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    add[tm_i] = (mul + arange[tm_i]);
+    add[tm_i] = int(uint(mul) + uint(arange[tm_i]));
   }
   bool lt[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
