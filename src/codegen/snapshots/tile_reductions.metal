@@ -227,22 +227,22 @@ TM_PACKED(uint8_t, uchar, 1)
     part_idx_2[tm_j] = int((((tm_i0 & 3u) | (tm_lid << 2) | ((tm_i0 >> 2) << 9)) >> 0) & 63u);
     for (uint tm_r = 1; tm_r < 4u; ++tm_r) {
       const uint tm_i = tm_i0 | (tm_r & 3u);
-      if (isnan(part_2[tm_j]) ? (!isnan(select[tm_i]) || int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u) < part_idx_2[tm_j]) : (!isnan(select[tm_i]) && (select[tm_i] > part_2[tm_j] || (select[tm_i] == part_2[tm_j] && int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u) < part_idx_2[tm_j])))) { part_2[tm_j] = select[tm_i]; part_idx_2[tm_j] = int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u); }
+      if (tm_isnan_f(float(part_2[tm_j])) ? (!tm_isnan_f(float(select[tm_i])) || int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u) < part_idx_2[tm_j]) : (!tm_isnan_f(float(select[tm_i])) && (select[tm_i] > part_2[tm_j] || (select[tm_i] == part_2[tm_j] && int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u) < part_idx_2[tm_j])))) { part_2[tm_j] = select[tm_i]; part_idx_2[tm_j] = int((((tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9)) >> 0) & 63u); }
     }
   }
   for (uint tm_j = 0; tm_j < 2u; ++tm_j) {
     const float tm_o0 = simd_shuffle_xor(part_2[tm_j], 1u);
     const int tm_oi0 = simd_shuffle_xor(part_idx_2[tm_j], 1u);
-    if (isnan(part_2[tm_j]) ? (!isnan(tm_o0) || tm_oi0 < part_idx_2[tm_j]) : (!isnan(tm_o0) && (tm_o0 > part_2[tm_j] || (tm_o0 == part_2[tm_j] && tm_oi0 < part_idx_2[tm_j])))) { part_2[tm_j] = tm_o0; part_idx_2[tm_j] = tm_oi0; }
+    if (tm_isnan_f(float(part_2[tm_j])) ? (!tm_isnan_f(float(tm_o0)) || tm_oi0 < part_idx_2[tm_j]) : (!tm_isnan_f(float(tm_o0)) && (tm_o0 > part_2[tm_j] || (tm_o0 == part_2[tm_j] && tm_oi0 < part_idx_2[tm_j])))) { part_2[tm_j] = tm_o0; part_idx_2[tm_j] = tm_oi0; }
     const float tm_o1 = simd_shuffle_xor(part_2[tm_j], 2u);
     const int tm_oi1 = simd_shuffle_xor(part_idx_2[tm_j], 2u);
-    if (isnan(part_2[tm_j]) ? (!isnan(tm_o1) || tm_oi1 < part_idx_2[tm_j]) : (!isnan(tm_o1) && (tm_o1 > part_2[tm_j] || (tm_o1 == part_2[tm_j] && tm_oi1 < part_idx_2[tm_j])))) { part_2[tm_j] = tm_o1; part_idx_2[tm_j] = tm_oi1; }
+    if (tm_isnan_f(float(part_2[tm_j])) ? (!tm_isnan_f(float(tm_o1)) || tm_oi1 < part_idx_2[tm_j]) : (!tm_isnan_f(float(tm_o1)) && (tm_o1 > part_2[tm_j] || (tm_o1 == part_2[tm_j] && tm_oi1 < part_idx_2[tm_j])))) { part_2[tm_j] = tm_o1; part_idx_2[tm_j] = tm_oi1; }
     const float tm_o2 = simd_shuffle_xor(part_2[tm_j], 4u);
     const int tm_oi2 = simd_shuffle_xor(part_idx_2[tm_j], 4u);
-    if (isnan(part_2[tm_j]) ? (!isnan(tm_o2) || tm_oi2 < part_idx_2[tm_j]) : (!isnan(tm_o2) && (tm_o2 > part_2[tm_j] || (tm_o2 == part_2[tm_j] && tm_oi2 < part_idx_2[tm_j])))) { part_2[tm_j] = tm_o2; part_idx_2[tm_j] = tm_oi2; }
+    if (tm_isnan_f(float(part_2[tm_j])) ? (!tm_isnan_f(float(tm_o2)) || tm_oi2 < part_idx_2[tm_j]) : (!tm_isnan_f(float(tm_o2)) && (tm_o2 > part_2[tm_j] || (tm_o2 == part_2[tm_j] && tm_oi2 < part_idx_2[tm_j])))) { part_2[tm_j] = tm_o2; part_idx_2[tm_j] = tm_oi2; }
     const float tm_o3 = simd_shuffle_xor(part_2[tm_j], 8u);
     const int tm_oi3 = simd_shuffle_xor(part_idx_2[tm_j], 8u);
-    if (isnan(part_2[tm_j]) ? (!isnan(tm_o3) || tm_oi3 < part_idx_2[tm_j]) : (!isnan(tm_o3) && (tm_o3 > part_2[tm_j] || (tm_o3 == part_2[tm_j] && tm_oi3 < part_idx_2[tm_j])))) { part_2[tm_j] = tm_o3; part_idx_2[tm_j] = tm_oi3; }
+    if (tm_isnan_f(float(part_2[tm_j])) ? (!tm_isnan_f(float(tm_o3)) || tm_oi3 < part_idx_2[tm_j]) : (!tm_isnan_f(float(tm_o3)) && (tm_o3 > part_2[tm_j] || (tm_o3 == part_2[tm_j] && tm_oi3 < part_idx_2[tm_j])))) { part_2[tm_j] = tm_o3; part_idx_2[tm_j] = tm_oi3; }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 2u; ++tm_j) {
