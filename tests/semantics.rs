@@ -5,9 +5,8 @@
 //! (`benches/gpu/semantics_probe.py`, results in `benches/README.md`).
 
 use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
-use triton_metal::codegen::ReductionLayout;
-use triton_metal::emu::{Emulator, LaneOrder};
-use triton_metal::runtime::{out, Launch, Target};
+use triton_metal::emu::Emulator;
+use triton_metal::runtime::{out, LaneOrder, Launch, ReductionLayout, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{
     Array,
