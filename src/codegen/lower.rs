@@ -2139,7 +2139,7 @@ impl<'k> Lowering<'k> {
         let start = match &peel {
             Some(uniform) => {
                 let cond = format!("{trips} > 0");
-                self.peel_first_iteration(body, init, &vars, uniform, iv_t, &l, &cond)?;
+                self.peel_first_iteration(body, init, &vars, uniform, iv_t, (&l, &cond))?;
                 one
             }
             None => {

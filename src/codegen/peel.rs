@@ -57,8 +57,7 @@ impl Lowering<'_> {
         vars: &[Repr],
         uniform: &[bool],
         iv_t: &str,
-        lo: &str,
-        runs: &str,
+        (lo, runs): (&str, &str),
     ) -> Result<()> {
         let (now_vars, now_init) = pick(vars, init, uniform, false);
         self.assign_carried(&now_vars, &now_init)?;
