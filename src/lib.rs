@@ -31,6 +31,7 @@
 // The `#[jit]` expansion names `::triton_metal`, also inside this crate's own tests.
 extern crate self as triton_metal;
 
+pub(crate) mod cache;
 pub mod dtype;
 #[doc(hidden)]
 #[allow(rustdoc::broken_intra_doc_links)]

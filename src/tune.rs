@@ -3,8 +3,10 @@
 //!
 //! The cache file (JSON) is `$TRITON_METAL_CACHE_DIR/autotune.json`, else
 //! `$XDG_CACHE_HOME/triton-metal/autotune.json`, else `~/.cache/triton-metal/autotune.json`
-//! ([`default_cache_file`]). Each entry stores a checksum of the candidate list, so changing
-//! the candidates invalidates it (CubeCL's tune cache does the same).
+//! ([`default_cache_file`]); a file that another user could have written is ignored, and a
+//! folder that others can write to is refused when saving. Each entry stores a checksum of
+//! the candidate list, so changing the candidates invalidates it (CubeCL's tune cache does
+//! the same).
 //!
 //! ```no_run
 //! use triton_metal::tune::{Autotuner, Config, TuneKey};
@@ -124,16 +126,12 @@ pub struct Autotuner<'k> {
     progress: bool,
 }
 
-/// The default cache file (see the module docs).
+/// The default cache file (see the module docs), whose folder is created (mode 0700) and
+/// checked when the file is written.
 pub fn default_cache_file() -> PathBuf {
-    let dir = crate::settings::var_os("TRITON_METAL_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("triton-metal"))
-        })
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/triton-metal")))
-        .unwrap_or_else(|| std::env::temp_dir().join("triton-metal"));
-    dir.join("autotune.json")
+    crate::cache::location(crate::cache::Purpose::Root)
+        .path
+        .join("autotune.json")
 }
 
 impl<'k> Autotuner<'k> {
@@ -188,8 +186,10 @@ impl<'k> Autotuner<'k> {
     }
 
     fn load(&self) -> BTreeMap<String, Entry> {
+        // A file someone else could have written is not trusted: tuning runs again.
         self.cache_file
             .as_ref()
+            .filter(|p| crate::cache::check_file(p).unwrap_or(false))
             .and_then(|p| std::fs::read_to_string(p).ok())
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or_default()
@@ -199,15 +199,23 @@ impl<'k> Autotuner<'k> {
         let Some(path) = &self.cache_file else {
             return Ok(());
         };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| {
+                Error::io(
+                    format!("autotune cache {}", path.display()),
+                    std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"),
+                )
+            })?;
+        crate::cache::ensure_private_dir(dir, "the autotune cache file's folder")?;
         let text = serde_json::to_string_pretty(all)
             .map_err(|e| Error::io(format!("autotune cache {}", path.display()), e.into()))?;
-        // Write then rename: a crash never leaves half a file.
-        let tmp = path.with_extension(format!("json.{}", std::process::id()));
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, path)?;
+        crate::cache::write_atomic(dir, name, text.as_bytes())?;
         Ok(())
     }
 

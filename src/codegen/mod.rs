@@ -208,7 +208,7 @@ pub(crate) fn debug_enabled() -> bool {
 /// The Metal program of a kernel specialisation under `opts`, compiled once per process
 /// (keyed by [`cache_key`]).
 pub fn msl(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<MetalProgram>> {
-    let dir = crate::settings::var_os(CACHE_DIR_ENV).map(std::path::PathBuf::from);
+    let dir = crate::cache::source_dir()?;
     msl_with(kernel, opts, debug_enabled(), dir.as_deref())
 }
 
@@ -239,10 +239,11 @@ fn msl_with(
         );
     }
     if let Some(dir) = source_dir {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(
-            dir.join(format!("{}.metal", prog.name)),
-            format!("{}\n// ---- body ----\n{}", prog.header, prog.source),
+        crate::cache::ensure_private_dir(dir, &format!("${CACHE_DIR_ENV}"))?;
+        crate::cache::write_atomic(
+            dir,
+            &format!("{}.metal", prog.name),
+            format!("{}\n// ---- body ----\n{}", prog.header, prog.source).as_bytes(),
         )?;
     }
     cache()
@@ -279,9 +280,12 @@ pub fn cuda(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<CudaProgram>> {
             prog.describe()
         );
     }
-    if let Some(dir) = crate::settings::var_os(CACHE_DIR_ENV).map(std::path::PathBuf::from) {
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join(format!("{}.cu", prog.name)), prog.standalone())?;
+    if let Some(dir) = crate::cache::source_dir()? {
+        crate::cache::write_atomic(
+            &dir,
+            &format!("{}.cu", prog.name),
+            prog.standalone().as_bytes(),
+        )?;
     }
     cuda_cache()
         .lock()

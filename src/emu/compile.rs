@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
+use crate::cache;
 use crate::{Error, Result};
 
 /// `tm_emu_launch(bufs, grid, threadgroup, reverse, workers, err, errlen)` in the .so.
@@ -101,38 +102,11 @@ pub(crate) fn clang() -> Option<&'static Clang> {
 }
 
 /// Where compiled kernels are kept (the generated C++ beside them when
-/// `TRITON_METAL_EMU_KEEP` is set, or when it failed to compile): `$TRITON_METAL_EMU_CACHE`, else
-/// `$XDG_CACHE_HOME/triton-metal/emu`, else `$HOME/.cache/triton-metal/emu`, else the
-/// system temp dir.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = crate::settings::var_os("TRITON_METAL_EMU_CACHE") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("triton-metal").join("emu");
-    }
-    if let Some(d) = std::env::var_os("HOME") {
-        return PathBuf::from(d)
-            .join(".cache")
-            .join("triton-metal")
-            .join("emu");
-    }
-    std::env::temp_dir().join("triton-metal-emu")
-}
-
-/// FNV-1a, twice with different offsets: stable across Rust versions (unlike
-/// `DefaultHasher`), which an on-disk cache needs.
-fn hash128(parts: &[&str]) -> String {
-    let mut h = [0xcbf29ce484222325u64, 0x84222325cbf29ce4u64];
-    for p in parts {
-        for b in p.bytes().chain([0xff]) {
-            for (k, x) in h.iter_mut().enumerate() {
-                *x ^= b as u64 + k as u64;
-                *x = x.wrapping_mul(0x100000001b3);
-            }
-        }
-    }
-    format!("{:016x}{:016x}", h[0], h[1])
+/// `TRITON_METAL_EMU_KEEP` is set, or when it failed to compile): `$TRITON_METAL_EMU_CACHE`,
+/// else `emu` in the user's cache folder (`cache.rs`, which also checks that the folder is
+/// private to the current user).
+pub fn cache_dir() -> Result<PathBuf> {
+    cache::dir(cache::Purpose::Kernels)
 }
 
 /// A loaded entry point (libraries are never unloaded, so the address stays valid).
@@ -161,6 +135,22 @@ pub(crate) fn load(cpp: &str, kernel: &str, msl: &str) -> Result<LaunchFn> {
     Ok(unsafe { std::mem::transmute::<*const c_void, LaunchFn>(f) })
 }
 
+/// The cache key of `cpp` built as `build` says with `clang`: a SHA-256 digest of the
+/// compiler's path and version, the host CPU, the build's flags and extra key, and the source.
+fn cache_key(clang: &Clang, cpp: &str, build: &Build) -> String {
+    let path = clang.path.to_string_lossy();
+    let cpu = cache::cpu_identity();
+    let mut parts: Vec<&[u8]> = vec![
+        path.as_bytes(),
+        clang.version.as_bytes(),
+        cpu.as_bytes(),
+        build.key.as_bytes(),
+    ];
+    parts.extend(build.flags.iter().map(|f| f.as_bytes()));
+    parts.push(cpp.as_bytes());
+    cache::hash_key(&parts)
+}
+
 /// Compiles (or finds in the cache) `cpp` as `build` says and returns the address of its
 /// entry point. `quoted` is the generated part of `cpp`, quoted in compile errors.
 pub(crate) fn load_symbol(
@@ -170,46 +160,57 @@ pub(crate) fn load_symbol(
     build: &Build,
 ) -> Result<*const c_void> {
     let clang = clang().ok_or_else(|| Error::Unsupported(super::MISSING_CLANG.into()))?;
-    let path_str = clang.path.to_string_lossy();
-    let mut key_parts = vec![
-        path_str.as_ref(),
-        clang.version.as_str(),
-        build.key.as_str(),
-    ];
-    key_parts.extend(build.flags.iter().copied());
-    key_parts.push(cpp);
-    let key = hash128(&key_parts);
+    let key = cache_key(clang, cpp, build);
     if let Some(f) = loaded().lock().ok().and_then(|m| m.get(&key).copied()) {
         return Ok(f.0);
     }
-    let mut dir = cache_dir();
-    if std::fs::create_dir_all(&dir).is_err() {
-        // A read-only home (some CI sandboxes) must not stop the emulator.
-        dir = std::env::temp_dir().join("triton-metal-emu");
-        std::fs::create_dir_all(&dir)?;
-    }
-    let so = dir.join(format!("{key}.so"));
-    if !so.exists() {
-        compile(clang, cpp, &dir, &key, &so, kernel, quoted, build)?;
-    }
-    // SAFETY: the library is our own compiled kernel; its initialisers only set up
-    // thread-locals. It is leaked so the function pointer stays valid for the process.
-    let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Compile {
+    let dir = cache_dir().map_err(|e| Error::Compile {
         kernel: kernel.into(),
         backend: build.backend.into(),
-        msg: format!("cannot load {}: {e}", so.display()),
+        msg: e.to_string(),
     })?;
+    load_in(&dir, &key, clang, cpp, kernel, quoted, build)
+}
+
+/// [`load_symbol`] with the cache directory `dir` (private to this user, checked by the
+/// caller) and the key already computed. An existing `<key>.so` is loaded only if
+/// [`cache::check_file`] accepts it; a missing one is compiled first.
+#[allow(clippy::too_many_arguments)]
+fn load_in(
+    dir: &Path,
+    key: &str,
+    clang: &Clang,
+    cpp: &str,
+    kernel: &str,
+    quoted: &str,
+    build: &Build,
+) -> Result<*const c_void> {
+    let err = |msg: String| Error::Compile {
+        kernel: kernel.into(),
+        backend: build.backend.into(),
+        msg,
+    };
+    let so = dir.join(format!("{key}.so"));
+    if !cache::check_file(&so).map_err(|e| err(e.to_string()))? {
+        compile(clang, cpp, dir, key, &so, kernel, quoted, build)?;
+        // Checked again: what is loaded is what was just checked, in a directory no one
+        // else can write to.
+        if !cache::check_file(&so).map_err(|e| err(e.to_string()))? {
+            return Err(err(format!("{} vanished after compiling", so.display())));
+        }
+    }
+    // SAFETY: the library is our own compiled kernel (in a directory and a file only this
+    // user can write); its initialisers only set up thread-locals. It is leaked so the
+    // function pointer stays valid for the process.
+    let lib = unsafe { libloading::Library::new(&so) }
+        .map_err(|e| err(format!("cannot load {}: {e}", so.display())))?;
     let lib: &'static libloading::Library = Box::leak(Box::new(lib));
     // SAFETY: only the address is taken; callers know the entry's signature.
     let f: *const c_void = unsafe { lib.get::<*const c_void>(build.symbol) }
         .map(|s| *s)
-        .map_err(|e| Error::Compile {
-            kernel: kernel.into(),
-            backend: build.backend.into(),
-            msg: format!("{} has no entry point: {e}", so.display()),
-        })?;
+        .map_err(|e| err(format!("{} has no entry point: {e}", so.display())))?;
     if let Ok(mut m) = loaded().lock() {
-        m.insert(key, Entry(f));
+        m.insert(key.to_string(), Entry(f));
     }
     Ok(f)
 }
@@ -226,16 +227,14 @@ fn compile(
     build: &Build,
 ) -> Result<()> {
     // Unique names, then rename: concurrent tests and processes may build the same kernel.
-    let unique = format!(
-        "{key}.{}.{}",
-        std::process::id(),
-        format!("{:?}", std::thread::current().id())
-            .trim_start_matches("ThreadId(")
-            .trim_end_matches(')')
-    );
-    let src = dir.join(format!("{unique}.cpp"));
-    std::fs::write(&src, cpp)?;
-    let tmp = dir.join(format!("{unique}.so.tmp"));
+    let src = cache::unique_path(dir, key, ".cpp");
+    let tmp = cache::unique_path(dir, key, ".so");
+    let io = |what: &str, p: &Path, e: std::io::Error| Error::Compile {
+        kernel: kernel.into(),
+        backend: build.backend.into(),
+        msg: format!("cannot {what} {}: {e}", p.display()),
+    };
+    std::fs::write(&src, cpp).map_err(|e| io("write", &src, e))?;
     let out = Command::new(&clang.path)
         .args(&build.flags)
         .arg("-x")
@@ -258,7 +257,17 @@ fn compile(
             msg: compile_message(&stderr, build.source_tag, quoted, &src),
         });
     }
-    std::fs::rename(&tmp, so)?;
+    // Whatever the umask, the cached object is this user's alone.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("set the mode of", &tmp, e))?;
+    }
+    if let Err(e) = std::fs::rename(&tmp, so) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io("rename into", so, e));
+    }
     if crate::settings::var_os("TRITON_METAL_EMU_KEEP").is_none() {
         // The .cpp embeds the whole shim; keep it only on request (or on failure).
         let _ = std::fs::remove_file(&src);
@@ -303,15 +312,83 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_parse_and_hashes_are_stable() {
+    fn versions_parse() {
         assert_eq!(
             clang_major("Debian clang version 19.1.7 (3~deb12u1)"),
             Some(19)
         );
         assert_eq!(clang_major("clang version 14.0.6"), Some(14));
         assert_eq!(clang_major("gcc"), None);
-        assert_eq!(hash128(&["a", "b"]), hash128(&["a", "b"]));
-        assert_ne!(hash128(&["ab"]), hash128(&["a", "b"]));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn planted_objects_are_never_loaded() {
+        use std::os::unix::fs::PermissionsExt;
+        if !crate::emu::Emulator::should_run("planted_objects_are_never_loaded").unwrap() {
+            return;
+        }
+        let clang = clang().unwrap();
+        let dir = std::env::temp_dir().join(format!("tm-plant-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        cache::ensure_private_dir(&dir, "test").unwrap();
+        let build = Build {
+            flags: FLAGS.to_vec(),
+            symbol: b"tm_plant_probe\0",
+            backend: "emulator",
+            source_tag: "kernel.metal",
+            key: String::new(),
+        };
+        let cpp = format!(
+            "extern \"C\" int tm_plant_probe() {{ return 7; }} // {:?}\n",
+            dir
+        );
+        let key = cache_key(clang, &cpp, &build);
+        let so = dir.join(format!("{key}.so"));
+        // Another user's object under the expected name, writable by all: refused, not run.
+        std::fs::write(&so, b"not an object").unwrap();
+        std::fs::set_permissions(&so, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = load_in(&dir, &key, clang, &cpp, "probe", "", &build)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&so.display().to_string()) && e.contains("refusing"),
+            "{e}"
+        );
+        // Without it the object is built, made private and loaded.
+        std::fs::remove_file(&so).unwrap();
+        let f = load_in(&dir, &key, clang, &cpp, "probe", "", &build).unwrap();
+        // SAFETY: the probe above has exactly this signature.
+        let probe = unsafe { std::mem::transmute::<*const c_void, extern "C" fn() -> i32>(f) };
+        assert_eq!(probe(), 7);
+        assert!(cache::check_file(&so).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn keys_cover_compiler_cpu_flags_and_source() {
+        let c = Clang {
+            path: PathBuf::from("/usr/bin/clang++-19"),
+            version: "clang version 19.1.7".into(),
+        };
+        let b = |key: &str, flags: Vec<&'static str>| Build {
+            flags,
+            symbol: b"x\0",
+            backend: "cpu",
+            source_tag: "kernel.cpp",
+            key: key.into(),
+        };
+        let base = cache_key(&c, "int x;", &b("", vec!["-O1"]));
+        assert_eq!(base.len(), 64);
+        assert_eq!(base, cache_key(&c, "int x;", &b("", vec!["-O1"])));
+        assert_ne!(base, cache_key(&c, "int y;", &b("", vec!["-O1"])));
+        assert_ne!(base, cache_key(&c, "int x;", &b("", vec!["-O2"])));
+        assert_ne!(base, cache_key(&c, "int x;", &b("avx2", vec!["-O1"])));
+        let other = Clang {
+            version: "clang version 18.1.0".into(),
+            ..c.clone()
+        };
+        assert_ne!(base, cache_key(&other, "int x;", &b("", vec!["-O1"])));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //!
 //! Building needs clang >= 15 (the emulator's, found the same way:
 //! `TRITON_METAL_EMU_CXX`, else the newest `clang++-N`); the shared objects are cached on
-//! disk under [`crate::emu::cache_dir`], keyed by source, flags, compiler and host CPU, so
+//! disk under [`crate::emu::cache_dir`], keyed by a digest of source, flags, compiler and host CPU, so
 //! a kernel is compiled once per machine (the 86 kernels of tests/ops.rs took about 8 s
 //! together on 2 cores), then loaded once per process.
 
@@ -217,10 +217,8 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
             k.name
         );
     }
-    if let Some(dir) = crate::settings::var_os(crate::codegen::CACHE_DIR_ENV) {
-        let dir = std::path::PathBuf::from(dir);
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join(format!("{}.cpp", k.name)), &prog.source)?;
+    if let Some(dir) = crate::cache::source_dir()? {
+        crate::cache::write_atomic(&dir, &format!("{}.cpp", k.name), prog.source.as_bytes())?;
     }
     let build = Build {
         flags: if compute_bound(k) {
@@ -305,7 +303,8 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
     for (i, m) in mems.iter().enumerate() {
         match m {
             Some(m) => {
-                if (m.as_ptr() as usize) % m.elem_bytes() != 0 {
+                // An empty buffer's address is never dereferenced (accesses are bounds-checked).
+                if m.len() > 0 && (m.as_ptr() as usize) % m.elem_bytes() != 0 {
                     return Err(super::launch_err(
                         k,
                         format!(
