@@ -215,7 +215,14 @@ impl Array {
             )));
         }
         self.eval()?;
-        let bytes = bridge::array_to_bytes(self.raw())?;
+        let mut bytes = bridge::array_to_bytes(self.raw())?;
+        if T::DTYPE == DType::Bool {
+            // A bool output a kernel never wrote (uninitialised or a recycled buffer) may
+            // hold any byte; only 0 and 1 are valid `bool`s.
+            for b in &mut bytes {
+                *b = (*b != 0) as u8;
+            }
+        }
         let n = self.size();
         if bytes.len() != n * std::mem::size_of::<T>() {
             return Err(Error::Mlx(format!(
@@ -225,8 +232,9 @@ impl Array {
             )));
         }
         let mut out: Vec<T> = Vec::with_capacity(n);
-        // SAFETY: `Element` makes every MLX bit pattern of this dtype a valid T; the
-        // destination has capacity for exactly `bytes.len()` bytes.
+        // SAFETY: `Element` makes every bit pattern of a non-bool dtype a valid T, and bool
+        // bytes were mapped to 0/1 above; the destination has capacity for exactly
+        // `bytes.len()` bytes.
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, bytes.len());
             out.set_len(n);
@@ -286,6 +294,19 @@ mod tests {
         let b = a.clone();
         assert_eq!(a.id(), b.id());
         assert_eq!(b.to_vec::<i32>().unwrap(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn bool_reads_map_every_byte_to_a_valid_bool() {
+        // Bytes no `bool` may hold, as an unwritten output can.
+        let a = Array::from_bytes(&[0, 1, 2, 0x80, 0xff], &[5], DType::Bool).unwrap();
+        let v = a.to_vec::<bool>().unwrap();
+        assert_eq!(v, vec![false, true, true, true, true]);
+        // Each is a real `bool`: comparisons and bytes agree.
+        assert!(v[1..].iter().all(|&b| b as u8 == 1));
+        assert_eq!(a.item::<bool>().ok(), None);
+        let one = Array::from_bytes(&[7], &[], DType::Bool).unwrap();
+        assert!(one.item::<bool>().unwrap());
     }
 
     #[test]

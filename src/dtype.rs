@@ -194,8 +194,10 @@ impl fmt::Display for DType {
 /// Rust element types that map to a [`DType`]; used for typed array access.
 ///
 /// # Safety
-/// `DTYPE.size_bytes()` must equal `size_of::<Self>()` and every bit pattern MLX can
-/// store for `DTYPE` must be a valid `Self` (for `bool`: MLX stores only 0 and 1).
+/// `DTYPE.size_bytes()` must equal `size_of::<Self>()` and, unless `DTYPE` is
+/// [`DType::Bool`], every bit pattern of that size must be a valid `Self`. Bool buffers can
+/// hold any byte (an output a kernel never wrote), so readers map bytes to `b != 0` before
+/// they become `bool`s.
 pub unsafe trait Element: Copy + Send + Sync + 'static + fmt::Debug {
     /// The matching dtype.
     const DTYPE: DType;
@@ -203,7 +205,7 @@ pub unsafe trait Element: Copy + Send + Sync + 'static + fmt::Debug {
 
 macro_rules! element {
     ($($t:ty => $d:ident),* $(,)?) => {$(
-        // SAFETY: sizes match and all bit patterns are valid (bool is 0/1 in MLX).
+        // SAFETY: sizes match and all bit patterns are valid (bool bytes are mapped by readers).
         unsafe impl Element for $t { const DTYPE: DType = DType::$d; }
     )*};
 }

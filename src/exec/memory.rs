@@ -98,8 +98,10 @@ pub(crate) struct Mem<'a> {
 // SAFETY: a `Mem` is built only from a `&'a [u8]` (never written: `writable` is false, so
 // every write path below refuses it) or from a `&'a mut [u8]` that the launch borrows
 // exclusively for `'a` and whose every access goes through `AtomicU*` of matching width at
-// an aligned address (alignment checked in `Mem::writable`). Shared access from many
-// threads is therefore data-race free.
+// an aligned address (alignment checked in `Mem::writable`; an empty buffer has no element
+// to access), except that after `assume_disjoint` stores are plain writes, which its
+// contract keeps to elements no other thread touches. Shared access from many threads is
+// therefore data-race free.
 unsafe impl Send for Mem<'_> {}
 // SAFETY: see `Send` above.
 unsafe impl Sync for Mem<'_> {}
@@ -117,9 +119,11 @@ impl<'a> Mem<'a> {
         }
     }
 
-    /// A writable buffer; `None` when it is not aligned to `elem` (atomics need that).
+    /// A writable buffer; `None` when it is not aligned to `elem` (atomics need that). An
+    /// empty buffer is never accessed (every access is bounds-checked), so its dangling
+    /// address need not be aligned.
     pub(crate) fn writable(buf: &'a mut [u8], elem: usize) -> Option<Mem<'a>> {
-        if (buf.as_ptr() as usize) % elem != 0 {
+        if !buf.is_empty() && (buf.as_ptr() as usize) % elem != 0 {
             return None;
         }
         huge_pages(buf);
@@ -185,8 +189,9 @@ impl<'a> Mem<'a> {
     /// The atomic at element `i`; caller checked `fits` and `writable`.
     #[inline(always)]
     fn atomic<R: Raw>(&self, i: usize) -> &R::Atomic {
-        // SAFETY: `fits` put element `i` inside the exclusively borrowed buffer, `writable`
-        // guarantees it came from `&mut [u8]` with `elem`-aligned base, so the address is
+        // SAFETY: `fits` put element `i` inside the exclusively borrowed buffer (so it is not
+        // empty), `writable` guarantees it came from `&mut [u8]` with `elem`-aligned base
+        // (checked for every non-empty buffer), so the address is
         // aligned for `R::Atomic` (same size and alignment as `R`); every other access to
         // this memory during the launch is atomic too.
         unsafe { &*(self.ptr.add(i * R::SIZE) as *const R::Atomic) }

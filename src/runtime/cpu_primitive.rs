@@ -47,9 +47,14 @@ pub fn run_cpu_launch(
     out_bytes: Vec<usize>,
 ) {
     let result = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the bridge passes pointers to live MLX buffers of exactly these sizes;
-        // the inputs are not written and each output buffer is freshly allocated, so the
-        // mutable slices do not alias anything.
+        // SAFETY: the bridge passes pointers to live MLX buffers of exactly these sizes
+        // (null or any address for empty ones, which become empty slices). The inputs are
+        // only read. Each output buffer was taken for this launch alone, freshly allocated
+        // or recycled from an output MLX had already freed, so no live array shares it and
+        // MLX runs nothing that reads the outputs before this task ends: the mutable slices
+        // alias neither each other nor an input. Their bytes may be stale (outputs are not
+        // zeroed unless the launch asks for a fill), which is why every reader of bool data
+        // maps bytes with `!= 0`.
         let ins: Vec<&[u8]> = in_ptrs
             .iter()
             .zip(&in_bytes)
