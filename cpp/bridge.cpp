@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <unordered_set>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -115,6 +117,69 @@ std::vector<std::string> to_strings(rust::Slice<const rust::String> names) {
   return out;
 }
 
+// MLX's allocator returns a null buffer when memory runs out, and MLX's kernels then write
+// through it on a worker thread (a crash, not an exception). Every allocation made here is
+// checked, and every evaluation first checks the sizes of the arrays it will allocate.
+mx::allocator::Data checked_malloc(size_t n, const char* what) {
+  auto d = mx::allocator::malloc(n);
+  if (n > 0 && !d.buffer().ptr()) {
+    throw std::runtime_error(std::string("[triton_metal] unable to allocate ") + std::to_string(n) +
+                             " bytes for " + what);
+  }
+  return d;
+}
+
+// Physical memory in bytes: no single buffer larger than this can be allocated and filled.
+size_t memory_capacity() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return SIZE_MAX;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page);
+}
+
+std::string shape_text(const mx::array& a) {
+  std::string s = "[";
+  for (size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + "]";
+}
+
+std::string dtype_text(mx::Dtype d) {
+  std::ostringstream o;
+  o << d;
+  return o.str();
+}
+
+// Throws if evaluating `roots` would allocate an array larger than this machine's memory
+// (or one whose byte count overflows). Walks only arrays not computed yet.
+void check_eval_sizes(const std::vector<const mx::array*>& roots) {
+  static const size_t capacity = memory_capacity();
+  std::vector<const mx::array*> stack(roots.begin(), roots.end());
+  std::unordered_set<uintptr_t> seen;
+  auto check = [&](const mx::array& a) {
+    size_t n = a.itemsize();
+    bool overflow = false;
+    for (auto d : a.shape()) {
+      if (d < 0 || __builtin_mul_overflow(n, static_cast<size_t>(d), &n)) overflow = true;
+    }
+    if (overflow || n > capacity) {
+      std::string need = overflow ? "more bytes than a size_t holds" : std::to_string(n) + " bytes";
+      throw std::runtime_error("[triton_metal] evaluating an array of shape " + shape_text(a) + " and dtype " +
+                               dtype_text(a.dtype()) + " needs " + need + ", more than this machine's " +
+                               std::to_string(capacity >> 20) + " MiB of memory");
+    }
+  };
+  while (!stack.empty()) {
+    const mx::array* a = stack.back();
+    stack.pop_back();
+    if (!seen.insert(a->id()).second || a->is_available() || !a->has_primitive()) continue;
+    check(*a);
+    for (const auto& s : a->siblings()) check(s);
+    for (const auto& in : a->inputs()) {
+      if (!seen.count(in.id())) stack.push_back(&in);
+    }
+  }
+}
+
 // Freed outputs of CPU-executor launches, kept for the next output of the same size.
 // MLX's CPU allocator hands large outputs to glibc, which maps fresh pages for each: the
 // kernel's first stores then pay a page fault (and the kernel's zeroing) per page, which
@@ -130,7 +195,7 @@ class OutputCache {
   }
 
   mx::allocator::Data take(size_t n) {
-    if (n < kMinBytes) return mx::allocator::malloc(n);
+    if (n < kMinBytes) return checked_malloc(n, "a kernel output");
     mx::allocator::Buffer b(nullptr);
     {
       std::lock_guard<std::mutex> g(m_);
@@ -301,7 +366,7 @@ ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int
     throw std::invalid_argument("data has " + std::to_string(data.size()) + " bytes but shape needs " +
                                 std::to_string(n * dt.size()));
   }
-  auto buf = mx::allocator::malloc(data.size());
+  auto buf = checked_malloc(data.size(), "an array");
   if (data.size() > 0) std::memcpy(buf.buffer().raw_ptr(), data.data(), data.size());
   return wrap(mx::array(std::move(buf), std::move(shp), dt));
 }
@@ -343,14 +408,21 @@ size_t array_size(const MlxArray& a) { return a.a.size(); }
 uintptr_t array_id(const MlxArray& a) { return a.a.id(); }
 
 void array_eval(const MlxArray& a) {
+  check_eval_sizes({&a.a});
   auto copy = a.a;
   copy.eval();
 }
 
-void array_eval_many(rust::Slice<const MlxArray* const> arrays) { mx::eval(to_arrays(arrays)); }
+void array_eval_many(rust::Slice<const MlxArray* const> arrays) {
+  std::vector<const mx::array*> roots;
+  for (auto* a : arrays) roots.push_back(&a->a);
+  check_eval_sizes(roots);
+  mx::eval(to_arrays(arrays));
+}
 
 rust::Vec<uint8_t> array_to_bytes(const MlxArray& a) {
   auto c = mx::contiguous(a.a, false, mx::Device::cpu);
+  check_eval_sizes({&c});
   c.eval();
   rust::Vec<uint8_t> out;
   size_t n = c.nbytes();
