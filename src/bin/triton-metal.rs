@@ -6,7 +6,7 @@
 //! requirement, fused != unfused, a benchmarked result off MLX's), 2 bad input (one line on
 //! stderr).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use triton_metal::bench::{plot, reductions, BenchTarget, ReductionBench};
 use triton_metal::device::{self, Backend, HardwareInfo};
 use triton_metal::graph::{
-    fuse, random_inputs, samples, FusionSummary, Graph, GraphRunner, GraphSpec, OpSpec,
+    fuse, random_inputs, samples, FusionSummary, Graph, GraphRunner, GraphSpec, OpSpec, TensorType,
 };
 use triton_metal::opt::{plan_fused, plan_graph, HardwareProfile, LayoutPlan, HW_ENV_VAR};
 use triton_metal::{mlx, Array, DType, Error};
@@ -111,11 +111,11 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = BenchTargetArg::Auto)]
         target: BenchTargetArg,
         /// Timed repetitions per size and layout (after one warm-up launch).
-        #[arg(long, default_value_t = 10)]
-        reps: usize,
+        #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
+        reps: i64,
         /// SIMD-groups per program (threads = num_warps x 32).
-        #[arg(long, default_value_t = 4)]
-        num_warps: usize,
+        #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
+        num_warps: i64,
         /// Seed of the random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -162,10 +162,41 @@ struct OpsInput {
     verbose: bool,
 }
 
-/// A failure: bad input exits 2, a failed check 1.
+/// A failure: bad input exits 2, a failed check 1; a closed stdout (the reader went
+/// away, as `| head` does) ends the program quietly.
 enum Fail {
     Input(String),
     Check(String),
+    Quiet,
+}
+
+/// Writes `text` to stdout and flushes it. A closed pipe is [`Fail::Quiet`]; any other write
+/// error (a full disk, `> /dev/full`) is a one-line error.
+fn emit(text: &str) -> Res<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(text.as_bytes())
+        .and_then(|()| o.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => Fail::Quiet,
+            _ => Fail::Check(format!("cannot write to standard output: {e}")),
+        })
+}
+
+/// `print!` that reports write errors instead of panicking (see [`emit`]).
+macro_rules! out {
+    ($($t:tt)*) => { emit(&format!($($t)*))? };
+}
+
+/// `println!` that reports write errors instead of panicking (see [`emit`]).
+macro_rules! outln {
+    ($($t:tt)*) => { emit(&format!("{}\n", format_args!($($t)*)))? };
+}
+
+/// `eprintln!` that ignores a closed or failing stderr instead of panicking.
+macro_rules! note {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
 }
 
 impl From<Error> for Fail {
@@ -197,20 +228,21 @@ fn main() -> ExitCode {
             // One line: clap's first, without the usage block.
             let text = e.render().to_string();
             let line = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("{line} (see --help)");
+            note!("{line} (see --help)");
             return ExitCode::from(2);
         }
     };
     match run(&cli) {
         Ok(code) => code,
         Err(Fail::Input(m)) => {
-            eprintln!("error: {}", one_line(&m));
+            note!("error: {}", one_line(&m));
             ExitCode::from(2)
         }
         Err(Fail::Check(m)) => {
-            eprintln!("error: {}", one_line(&m));
+            note!("error: {}", one_line(&m));
             ExitCode::from(1)
         }
+        Err(Fail::Quiet) => ExitCode::SUCCESS,
     }
 }
 
@@ -236,9 +268,9 @@ fn run(cli: &Cli) -> Res<ExitCode> {
             match output {
                 Some(p) => {
                     write_file(p, &text)?;
-                    eprintln!("wrote {} ops to {}", spec.ops.len(), p.display());
+                    note!("wrote {} ops to {}", spec.ops.len(), p.display());
                 }
-                None => println!("{text}"),
+                None => outln!("{text}"),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -267,6 +299,13 @@ fn run(cli: &Cli) -> Res<ExitCode> {
                     other => other.into(),
                 }
             };
+            let count = |name: &str, v: i64, expected: &str| {
+                usize::try_from(v).map_err(|_| {
+                    Fail::Input(format!(
+                        "--{name} {v}: expected a positive count ({expected})"
+                    ))
+                })
+            };
             let bench = ReductionBench {
                 sizes: reductions::parse_sizes(sizes).map_err(flag("sizes"))?,
                 layouts: reductions::parse_layouts(layouts).map_err(flag("layouts"))?,
@@ -277,8 +316,8 @@ fn run(cli: &Cli) -> Res<ExitCode> {
                     BenchTargetArg::Metal => BenchTarget::Metal,
                     BenchTargetArg::Emulated => BenchTarget::Emulated,
                 },
-                reps: *reps,
-                num_warps: *num_warps,
+                reps: count("reps", *reps, "1..=10000")?,
+                num_warps: count("num_warps", *num_warps, "a power of two up to 32")?,
                 seed: *seed,
             };
             bench_reductions(
@@ -295,6 +334,9 @@ fn run(cli: &Cli) -> Res<ExitCode> {
 
 fn bench_reductions(bench: &ReductionBench, png: Option<&Path>, as_json: bool) -> Res<ExitCode> {
     bench.validate()?;
+    if let Some(p) = png {
+        check_png_output(p)?;
+    }
     let total = (bench.sizes.len() * bench.layouts.len()) as u64;
     // Hidden by indicatif itself when stderr is not a terminal.
     let bar = indicatif::ProgressBar::new(total);
@@ -312,22 +354,49 @@ fn bench_reductions(bench: &ReductionBench, png: Option<&Path>, as_json: bool) -
         plot::plot_png(&report, p)?;
     }
     if as_json {
-        println!(
+        outln!(
             "{}",
             pretty(&serde_json::to_value(&report).unwrap_or(Value::Null))
         );
     } else {
-        print!("{}", report.table());
+        out!("{}", report.table());
     }
     if let Some(p) = png {
-        eprintln!("wrote {}", p.display());
+        note!("wrote {}", p.display());
     }
     let failed = report.rows.iter().filter(|r| !r.ok).count();
     if failed > 0 {
-        eprintln!("error: {failed} result(s) differ from MLX by more than the tolerance");
+        note!("error: {failed} result(s) differ from MLX by more than the tolerance");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Checks before any long work that a PNG can be written to `p`: a `.png` name in an
+/// existing folder, and a file this process may create or overwrite.
+fn check_png_output(p: &Path) -> Res<()> {
+    let bad = |why: String| Fail::Input(format!("--output {}: {why}", p.display()));
+    if p.is_dir() {
+        return Err(bad("is a directory".into()));
+    }
+    if !p.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        return Err(bad(
+            "the plot is a PNG image: give a file name ending in .png".into(),
+        ));
+    }
+    let existed = p.exists();
+    // Opened for writing without truncating, so an existing file keeps its contents if the
+    // benchmark fails later; one created here is removed again.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(p)
+        .map_err(|e| bad(format!("cannot be written: {e}")))?;
+    if !existed {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
 }
 
 fn profile(cli: &Cli) -> Res<HardwareProfile> {
@@ -360,10 +429,10 @@ fn strip(e: Error) -> String {
     }
 }
 
-fn shapes_of(graph: &Graph, op_inputs: &[String]) -> String {
+fn shapes_of(types: &HashMap<&str, &TensorType>, op_inputs: &[String]) -> String {
     op_inputs
         .iter()
-        .filter_map(|r| graph.value_type(r))
+        .filter_map(|r| types.get(r.as_str()))
         .map(|t| format!("{:?}", t.shape).replace(' ', ""))
         .collect::<Vec<_>>()
         .join(" ")
@@ -381,7 +450,11 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         cells
             .iter()
             .enumerate()
-            .map(|(i, c)| format!("{:<width$}", c, width = w[i]))
+            // Padded by hand: `format!`'s width must fit in 16 bits, a cell need not.
+            .map(|(i, c)| {
+                let pad = w[i].saturating_sub(c.chars().count());
+                format!("{c}{}", " ".repeat(pad))
+            })
             .collect::<Vec<_>>()
             .join("  ")
             .trim_end()
@@ -435,6 +508,7 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
         (_, e) => e.into(),
     })?;
     let plans = plan_graph(&graph, &hw);
+    let types = graph.types();
     let coalesced = plans.iter().filter(|(_, p)| p.is_coalesced()).count();
     let ops_json: Vec<Value> = graph
         .ops
@@ -444,7 +518,7 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
             let mut v = json!({
                 "id": op.id,
                 "type": op.type_name,
-                "input_shapes": op.inputs.iter().filter_map(|r| graph.value_type(r)).map(|t| &t.shape).collect::<Vec<_>>(),
+                "input_shapes": op.inputs.iter().filter_map(|r| types.get(r.as_str())).map(|t| &t.shape).collect::<Vec<_>>(),
                 "layout": plan.layout.to_string(),
                 "layout_value": plan.layout.bits(),
                 "coalesced": plan.is_coalesced(),
@@ -466,7 +540,7 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
         write_file(p, &pretty(&doc))?;
     }
     if cli.format == Format::Json {
-        println!("{}", pretty(&doc));
+        outln!("{}", pretty(&doc));
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = format!("hardware: {hw}\n");
@@ -534,7 +608,7 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
                 let mut r = vec![
                     op.id.clone(),
                     op.type_name.clone(),
-                    shapes_of(&graph, &op.inputs),
+                    shapes_of(&types, &op.inputs),
                     format!("{} ({})", p.layout, p.layout.bits()),
                     if p.is_coalesced() { "yes" } else { "no" }.into(),
                 ];
@@ -563,7 +637,7 @@ fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
         "{coalesced} of {} ops use the COALESCED layout\n",
         graph.ops.len()
     ));
-    print!("{out}");
+    out!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -617,10 +691,10 @@ fn fuse_cmd(
         if let Value::Object(m) = &mut d {
             m.remove("fused_graph");
         }
-        println!("{}", pretty(&d));
+        outln!("{}", pretty(&d));
     } else {
-        println!("hardware: {hw}");
-        print!("{}", summary_table(&summary, &plans, verbose));
+        outln!("hardware: {hw}");
+        out!("{}", summary_table(&summary, &plans, verbose));
         if let Some(c) = &comparison {
             let kernels: BTreeMap<&str, &str> = c
                 .kernels
@@ -629,7 +703,7 @@ fn fuse_cmd(
                 .collect();
             if verbose {
                 for (g, k) in &kernels {
-                    println!("  {g}: {k}");
+                    outln!("  {g}: {k}");
                 }
             }
             let rows: Vec<Vec<String>> = c
@@ -648,11 +722,12 @@ fn fuse_cmd(
                     ]
                 })
                 .collect();
-            println!(
+            outln!(
                 "verification (fused vs unfused on MLX, rtol {}, atol {}):",
-                c.rtol, c.atol
+                c.rtol,
+                c.atol
             );
-            print!(
+            out!(
                 "{}",
                 table(&["OUTPUT", "ELEMENTS", "MAX |DIFF|", "STATUS"], &rows)
             );
@@ -720,7 +795,7 @@ fn summary_table(s: &FusionSummary, plans: &BTreeMap<String, LayoutPlan>, verbos
 fn profiles(as_json: bool) -> Res<ExitCode> {
     let all = HardwareProfile::all();
     if as_json {
-        println!("{}", pretty(&json!(all)));
+        outln!("{}", pretty(&json!(all)));
         return Ok(ExitCode::SUCCESS);
     }
     let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v}"));
@@ -744,7 +819,7 @@ fn profiles(as_json: bool) -> Res<ExitCode> {
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(
             &[
@@ -765,7 +840,7 @@ fn profiles(as_json: bool) -> Res<ExitCode> {
             &rows
         )
     );
-    println!("select one with --hw NAME or {HW_ENV_VAR}=NAME");
+    outln!("select one with --hw NAME or {HW_ENV_VAR}=NAME");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -896,6 +971,7 @@ fn check_system(cli: &Cli, require_emu: bool, as_json: bool) -> Res<ExitCode> {
                 }
             ),
             Err(Fail::Input(m)) | Err(Fail::Check(m)) => format!("invalid: {m}"),
+            Err(Fail::Quiet) => "invalid".into(),
         },
         Some(plan_for.is_ok()),
     ));
@@ -920,7 +996,7 @@ fn check_system(cli: &Cli, require_emu: bool, as_json: bool) -> Res<ExitCode> {
             "compiled_cpu_executor": clang.is_some() && backend_ok,
             "mlx_version": mlx_version.as_ref().ok(),
         });
-        println!("{}", pretty(&doc));
+        outln!("{}", pretty(&doc));
     } else {
         let table_rows: Vec<Vec<String>> = rows
             .iter()
@@ -936,14 +1012,13 @@ fn check_system(cli: &Cli, require_emu: bool, as_json: bool) -> Res<ExitCode> {
                 ]
             })
             .collect();
-        print!("{}", table(&["CHECK", "STATUS", "VALUE"], &table_rows));
+        out!("{}", table(&["CHECK", "STATUS", "VALUE"], &table_rows));
         if ok {
-            println!("all requirements met");
+            outln!("all requirements met");
         } else {
-            println!("missing: {}", missing.join(", "));
+            outln!("missing: {}", missing.join(", "));
         }
     }
-    let _ = std::io::stdout().flush();
     if ok {
         Ok(ExitCode::SUCCESS)
     } else {
