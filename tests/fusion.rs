@@ -823,3 +823,63 @@ fn hierarchical_reductions_run_as_dsl_reduce_kernels() {
         assert!(k[0].starts_with("dsl:fused_reduce"), "{ops:?}: {k:?}");
     }
 }
+
+/// `n` ops: blocks of a decomposed softmax (max, sub, exp, sum, div) each followed by an
+/// elementwise chain, so fusion finds thousands of groups of several patterns.
+fn big_graph(blocks: usize) -> Graph {
+    let mut ops = Vec::new();
+    let mut prev = "x".to_string();
+    let axis = json!({"axis": -1, "keep_dims": true});
+    for b in 0..blocks {
+        let id = |s: &str| format!("{s}{b}");
+        ops.push(json!({"type": "tt.max", "id": id("m"), "inputs": [prev], "args": axis}));
+        ops.push(json!({"type": "tt.sub", "id": id("d"), "inputs": [prev, id("m")]}));
+        ops.push(json!({"type": "tt.exp", "id": id("e"), "inputs": [id("d")]}));
+        ops.push(json!({"type": "tt.sum", "id": id("s"), "inputs": [id("e")], "args": axis}));
+        ops.push(json!({"type": "tt.div", "id": id("p"), "inputs": [id("e"), id("s")]}));
+        ops.push(json!({"type": "tt.mul", "id": id("q"), "inputs": [id("p"), "x"]}));
+        ops.push(json!({"type": "tt.add", "id": id("r"), "inputs": [id("q"), "x"]}));
+        ops.push(json!({"type": "tt.exp", "id": id("t"), "inputs": [id("r")]}));
+        prev = id("t");
+    }
+    let doc = json!({"inputs": [{"id": "x", "shape": [4, 32]}], "ops": ops, "outputs": [prev]});
+    Graph::from_json(&doc.to_string()).unwrap()
+}
+
+#[test]
+fn a_hundred_thousand_ops_fuse_and_plan_in_linear_time() {
+    use std::time::Instant;
+    use triton_metal::opt::{plan_fused, plan_graph, HardwareProfile};
+    let hw = HardwareProfile::named("m1").unwrap();
+    // Quadratic work (a scan of the graph per op or per fused group) took minutes at this
+    // size; linear work takes well under a second per pass.
+    let g = big_graph(12_500);
+    assert_eq!(g.ops.len(), 100_000);
+    let t = Instant::now();
+    let plans = plan_graph(&g, &hw);
+    let (fused, summary) = fuse(&g);
+    let fused_plans = plan_fused(&fused, &hw);
+    let took = t.elapsed();
+    assert_eq!(plans.len(), 100_000);
+    assert!(
+        summary.groups.len() >= 12_500,
+        "{} groups",
+        summary.groups.len()
+    );
+    assert_eq!(fused_plans.len(), summary.nodes_after);
+    assert!(took.as_secs() < 60, "took {took:?}");
+    // The same fusion as on a small graph, block for block.
+    let (_, small) = fuse(&big_graph(3));
+    assert_eq!(summary.groups.len(), small.groups.len() / 3 * 12_500);
+    let per_block: Vec<Pattern> = small
+        .groups
+        .iter()
+        .take(small.groups.len() / 3)
+        .map(|g| g.pattern)
+        .collect();
+    assert!(summary.groups.iter().map(|g| g.pattern).eq(per_block
+        .iter()
+        .copied()
+        .cycle()
+        .take(summary.groups.len())));
+}

@@ -907,26 +907,28 @@ fn elementwise_rule(c: &Ctx, anchor: usize) -> Option<Found> {
     if !is_elementwise_op(&c.nodes[anchor]) {
         return None;
     }
+    // The largest set of elementwise ops, grown from the anchor through operands, whose
+    // members other than the anchor are no outputs and are read only inside the set. A
+    // candidate joins once every read of it comes from a member; each read is counted once,
+    // so this is linear in the size of the chain.
     let mut members: BTreeSet<usize> = [anchor].into();
-    let mut grew = true;
-    while grew {
-        grew = false;
-        let ids: Vec<String> = members
-            .iter()
-            .flat_map(|&i| c.nodes[i].inputs().to_vec())
-            .collect();
-        for id in ids {
-            let Some((i, n)) = c.m.producer(&id) else {
+    let mut unread: HashMap<usize, usize> = HashMap::new();
+    let mut work = vec![anchor];
+    while let Some(m) = work.pop() {
+        for id in c.nodes[m].inputs() {
+            let Some((i, n)) = c.m.producer(id) else {
                 continue;
             };
-            if members.contains(&i) || !is_elementwise_op(n) {
+            if members.contains(&i) || !is_elementwise_op(n) || c.outputs.contains(id.as_str()) {
                 continue;
             }
-            let mut trial = members.clone();
-            trial.insert(i);
-            if c.self_contained(&trial, anchor) {
-                members = trial;
-                grew = true;
+            let left = unread
+                .entry(i)
+                .or_insert_with(|| c.consumers.get(id.as_str()).map_or(0, Vec::len));
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                members.insert(i);
+                work.push(i);
             }
         }
     }
@@ -1022,42 +1024,64 @@ pub fn fuse(graph: &Graph) -> (FusedGraph, FusionSummary) {
     let n_inputs = input_nodes.len();
     let snapshot =
         |nodes: &[Node]| -> Vec<Node> { input_nodes.iter().chain(nodes).cloned().collect() };
+    // Each pass matches the rule at every anchor, top down, against one snapshot of the
+    // graph and applies every hit at once; passes repeat until one finds nothing (a new
+    // group may anchor a larger match of the same rule: a reduction of a collapsed
+    // reduction). A hit never shares a node with an earlier hit of its pass: members other
+    // than the anchor are read only inside their group, and producers come before their
+    // consumers, so applying the hits together gives the graph that applying them one at a
+    // time would. One pass is linear in the graph (plus what the rule looks at).
     for (_, rule) in RULES {
-        let mut anchor = nodes.len();
         loop {
-            // One context per graph state: rebuilt only after a rewrite.
             let all = snapshot(&nodes);
             let ctx = Ctx::new(&all, &outputs);
-            let mut hit = None;
-            while anchor > 0 {
-                anchor -= 1;
+            // Node index (without the input prefix) -> the hit it belongs to.
+            let mut taken: Vec<Option<usize>> = vec![None; nodes.len()];
+            let mut hits: Vec<(usize, BTreeSet<usize>, Found)> = Vec::new();
+            for anchor in (0..nodes.len()).rev() {
+                if taken[anchor].is_some() {
+                    continue;
+                }
                 let Some(f) = rule(&ctx, anchor + n_inputs) else {
                     continue;
                 };
-                if f.members.len() >= 2
-                    && f.members.iter().all(|&m| m >= n_inputs)
-                    && ctx.self_contained(&f.members, anchor + n_inputs)
+                if f.members.len() < 2
+                    || !f.members.iter().all(|&m| m >= n_inputs)
+                    || !ctx.self_contained(&f.members, anchor + n_inputs)
                 {
-                    hit = Some(f);
-                    break;
+                    continue;
                 }
+                let members: BTreeSet<usize> = f.members.iter().map(|m| m - n_inputs).collect();
+                if members.iter().any(|&m| taken[m].is_some()) {
+                    continue;
+                }
+                for &m in &members {
+                    taken[m] = Some(hits.len());
+                }
+                hits.push((anchor, members, f));
             }
-            let Some(f) = hit else { break };
-            let members: BTreeSet<usize> = f.members.iter().map(|m| m - n_inputs).collect();
-            let group = build_group(&nodes, &members, anchor, f.pattern, f.params);
-            let removed_before = members.iter().filter(|&&m| m < anchor).count();
+            if hits.is_empty() {
+                break;
+            }
+            let groups: Vec<FusedGroup> = hits
+                .into_iter()
+                .map(|(anchor, members, f)| {
+                    build_group(&nodes, &members, anchor, f.pattern, f.params)
+                })
+                .collect();
+            let mut groups: Vec<Option<FusedGroup>> = groups.into_iter().map(Some).collect();
             let mut kept = Vec::with_capacity(nodes.len());
             for (i, n) in nodes.into_iter().enumerate() {
-                if i == anchor {
-                    kept.push(Node::Group(group.clone()));
-                } else if !members.contains(&i) {
-                    kept.push(n);
+                match taken[i] {
+                    None => kept.push(n),
+                    Some(h) => {
+                        if groups[h].as_ref().is_some_and(|g| g.id == n.id()) {
+                            kept.extend(groups[h].take().map(Node::Group));
+                        }
+                    }
                 }
             }
             nodes = kept;
-            // The new group may anchor a larger match of the same rule (a reduction of
-            // a collapsed reduction): look at it again.
-            anchor = anchor - removed_before + 1;
         }
     }
     let fused = FusedGraph {
@@ -1098,7 +1122,8 @@ fn build_group(
 }
 
 fn summarize(graph: &Graph, fused: &FusedGraph) -> FusionSummary {
-    let bytes_of = |id: &str| graph.value_type(id).map_or(0, TensorType::bytes);
+    let types = graph.types();
+    let bytes_of = |id: &str| types.get(id).map_or(0, |t| t.bytes());
     let groups: Vec<FusionEntry> = fused
         .groups()
         .map(|g| {

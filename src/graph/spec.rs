@@ -462,8 +462,9 @@ impl Graph {
                 if outs.is_empty() {
                     return Err(Error::InvalidArgument("outputs: empty list".into()));
                 }
+                let op_ids: HashSet<&str> = ops.iter().map(|op| op.id.as_str()).collect();
                 for (i, o) in outs.iter().enumerate() {
-                    if !ops.iter().any(|op| &op.id == o) {
+                    if !op_ids.contains(o.as_str()) {
                         return Err(Error::InvalidArgument(format!(
                             "outputs[{i}]: `{o}` is not an op id"
                         )));
@@ -482,6 +483,21 @@ impl Graph {
             ops,
             outputs,
         })
+    }
+
+    /// The type of every value (inputs and op results) by id: one pass over the graph, for
+    /// callers that look up many values ([`Graph::value_type`] scans the graph each call).
+    pub fn types(&self) -> HashMap<&str, &TensorType> {
+        let mut m = HashMap::with_capacity(self.inputs.len() + self.ops.len());
+        // Reversed so that, as in `value_type`, an input wins over an op and an earlier op
+        // over a later one of the same id.
+        for o in self.ops.iter().rev() {
+            m.insert(o.id.as_str(), &o.ty);
+        }
+        for i in self.inputs.iter().rev() {
+            m.insert(i.id.as_str(), &i.ty);
+        }
+        m
     }
 
     /// The type of a value (input or op result).

@@ -324,6 +324,7 @@ pub fn memory_layout_for_op(op: &OpSpec, hw: &HardwareProfile) -> Result<LayoutP
 
 /// Plans every op of a validated graph, in order: `(op id, plan)`.
 pub fn plan_graph(graph: &Graph, hw: &HardwareProfile) -> Vec<(String, LayoutPlan)> {
+    let types = graph.types();
     graph
         .ops
         .iter()
@@ -331,7 +332,7 @@ pub fn plan_graph(graph: &Graph, hw: &HardwareProfile) -> Vec<(String, LayoutPla
             let ins: Vec<&TensorType> = op
                 .inputs
                 .iter()
-                .filter_map(|r| graph.value_type(r))
+                .filter_map(|r| types.get(r.as_str()).copied())
                 .collect();
             (op.id.clone(), plan_layout(op, &ins, hw))
         })
