@@ -65,6 +65,8 @@
 
 mod data;
 mod disjoint;
+#[cfg(test)]
+mod disjoint_tests;
 mod dot;
 mod elementwise;
 mod interp;
