@@ -19,7 +19,8 @@
 use std::any::Any;
 use std::ops::Range;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -91,20 +92,93 @@ pub(crate) fn run_pieces<S>(
     }
 }
 
+/// The word a [`Gate`] keeps its state in: the subset of an atomic `usize`'s operations it
+/// uses, so that tests can run the same gate on a model checker's atomics.
+pub(crate) trait GateWord {
+    /// `fetch_update(Acquire, Acquire, f)`.
+    fn update(&self, f: impl FnMut(usize) -> Option<usize>) -> Result<usize, usize>;
+    /// `fetch_or(bits, AcqRel)`.
+    fn or(&self, bits: usize) -> usize;
+    /// `fetch_sub(1, Release)`.
+    fn decrement(&self) -> usize;
+    /// `load(Acquire)`.
+    fn get(&self) -> usize;
+}
+
+impl GateWord for AtomicUsize {
+    fn update(&self, f: impl FnMut(usize) -> Option<usize>) -> Result<usize, usize> {
+        self.fetch_update(Acquire, Acquire, f)
+    }
+    fn or(&self, bits: usize) -> usize {
+        self.fetch_or(bits, AcqRel)
+    }
+    fn decrement(&self) -> usize {
+        self.fetch_sub(1, Release)
+    }
+    fn get(&self) -> usize {
+        self.load(Acquire)
+    }
+}
+
+/// Whether helpers may still enter a launch, and how many are inside, in one word: the top
+/// bit is "closed", the rest counts helpers inside. A helper enters only with a
+/// compare-and-swap that sees the bit clear and counts itself; the caller sets the bit with
+/// one read-modify-write and then waits for the count to drop to zero. All of these act on
+/// one location, so its modification order puts every entry either before the close (the
+/// caller then sees the helper counted, and its acquire load of the count reaching zero
+/// synchronises with the helper's release on leaving) or after it (the entry fails): no
+/// helper is inside once `close_and_wait` returns. `parallel_tests::gate_model` checks this
+/// on every interleaving with `loom`.
+pub(crate) struct Gate<W> {
+    word: W,
+}
+
+const CLOSED: usize = 1 << (usize::BITS - 1);
+
+impl<W: GateWord> Gate<W> {
+    /// An open gate over `word` (which must hold 0).
+    pub(crate) fn new(word: W) -> Gate<W> {
+        Gate { word }
+    }
+
+    /// Helper side: `true` if the gate was open and the helper is now counted inside (it
+    /// must call [`Gate::leave`] when done); `false` once closed.
+    pub(crate) fn enter(&self) -> bool {
+        self.word
+            .update(|s| (s & CLOSED == 0).then_some(s + 1))
+            .is_ok()
+    }
+
+    /// Helper side: leaves after a successful [`Gate::enter`].
+    pub(crate) fn leave(&self) {
+        self.word.decrement();
+    }
+
+    /// Caller side: closes the gate and waits (calling `pause` between checks) until no
+    /// helper is inside.
+    pub(crate) fn close_and_wait(&self, mut pause: impl FnMut(u32)) {
+        let mut inside = self.word.or(CLOSED) & !CLOSED;
+        let mut spins = 0u32;
+        while inside != 0 {
+            pause(spins);
+            spins = spins.saturating_add(1);
+            inside = self.word.get() & !CLOSED;
+        }
+    }
+}
+
 /// What the helpers of one launch share with its caller.
 struct Shared {
     /// The worker loop, in the caller's frame (its lifetime erased). A helper calls it only
-    /// after counting itself in `active` and seeing `closed` unset; the caller sets
-    /// `closed` and waits for `active` to reach zero before it leaves `with_helpers`, also
-    /// when unwinding. With both sides sequentially consistent, either the caller sees the
-    /// helper counted and waits for it, or the helper sees `closed` and never calls it.
+    /// between a successful `gate.enter()` and its `gate.leave()`; the caller closes the gate
+    /// and waits for helpers inside before it leaves `with_helpers`, also when unwinding, so
+    /// no helper calls it after the frame is gone ([`Gate`]).
     body: *const (dyn Fn() + Sync),
-    closed: AtomicBool,
-    active: AtomicUsize,
+    gate: Gate<AtomicUsize>,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
-// SAFETY: `body` is only dereferenced under the protocol above, while the closure it points
+// SAFETY: `body` is only dereferenced under the gate's protocol, while the closure it points
 // to (which is `Sync`) is alive; the other fields are thread-safe.
 unsafe impl Send for Shared {}
 // SAFETY: as for `Send`.
@@ -116,16 +190,13 @@ struct Close<'a>(&'a Shared);
 
 impl Drop for Close<'_> {
     fn drop(&mut self) {
-        self.0.closed.store(true, SeqCst);
-        let mut spins = 0u32;
-        while self.0.active.load(SeqCst) != 0 {
+        self.0.gate.close_and_wait(|spins| {
             if spins < 1 << 12 {
                 std::hint::spin_loop();
-                spins += 1;
             } else {
                 std::thread::yield_now();
             }
-        }
+        });
     }
 }
 
@@ -138,22 +209,20 @@ fn with_helpers(helpers: usize, body: &(dyn Fn() + Sync), mine: impl FnOnce()) {
     let erased: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(body) };
     let shared = Arc::new(Shared {
         body: erased,
-        closed: AtomicBool::new(false),
-        active: AtomicUsize::new(0),
+        gate: Gate::new(AtomicUsize::new(0)),
         panic: Mutex::new(None),
     });
     for _ in 0..helpers {
         let shared = Arc::clone(&shared);
         rayon::spawn(move || {
-            shared.active.fetch_add(1, SeqCst);
-            if !shared.closed.load(SeqCst) {
-                // SAFETY: counted in `active` while the launch was open: the caller waits.
+            if shared.gate.enter() {
+                // SAFETY: inside the gate: the caller waits before `body` goes away.
                 let body = unsafe { &*shared.body };
                 if let Err(p) = catch_unwind(AssertUnwindSafe(body)) {
                     *shared.panic.lock().unwrap_or_else(PoisonError::into_inner) = Some(p);
                 }
+                shared.gate.leave();
             }
-            shared.active.fetch_sub(1, SeqCst);
         });
     }
     let close = Close(&shared);
