@@ -1,0 +1,411 @@
+//! Hostile input to the runtime and the CLI, one child process per case where a crash is
+//! possible: each case must end with a clear error (or work), never a signal, a panic or a
+//! hang. Runtime cases re-run this test binary with `TM_HOSTILE_CASE` naming the case.
+
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use triton_metal::runtime::{cdiv, grid, out_like, Target};
+use triton_metal::tl::{self, JitKernel};
+use triton_metal::{mlx, Array, DType::F32, DType::I32};
+
+const CASE_ENV: &str = "TM_HOSTILE_CASE";
+
+/// 4e10 bytes: more than any machine these tests run on, and a size MLX's own allocator
+/// cannot serve (it returns a null buffer that its kernels then write through).
+const HUGE: [usize; 2] = [100_000, 100_000];
+
+fn add_kernel() -> JitKernel {
+    tl::jit("hostile_add", |k| {
+        let (x, y, o) = (k.ptr(F32, "x"), k.ptr(F32, "y"), k.ptr(F32, "out"));
+        let n = k.scalar(I32, "n");
+        let b = k.constexpr("BLOCK");
+        let offs = tl::program_id(0) * b + tl::arange(0, b);
+        let m = offs.lt(n);
+        tl::store(
+            o + offs,
+            tl::load(x + offs).mask(m) + tl::load(y + offs).mask(m),
+        )
+        .mask(m);
+    })
+    .unwrap()
+}
+
+fn add(x: &Array, target: Target) -> triton_metal::Result<Vec<Array>> {
+    let n = x.size();
+    add_kernel()
+        .launch()
+        .grid(grid(move |m| [cdiv(n, m["BLOCK"]).max(1)]))
+        .args((x, x, out_like(x), n as i32))
+        .constexpr("BLOCK", 64)
+        .target(target)
+        .run()
+}
+
+/// Runs one case in this process; the outcome is printed for the parent to check.
+fn run_case(name: &str) -> Result<String, String> {
+    let e = |r: triton_metal::Error| r.to_string();
+    match name {
+        "zeros" => mlx::zeros(&HUGE, F32).map_err(e)?.eval().map_err(e)?,
+        "full_i64" => mlx::full(&HUGE, 1.0, triton_metal::DType::I64)
+            .map_err(e)?
+            .eval()
+            .map_err(e)?,
+        "uniform" => mlx::random::uniform(&HUGE, F32, 0.0, 1.0, 1)
+            .map_err(e)?
+            .eval()
+            .map_err(e)?,
+        "normal" => mlx::random::normal(&HUGE, F32, 1)
+            .map_err(e)?
+            .eval()
+            .map_err(e)?,
+        "to_vec" => {
+            mlx::zeros(&HUGE, F32)
+                .map_err(e)?
+                .to_vec::<f32>()
+                .map_err(e)?;
+        }
+        "eval_all" => {
+            let a = mlx::zeros(&HUGE, F32).map_err(e)?;
+            let b = mlx::zeros(&[4], F32).map_err(e)?;
+            Array::eval_all(&[&b, &a]).map_err(e)?
+        }
+        "derived" => {
+            // A small result of a huge intermediate.
+            let a = mlx::zeros(&HUGE, F32).map_err(e)?;
+            mlx::sum(&a, None, false).map_err(e)?.eval().map_err(e)?
+        }
+        "kernel_cpu" | "kernel_compiled" | "kernel_derived" => {
+            let t = if name == "kernel_compiled" {
+                Target::CpuCompiled
+            } else {
+                Target::Cpu
+            };
+            let x = mlx::zeros(&HUGE, F32).map_err(e)?;
+            // Either the array itself, or a small lazy array computed from it.
+            let x = if name == "kernel_derived" {
+                mlx::sum(&x, Some(&[0]), false).map_err(e)?
+            } else {
+                x
+            };
+            add(&x, t).map_err(e)?[0].eval().map_err(e)?
+        }
+        "zero_size_cpu" | "zero_size_compiled" => {
+            let t = if name == "zero_size_cpu" {
+                Target::Cpu
+            } else {
+                Target::CpuCompiled
+            };
+            let x = Array::from_slice::<f32>(&[], &[0]).map_err(e)?;
+            let out = add(&x, t).map_err(e)?;
+            let v = out[0].to_vec::<f32>().map_err(e)?;
+            return Ok(format!("empty output of {} elements", v.len()));
+        }
+        "cache_dir_file" | "cache_dir_open" | "kernel_cache_open" => {
+            let x = Array::from_slice(&[1.0f32, 2.0], &[2]).map_err(e)?;
+            add(&x, Target::CpuCompiled).map_err(e)?[0]
+                .eval()
+                .map_err(e)?
+        }
+        other => return Err(format!("unknown case {other}")),
+    }
+    Ok("no error".into())
+}
+
+/// The child's side: runs the case named by `TM_HOSTILE_CASE`, if any.
+#[test]
+fn hostile_case_child() {
+    let Ok(name) = std::env::var(CASE_ENV) else {
+        return;
+    };
+    match run_case(&name) {
+        Ok(what) => println!("OUTCOME ok: {what}"),
+        Err(msg) => println!("OUTCOME err: {msg}"),
+    }
+}
+
+fn child(name: &str, env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--exact",
+        "hostile_case_child",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CASE_ENV, name);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// Runs a case in a child process and returns its outcome line; fails on a signal or panic.
+fn outcome(name: &str, env: &[(&str, &str)]) -> String {
+    let o = child(name, env);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "case {name} did not exit cleanly ({:?}):\n{out}\n{err}",
+        o.status
+    );
+    out.lines()
+        .find_map(|l| l.split_once("OUTCOME ").map(|(_, o)| o))
+        .unwrap_or_else(|| panic!("case {name}: no outcome:\n{out}\n{err}"))
+        .to_string()
+}
+
+fn emu_ok(name: &str) -> bool {
+    triton_metal::emu::Emulator::should_run(name).unwrap()
+}
+
+#[test]
+fn oversized_mlx_arrays_are_errors_not_crashes() {
+    for case in [
+        "zeros", "full_i64", "uniform", "normal", "to_vec", "eval_all", "derived",
+    ] {
+        let got = outcome(case, &[]);
+        assert!(
+            got.starts_with("err:") && got.contains("100000, 100000") && got.contains("bytes"),
+            "{case}: {got}"
+        );
+    }
+}
+
+#[test]
+fn kernels_on_oversized_lazy_inputs_are_errors_not_crashes() {
+    let mut cases = vec!["kernel_cpu", "kernel_derived"];
+    if emu_ok("kernels_on_oversized_lazy_inputs_are_errors_not_crashes") {
+        cases.push("kernel_compiled");
+    }
+    for case in cases {
+        let got = outcome(case, &[]);
+        assert!(got.starts_with("err:"), "{case}: {got}");
+    }
+}
+
+#[test]
+fn zero_size_arrays_launch_and_give_empty_outputs() {
+    let mut cases = vec!["zero_size_cpu"];
+    if emu_ok("zero_size_arrays_launch_and_give_empty_outputs") {
+        cases.push("zero_size_compiled");
+    }
+    for case in cases {
+        let got = outcome(case, &[]);
+        assert_eq!(got, "ok: empty output of 0 elements", "{case}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn unusable_cache_directories_are_named_in_the_error() {
+    use std::os::unix::fs::PermissionsExt;
+    if !emu_ok("unusable_cache_directories_are_named_in_the_error") {
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("tm-hostile-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    // A regular file where the cache directory should be.
+    let file = base.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let got = outcome(
+        "cache_dir_file",
+        &[("TRITON_METAL_CACHE_DIR", file.to_str().unwrap())],
+    );
+    assert!(
+        got.starts_with("err:") && got.contains("TRITON_METAL_CACHE_DIR") && got.contains("a-file"),
+        "{got}"
+    );
+    // A directory everyone can write to: someone else could plant a kernel there.
+    let open = base.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let got = outcome(
+        "cache_dir_open",
+        &[("TRITON_METAL_CACHE_DIR", open.to_str().unwrap())],
+    );
+    assert!(
+        got.starts_with("err:") && got.contains("refusing") && got.contains("open"),
+        "{got}"
+    );
+    let got = outcome(
+        "kernel_cache_open",
+        &[("TRITON_METAL_EMU_CACHE", open.to_str().unwrap())],
+    );
+    assert!(
+        got.starts_with("err:")
+            && got.contains("TRITON_METAL_EMU_CACHE")
+            && got.contains("mode 777"),
+        "{got}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+// ---- the CLI ----
+
+fn cli() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_triton-metal"));
+    c.env_remove("TRITON_METAL_HW");
+    c.env_remove("TRITON_METAL_REQUIRE_EMU");
+    c
+}
+
+fn no_panic(o: &Output, what: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code().is_some(),
+        "{what}: killed by a signal ({:?})",
+        o.status
+    );
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    assert!(
+        err.lines().count() <= 1,
+        "{what}: more than one line on stderr:\n{err}"
+    );
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tm-hostile-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+#[test]
+fn op_ids_longer_than_a_format_width_are_printed() {
+    let id = "x".repeat(70_000);
+    let spec =
+        format!(r#"{{"ops": [{{"type": "tt.add", "id": "{id}", "input_shapes": [[8], [8]]}}]}}"#);
+    let f = scratch("long-id.json");
+    std::fs::write(&f, spec).unwrap();
+    for cmd in ["analyze", "layouts"] {
+        let o = cli()
+            .args([cmd, "--json", f.to_str().unwrap()])
+            .output()
+            .unwrap();
+        no_panic(&o, cmd);
+        assert!(
+            o.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stdout).contains(&id));
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_stdout_is_one_line_and_exit_1() {
+    for args in [
+        &["profiles"][..],
+        &["sample-ops", "--large"],
+        &["check-system"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = cli().args(args).stdout(full).output().unwrap();
+        no_panic(&o, &format!("{args:?}"));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("cannot write to standard output"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    for args in [
+        &["profiles"][..],
+        &["sample-ops", "--large"],
+        &["analyze", "--operation", "tt.sum:[64,64]:1"],
+    ] {
+        let mut c = cli()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // What `| head -c1` does: read one byte, then close the pipe.
+        let mut out = c.stdout.take().unwrap();
+        let mut one = [0u8; 1];
+        let _ = out.read(&mut one);
+        drop(out);
+        let mut err = String::new();
+        c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = c.wait().unwrap();
+        assert!(status.code().is_some(), "{args:?}: signal {status:?}");
+        assert!(
+            !err.contains("panicked") && !err.contains("error"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_reductions_checks_its_arguments_before_running() {
+    let bad = [
+        (
+            vec!["--output", "/nonexistent-dir/plot.png"],
+            "/nonexistent-dir/plot.png",
+        ),
+        (vec!["--output", "/tmp"], "is a directory"),
+        (vec!["--output", "plot.txt"], "ending in .png"),
+        (vec!["--reps", "-1"], "--reps -1"),
+        (vec!["--reps=-5"], "--reps -5"),
+        (vec!["--num-warps", "-4"], "--num_warps -4"),
+    ];
+    for (args, want) in bad {
+        let t = Instant::now();
+        // A size that would take minutes: the check must come first.
+        let o = cli()
+            .args([
+                "bench-reductions",
+                "--sizes",
+                "8192x8192",
+                "--target",
+                "cpu",
+            ])
+            .args(&args)
+            .output()
+            .unwrap();
+        no_panic(&o, &format!("{args:?}"));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && !err.contains("ImageError"),
+            "{args:?}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "{args:?} ran the benchmark");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{args:?} took {:?}",
+            t.elapsed()
+        );
+    }
+    assert!(!std::path::Path::new("/nonexistent-dir").exists());
+}
+
+#[test]
+fn fuse_verify_on_an_oversized_input_is_an_error() {
+    let spec = r#"{"inputs": [{"id": "x", "shape": [100000, 100000]}],
+                   "ops": [{"type": "tt.exp", "id": "y", "inputs": ["x"]}]}"#;
+    let f = scratch("huge.json");
+    std::fs::write(&f, spec).unwrap();
+    let o = cli()
+        .args(["fuse", "--json", f.to_str().unwrap(), "--verify"])
+        .output()
+        .unwrap();
+    no_panic(&o, "fuse --verify");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("100000, 100000") && err.contains("bytes"),
+        "{err}"
+    );
+}
