@@ -244,8 +244,7 @@ pub fn unique_path(dir: &Path, stem: &str, ext: &str) -> PathBuf {
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf> {
     let dest = dir.join(name);
     let tmp = unique_path(dir, name, "");
-    let fail =
-        |what: &str, e: std::io::Error| Error::io(format!("{what} {}", dest.display()), e);
+    let fail = |what: &str, e: std::io::Error| Error::io(format!("{what} {}", dest.display()), e);
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create_new(true);
     #[cfg(unix)]

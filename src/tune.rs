@@ -203,15 +203,12 @@ impl<'k> Autotuner<'k> {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => std::path::Path::new("."),
         };
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| {
-                Error::io(
-                    format!("autotune cache {}", path.display()),
-                    std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"),
-                )
-            })?;
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+            Error::io(
+                format!("autotune cache {}", path.display()),
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"),
+            )
+        })?;
         crate::cache::ensure_private_dir(dir, "the autotune cache file's folder")?;
         let text = serde_json::to_string_pretty(all)
             .map_err(|e| Error::io(format!("autotune cache {}", path.display()), e.into()))?;
