@@ -19,7 +19,7 @@
 //! | [`opt`], [`graph`], [`tune`] | hardware profiles and layout analysis, op-graph fusion with its reports, autotuning |
 //! | [`guide`] | the users' guide (documentation only) |
 //!
-//! The modules `codegen`, `emu`, `exec`, `ir`, `passes`, `bench` and `testing` are
+//! The modules `codegen`, `emu`, `exec`, `fuzz`, `ir`, `passes`, `bench` and `testing` are
 //! public only so that this crate's own tool, tests, examples and benchmarks can reach them:
 //! they are hidden from the documentation and may change in any release. The items users
 //! need from them are re-exported in [`runtime`] ([`runtime::LaneOrder`],
@@ -40,6 +40,9 @@ pub mod error;
 #[doc(hidden)]
 #[allow(rustdoc::broken_intra_doc_links)]
 pub mod exec;
+#[doc(hidden)]
+#[allow(rustdoc::broken_intra_doc_links)]
+pub mod fuzz;
 #[doc(hidden)]
 #[allow(rustdoc::broken_intra_doc_links)]
 pub mod ir;
