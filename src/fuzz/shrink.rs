@@ -10,8 +10,11 @@ use super::{case_of, Config};
 use crate::dtype::DType;
 use crate::tl;
 
+/// Dtype and shape of every node of a program.
+pub type NodeTypes = Vec<(DType, Vec<usize>)>;
+
 /// Dtype and shape of every node of every program (`None` when the batch does not build).
-pub fn node_types(b: &Batch) -> Option<Vec<Vec<(DType, Vec<usize>)>>> {
+pub fn node_types(b: &Batch) -> Option<Vec<NodeTypes>> {
     let mut out = Vec::new();
     let built = tl::build("fuzz_types", &BTreeMap::new(), |k| {
         let params = declare(b, k);

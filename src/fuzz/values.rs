@@ -191,9 +191,9 @@ pub fn random_bits(rng: &mut Rng, d: DType, kind: Kind) -> u64 {
                     (rng.below(17) as f64 - 8.0) * 0.5
                 } else if rng.chance(0.1) {
                     // Raw bits: any value, subnormals and NaN payloads included.
-                    return rng.next() & mask(d);
+                    return rng.bits() & mask(d);
                 } else {
-                    let m = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+                    let m = (rng.bits() >> 11) as f64 / (1u64 << 53) as f64;
                     let e = rng.below(24) as i32 - 12;
                     (m * 2.0 - 1.0) * 2f64.powi(e)
                 }
@@ -209,7 +209,7 @@ pub fn random_bits(rng: &mut Rng, d: DType, kind: Kind) -> u64 {
         3 => -1,
         4 => lo + 1,
         5 => hi - 1,
-        6 => (rng.next() & mask(d)) as i128,
+        6 => (rng.bits() & mask(d)) as i128,
         _ => rng.below(33) as i128 - 16,
     };
     int_bits(d, v)
