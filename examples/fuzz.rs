@@ -7,7 +7,7 @@
 //! Options: `--seeds A..B` (default `0..1000000`), `--time 30s|10m|2h` (default: until the
 //! seeds are done), `--progs N` (most programs per batch, default 8), `--no-shrink`,
 //! `--shrink-time 5m`, `--hang 15m` (a batch running longer ends the run, exit code 3), `--targets cpu-compiled,emulated,emulated-reverse,nvrtc`,
-//! `--no-known` (do not avoid the known open bugs), `--allow NAME` (do not avoid that one
+//! `--print SEED` (print that seed's kernel as a Rust test and stop), `--no-known` (do not avoid the known open bugs), `--allow NAME` (do not avoid that one
 //! class, e.g. `FloatToIntCast`), `--out FILE` (append reports there).
 //! Prints a progress line every 25 batches, each disagreement as a Rust test, and totals.
 //! Exit code 1 when a disagreement was found.
@@ -68,6 +68,15 @@ fn real_main() -> Result<(), String> {
                 }
             }
             "--out" => out = Some(val()?),
+            "--print" => {
+                let seed: u64 = val()?.parse().map_err(|_| "bad --print seed")?;
+                let b = fuzz::compact(&fuzz::gen_batch(seed, &cfg));
+                println!(
+                    "{}",
+                    fuzz::rust_test(&b, &cfg, &format!("fuzz_seed_{seed}"), "")
+                );
+                return Ok(());
+            }
             "--targets" => {
                 let mut t = vec![FuzzTarget::Cpu];
                 for name in val()?.split(',') {

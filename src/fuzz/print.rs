@@ -84,7 +84,10 @@ fn layout_src(l: ReductionLayout) -> String {
     format!("ReductionLayout::{l:?}")
 }
 
-/// The batch as a `#[test]` function named `name`; `note` goes into its doc comment.
+/// The batch as a `#[test]` function named `name`; `note` goes into its doc comment. It
+/// expects `use triton_metal::fuzz::{Case, Tol}; use triton_metal::runtime::ReductionLayout;
+/// use triton_metal::tl::{self, Tensor}; use triton_metal::DType::*;` (as in
+/// tests/fuzz_regressions.rs).
 pub fn rust_test(b: &Batch, cfg: &Config, name: &str, note: &str) -> String {
     let types = node_types(b).unwrap_or_default();
     let mut s = String::new();
@@ -146,6 +149,15 @@ pub fn rust_test(b: &Batch, cfg: &Config, name: &str, note: &str) -> String {
             );
         }
         let _ = writeln!(s, "{ind}let _ = (offs, mask);");
+        let mut used = vec![false; p.nodes.len()];
+        for n in &p.nodes {
+            for o in n.operands() {
+                used[o] = true;
+            }
+        }
+        for sk in &p.sinks {
+            used[sk.node] = true;
+        }
         for (i, n) in p.nodes.iter().enumerate() {
             let v = |j: usize| format!("v{j}");
             let e = match *n {
@@ -279,7 +291,8 @@ pub fn rust_test(b: &Batch, cfg: &Config, name: &str, note: &str) -> String {
                     format!("tl::{f}(out{buf} + {at}, {}){m}", v(val))
                 }
             };
-            let _ = writeln!(s, "{ind}let v{i} = {e};");
+            let name = if used[i] { "v" } else { "_v" };
+            let _ = writeln!(s, "{ind}let {name}{i} = {e};");
         }
         for sk in &p.sinks {
             let mut val = format!("v{}", sk.node);
@@ -294,11 +307,15 @@ pub fn rust_test(b: &Batch, cfg: &Config, name: &str, note: &str) -> String {
                 }
             }
             let m = if sk.masked { ".mask(mask)" } else { "" };
+            let at = if sk.base == 0 {
+                "offs".to_string()
+            } else {
+                format!("(offs + {})", sk.base)
+            };
             let _ = writeln!(
                 s,
-                "{ind}tl::store(out{} + (offs + {}i64), tl::broadcast_to({val}, {})){m};",
+                "{ind}tl::store(out{} + {at}, tl::broadcast_to({val}, {})){m};",
                 sk.out,
-                sk.base,
                 shape_src(&p.shape())
             );
         }
