@@ -6,7 +6,7 @@
 //! A kernel of a bug class still listed in `fuzz::Known::OPEN` (being fixed elsewhere) is
 //! skipped with a notice until that class leaves the list; then it runs like the others.
 
-use triton_metal::fuzz::{Case, Known};
+use triton_metal::fuzz::{Case, Known, Tol};
 use triton_metal::tl;
 use triton_metal::DType::*;
 
@@ -69,5 +69,66 @@ fn fuzz_seed_102_f16_nan_inf_to_i64() {
         .output(Bool, 16, 1.0)
         .scalar(1)
         .zero_sign_free()
+        .assert_agree();
+}
+
+/// Fuzz seed 7 (CI budget run): `erf(NaN)` was -1.0 on the compiled CPU executor and
+/// emulated Metal (the header's `tm_erf` clamped NaN to -4 first); the interpreter gives NaN.
+#[test]
+fn fuzz_seed_7_erf_of_nan() {
+    let kernel = tl::jit("fuzz_seed_7", |k| {
+        let in0 = k.ptr(F32, "in0");
+        let out0 = k.ptr(F32, "out0");
+        let offs = tl::program_id(0) * 4 + tl::arange(0, 4);
+        let v0 = tl::load(in0 + offs);
+        let v1 = tl::erf(v0);
+        tl::store(out0 + offs, v1);
+    })
+    .unwrap();
+    Case::new(kernel, 1)
+        .num_warps(1)
+        .input(
+            F32,
+            4,
+            &[
+                (0, 0x7fc00000),
+                (1, 0xffffffff),
+                (2, 0x7f800001),
+                (3, 0xff800000),
+            ],
+        )
+        .output(F32, 4, -7.25)
+        .tolerance(0, 0..4, Tol::Ulps(4))
+        .assert_agree();
+}
+
+/// Fuzz seed 1112 (long run): `erf(-1.1754944e-38)` (the smallest normal f32) was 23 ulp
+/// off on the compiled CPU executor and emulated Metal: `tm_erf` computed `x * p / q`, whose
+/// `x * p` is a subnormal with few bits left.
+#[test]
+fn fuzz_seed_1112_erf_of_tiny_values() {
+    let kernel = tl::jit("fuzz_seed_1112", |k| {
+        let in0 = k.ptr(F32, "in0");
+        let out0 = k.ptr(F32, "out0");
+        let offs = tl::program_id(0) * 4 + tl::arange(0, 4);
+        let v0 = tl::load(in0 + offs);
+        let v1 = tl::erf(v0);
+        tl::store(out0 + offs, v1);
+    })
+    .unwrap();
+    Case::new(kernel, 1)
+        .num_warps(1)
+        .input(
+            F32,
+            4,
+            &[
+                (0, 0x80800000),
+                (1, 0x00800000),
+                (2, 0x00000001),
+                (3, 0x80123456),
+            ],
+        )
+        .output(F32, 4, f64::NAN)
+        .tolerance(0, 0..4, Tol::Ulps(4))
         .assert_agree();
 }

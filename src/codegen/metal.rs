@@ -194,8 +194,11 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
 }
 
 /// `erf` for float (Metal has none): XLA's rational approximation on [-4, 4], about 1 ulp.
+/// NaN is returned as is (a clamp would turn it into -4, so -1); `x * (p / q)` keeps tiny
+/// `x` exact where `x * p` would be a subnormal with few bits left.
 pub(super) const ERF: &str = r#"
 inline float tm_erf(float x) {
+  if (isnan(x)) return x;
   x = clamp(x, -4.0f, 4.0f);
   const float x2 = x * x;
   float p = -2.72614225801306e-10f;
@@ -210,7 +213,7 @@ inline float tm_erf(float x) {
   q = fma(q, x2, -1.68282697438203e-03f);
   q = fma(q, x2, -7.37332916720468e-03f);
   q = fma(q, x2, -1.42647390514189e-02f);
-  return x * p / q;
+  return x * (p / q);
 }
 "#;
 
