@@ -106,7 +106,7 @@ fn run() -> Result<(), String> {
     println!("cargo:rustc-link-lib=dylib=mlx");
     let real_lib = mlx_dir.join("lib");
     let real_lib = real_lib.canonicalize().unwrap_or(real_lib);
-    if under_temp_dir(&real_lib) {
+    if wheel::under_temp_dir(&real_lib) {
         println!(
             "cargo:warning=MLX's library folder {} is under the temporary folder: no rpath is \
              baked into binaries (cargo run/test still find it; elsewhere set LD_LIBRARY_PATH)",
@@ -121,13 +121,6 @@ fn run() -> Result<(), String> {
     println!("cargo:INCLUDE={}", include_dir.display());
     println!("cargo:VERSION={MLX_VERSION}");
     Ok(())
-}
-
-/// Whether `dir` lies under the system's temporary folder (shared, writable by anyone).
-fn under_temp_dir(dir: &Path) -> bool {
-    let tmp = env::temp_dir();
-    let tmp = tmp.canonicalize().unwrap_or(tmp);
-    dir.starts_with(&tmp)
 }
 
 fn check_mlx_dir(dir: &Path) -> Result<(), String> {

@@ -138,3 +138,10 @@ pub fn install_dir_name(wheel_file: &str, sha256: &str) -> String {
     let stem = wheel_file.strip_suffix(".whl").unwrap_or(wheel_file);
     format!("{stem}-{}", &sha256[..16.min(sha256.len())])
 }
+
+/// Whether `dir` lies under the system's temporary folder (shared, writable by anyone): no
+/// rpath to such a folder is baked into binaries.
+pub fn under_temp_dir(dir: &Path) -> bool {
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    canonical(dir).starts_with(canonical(&std::env::temp_dir()))
+}

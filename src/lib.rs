@@ -12,14 +12,14 @@
 //! |---|---|
 //! | [`tl`], [`jit`] | the kernel DSL mirroring `triton.language`, and the `#[jit]` attribute |
 //! | [`runtime`] | launching: [`runtime::Target`], grids, arguments, outputs, the CPU output cache |
-//! | [`Array`], [`mlx`] | MLX arrays and MLX's reference ops |
+//! | [`Array`], [`mlx`], [`testing`] | MLX arrays, MLX's reference ops, comparing results with them |
 //! | [`device`], [`DType`], [`Element`] | devices, hardware information, element types |
 //! | [`Error`], [`Result`], [`SourceLoc`] | errors (`#[non_exhaustive]`, with sources) |
 //! | [`Config`] ([`config`]) | the library's settings and their environment variables |
 //! | [`opt`], [`graph`], [`tune`] | hardware profiles and layout analysis, op-graph fusion with its reports, autotuning |
 //! | [`guide`] | the users' guide (documentation only) |
 //!
-//! The modules `codegen`, `emu`, `exec`, `fuzz`, `ir`, `passes`, `bench` and `testing` are
+//! The modules `codegen`, `emu`, `exec`, `fuzz`, `ir`, `passes` and `bench` are
 //! public only so that this crate's own tool, tests, examples and benchmarks can reach them:
 //! they are hidden from the documentation and may change in any release. The items users
 //! need from them are re-exported in [`runtime`] ([`runtime::LaneOrder`],
@@ -64,8 +64,6 @@ pub(crate) mod ffi;
 pub mod mlx;
 pub mod runtime;
 pub(crate) mod settings;
-#[doc(hidden)]
-#[allow(rustdoc::broken_intra_doc_links)]
 pub mod testing;
 pub mod tune;
 

@@ -143,3 +143,16 @@ fn install_folders_are_named_by_file_and_hash() {
         "mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64-ba7816bf8f01cfea"
     );
 }
+
+#[test]
+fn library_folders_under_the_temp_folder_get_no_rpath() {
+    let tmp = std::env::temp_dir();
+    assert!(wheel::under_temp_dir(
+        &tmp.join("triton-metal-cache/mlx/lib")
+    ));
+    assert!(wheel::under_temp_dir(&tmp));
+    // The user's cache is fine.
+    assert!(!wheel::under_temp_dir(Path::new(
+        "/home/user/.cache/triton-metal"
+    )));
+}
