@@ -6,13 +6,7 @@
 
 use triton_metal::runtime::{cdiv, grid, out_like};
 use triton_metal::testing::max_abs_diff;
-use triton_metal::{
-    mlx,
-    tl::{self, JitKernel},
-    Array,
-    DType::{F32, I32},
-    Error,
-};
+use triton_metal::{jit, mlx, tl, Array, DType::F32, Error};
 
 /// Triton's `tl.rand`: Philox-4x32-10 on (offset, 0, 0, 0) keyed by the seed, first word
 /// mapped to [0, 1).
@@ -38,23 +32,24 @@ fn triton_rand(seed: u64, offset: u32) -> f32 {
     x as f32 * 4.656_612_734_2e-10_f64 as f32
 }
 
-/// The kernel, as a Triton user writes it (also used by the benches).
-pub fn dropout_kernel() -> triton_metal::Result<JitKernel> {
-    tl::jit("seeded_dropout", |k| {
-        let x_ptr = k.ptr(F32, "x_ptr");
-        let output_ptr = k.ptr(F32, "output_ptr");
-        let n = k.scalar(I32, "n_elements");
-        let p = k.scalar(F32, "p");
-        let seed = k.scalar(I32, "seed");
-        let block = k.constexpr("BLOCK_SIZE");
-        let offsets = tl::program_id(0) * block + tl::arange(0, block);
-        let mask = offsets.lt(n);
-        let x = tl::load(x_ptr + offsets).mask(mask);
-        let random = tl::rand(seed, offsets);
-        let x_keep = random.gt(p);
-        let output = tl::where_(x_keep, x / (1.0 - p), 0.0);
-        tl::store(output_ptr + offsets, output).mask(mask);
-    })
+/// The kernel, as a Triton user writes it (also used by the benches): `dropout_kernel()`
+/// returns the `JitKernel` named `seeded_dropout`.
+#[jit(name = "seeded_dropout")]
+pub fn dropout_kernel(
+    x_ptr: Ptr<F32>,
+    output_ptr: Ptr<F32>,
+    n_elements: i32,
+    p: f32,
+    seed: i32,
+    BLOCK_SIZE: Constexpr,
+) {
+    let offsets = tl::program_id(0) * BLOCK_SIZE + tl::arange(0, BLOCK_SIZE);
+    let mask = offsets < n_elements;
+    let x = tl::load(x_ptr + offsets, mask = mask);
+    let random = tl::rand(seed, offsets);
+    let x_keep = random > p;
+    let output = tl::where_(x_keep, x / (1.0 - p), 0.0);
+    tl::store(output_ptr + offsets, output, mask = mask);
 }
 
 fn main() -> triton_metal::Result<()> {

@@ -5,37 +5,29 @@
 
 use triton_metal::runtime::out;
 use triton_metal::testing::max_abs_diff;
-use triton_metal::{
-    mlx,
-    tl::{self, JitKernel},
-    DType::{F32, I32},
-    Error,
-};
+use triton_metal::{jit, mlx, tl, DType::F32, Error};
 
-/// The kernel, as a Triton user writes it (also used by the benches).
-pub fn softmax_kernel() -> triton_metal::Result<JitKernel> {
-    tl::jit("softmax_kernel", |k| {
-        let output_ptr = k.ptr(F32, "output_ptr");
-        let input_ptr = k.ptr(F32, "input_ptr");
-        let input_row_stride = k.scalar(I32, "input_row_stride");
-        let output_row_stride = k.scalar(I32, "output_row_stride");
-        let n_cols = k.scalar(I32, "n_cols");
-        let block = k.constexpr("BLOCK_SIZE");
-        let row_idx = tl::program_id(0);
-        let col_offsets = tl::arange(0, block);
-        let mask = col_offsets.lt(n_cols);
-        let row = tl::load(input_ptr + row_idx * input_row_stride + col_offsets)
-            .mask(mask)
-            .other(f32::NEG_INFINITY);
-        // Subtract the row max for numerical stability.
-        let numerator = (row - row.max(0)).exp();
-        let denominator = numerator.sum(0);
-        tl::store(
-            output_ptr + row_idx * output_row_stride + col_offsets,
-            numerator / denominator,
-        )
-        .mask(mask);
-    })
+/// The kernel, as a Triton user writes it (also used by the benches): `softmax_kernel()`
+/// returns the `JitKernel`.
+#[jit]
+pub fn softmax_kernel(
+    output_ptr: Ptr<F32>,
+    input_ptr: Ptr<F32>,
+    input_row_stride: i32,
+    output_row_stride: i32,
+    n_cols: i32,
+    BLOCK_SIZE: Constexpr,
+) {
+    let row_idx = tl::program_id(0);
+    let col_offsets = tl::arange(0, BLOCK_SIZE);
+    let mask = col_offsets < n_cols;
+    let input_ptrs = input_ptr + row_idx * input_row_stride + col_offsets;
+    let row = tl::load(input_ptrs, mask = mask, other = f32::NEG_INFINITY);
+    // Subtract the row max for numerical stability.
+    let numerator = tl::exp(row - tl::max(row, axis = 0));
+    let denominator = tl::sum(numerator, axis = 0);
+    let output_ptrs = output_ptr + row_idx * output_row_stride + col_offsets;
+    tl::store(output_ptrs, numerator / denominator, mask = mask);
 }
 
 fn main() -> triton_metal::Result<()> {

@@ -7,9 +7,9 @@
 use triton_metal::runtime::out;
 use triton_metal::testing::max_abs_diff;
 use triton_metal::{
-    mlx,
+    jit, mlx,
     tl::{self, JitKernel},
-    DType::{F32, I32},
+    DType::{self, F32},
     Error,
 };
 
@@ -18,43 +18,42 @@ pub fn layer_norm_kernel() -> triton_metal::Result<JitKernel> {
     layer_norm_kernel_for(F32)
 }
 
-/// The kernel for `X`, `Y`, `W`, `B` of `dtype`; statistics and arithmetic in f32.
-pub fn layer_norm_kernel_for(dtype: triton_metal::DType) -> triton_metal::Result<JitKernel> {
-    tl::jit("layer_norm_fwd", move |k| {
-        let x_ptr = k.ptr(dtype, "X");
-        let y_ptr = k.ptr(dtype, "Y");
-        let w_ptr = k.ptr(dtype, "W");
-        let b_ptr = k.ptr(dtype, "B");
-        let stride = k.scalar(I32, "stride");
-        let n = k.scalar(I32, "N");
-        let eps = k.scalar(F32, "eps");
-        let block = k.constexpr("BLOCK_SIZE");
-        let row = tl::program_id(0);
-        let x_row = x_ptr + row * stride;
-        let y_row = y_ptr + row * stride;
-        let cols0 = tl::arange(0, block);
-
-        let sum = tl::range(0, n, block).fold(tl::zeros([block], F32), |off, acc| {
-            let cols = off + cols0;
-            acc + tl::load(x_row + cols).mask(cols.lt(n)).other(0.0).cast(F32)
-        });
-        let mean = sum.sum(0) / n;
-        let var = tl::range(0, n, block).fold(tl::zeros([block], F32), |off, acc| {
-            let cols = off + cols0;
-            let x = tl::load(x_row + cols).mask(cols.lt(n)).other(0.0).cast(F32);
-            let d = tl::where_(cols.lt(n), x - mean, 0.0);
-            acc + d * d
-        });
-        let rstd = tl::rsqrt(var.sum(0) / n + eps);
-        tl::range(0, n, block).for_each(|off| {
-            let cols = off + cols0;
-            let mask = cols.lt(n);
-            let w = tl::load(w_ptr + cols).mask(mask).cast(F32);
-            let b = tl::load(b_ptr + cols).mask(mask).cast(F32);
-            let x = tl::load(x_row + cols).mask(mask).other(0.0).cast(F32);
-            tl::store(y_row + cols, ((x - mean) * rstd * w + b).cast(dtype)).mask(mask);
-        });
-    })
+/// The kernel for `X`, `Y`, `W`, `B` of `dtype`; statistics and arithmetic in f32:
+/// `layer_norm_kernel_for(dtype)` returns the `JitKernel` named `layer_norm_fwd`.
+#[jit(name = "layer_norm_fwd")]
+#[rustfmt::skip]
+pub fn layer_norm_kernel_for(
+    mut X: Ptr<dtype>, mut Y: Ptr<dtype>, W: Ptr<dtype>, B: Ptr<dtype>,
+    stride: i32, N: i32, eps: f32,
+    BLOCK_SIZE: Constexpr,
+    dtype: DType,
+) {
+    let row = tl::program_id(0);
+    X += row * stride;
+    Y += row * stride;
+    let offs = tl::arange(0, BLOCK_SIZE);
+    let mut _mean = tl::zeros([BLOCK_SIZE], dtype = F32);
+    for off in tl::range(0, N, BLOCK_SIZE) {
+        let cols = off + offs;
+        _mean += tl::load(X + cols, mask = cols < N, other = 0.0).to(F32);
+    }
+    let mean = tl::sum(_mean, axis = 0) / N;
+    let mut _var = tl::zeros([BLOCK_SIZE], dtype = F32);
+    for off in tl::range(0, N, BLOCK_SIZE) {
+        let cols = off + offs;
+        let x = tl::load(X + cols, mask = cols < N, other = 0.0).to(F32);
+        let x = tl::where_(cols < N, x - mean, 0.0);
+        _var += x * x;
+    }
+    let rstd = tl::rsqrt(tl::sum(_var, axis = 0) / N + eps);
+    for off in tl::range(0, N, BLOCK_SIZE) {
+        let cols = off + offs;
+        let mask = cols < N;
+        let w = tl::load(W + cols, mask = mask).to(F32);
+        let b = tl::load(B + cols, mask = mask).to(F32);
+        let x = tl::load(X + cols, mask = mask, other = 0.0).to(F32);
+        tl::store(Y + cols, ((x - mean) * rstd * w + b).to(dtype), mask = mask);
+    }
 }
 
 fn main() -> triton_metal::Result<()> {

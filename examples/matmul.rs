@@ -6,9 +6,9 @@
 use triton_metal::runtime::{cdiv, grid, out};
 use triton_metal::testing::max_abs_diff;
 use triton_metal::{
-    mlx,
+    jit, mlx,
     tl::{self, JitKernel},
-    DType::{F32, I32},
+    DType::{self, F32},
     Error,
 };
 
@@ -18,61 +18,51 @@ pub fn matmul_kernel() -> triton_metal::Result<JitKernel> {
 }
 
 /// The kernel for `A`, `B`, `C` of `dtype`, accumulating in f32 (Triton's tutorial with
-/// `c = accumulator.to(tl.float16)` for f16).
-pub fn matmul_kernel_for(dtype: triton_metal::DType) -> triton_metal::Result<JitKernel> {
-    tl::jit("matmul_kernel", move |k| {
-        let (a_ptr, b_ptr, c_ptr) = (
-            k.ptr(dtype, "a_ptr"),
-            k.ptr(dtype, "b_ptr"),
-            k.ptr(dtype, "c_ptr"),
-        );
-        let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
-        let (stride_am, stride_ak) = (k.scalar(I32, "stride_am"), k.scalar(I32, "stride_ak"));
-        let (stride_bk, stride_bn) = (k.scalar(I32, "stride_bk"), k.scalar(I32, "stride_bn"));
-        let (stride_cm, stride_cn) = (k.scalar(I32, "stride_cm"), k.scalar(I32, "stride_cn"));
-        let block_m = k.constexpr("BLOCK_SIZE_M");
-        let block_n = k.constexpr("BLOCK_SIZE_N");
-        let block_k = k.constexpr("BLOCK_SIZE_K");
-        let group_m = k.constexpr("GROUP_SIZE_M");
+/// `c = accumulator.to(tl.float16)` for f16): `matmul_kernel_for(dtype)` returns the
+/// `JitKernel` named `matmul_kernel`.
+#[jit(name = "matmul_kernel")]
+#[rustfmt::skip]
+pub fn matmul_kernel_for(
+    a_ptr: Ptr<dtype>, b_ptr: Ptr<dtype>, c_ptr: Ptr<dtype>,
+    M: i32, N: i32, K: i32,
+    stride_am: i32, stride_ak: i32,
+    stride_bk: i32, stride_bn: i32,
+    stride_cm: i32, stride_cn: i32,
+    BLOCK_SIZE_M: Constexpr, BLOCK_SIZE_N: Constexpr, BLOCK_SIZE_K: Constexpr,
+    GROUP_SIZE_M: Constexpr,
+    dtype: DType,
+) {
+    // Grouped ordering: programs that run together share rows of A.
+    let pid = tl::program_id(axis = 0);
+    let num_pid_m = tl::cdiv(M, BLOCK_SIZE_M);
+    let num_pid_n = tl::cdiv(N, BLOCK_SIZE_N);
+    let num_pid_in_group = num_pid_n * GROUP_SIZE_M;
+    let group_id = tl::floordiv(pid, num_pid_in_group);
+    let first_pid_m = group_id * GROUP_SIZE_M;
+    let group_size_m = tl::minimum(num_pid_m - first_pid_m, GROUP_SIZE_M);
+    let pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m;
+    let pid_n = tl::floordiv(pid % num_pid_in_group, group_size_m);
 
-        // Grouped ordering: programs that run together share rows of A.
-        let pid = tl::program_id(0);
-        let num_pid_m = tl::cdiv(m, block_m);
-        let num_pid_n = tl::cdiv(n, block_n);
-        let num_pid_in_group = num_pid_n * group_m;
-        let group_id = tl::floordiv(pid, num_pid_in_group);
-        let first_pid_m = group_id * group_m;
-        let group_size_m = tl::minimum(num_pid_m - first_pid_m, group_m);
-        let pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m;
-        let pid_n = tl::floordiv(pid % num_pid_in_group, group_size_m);
+    let offs_am = (pid_m * BLOCK_SIZE_M + tl::arange(0, BLOCK_SIZE_M)) % M;
+    let offs_bn = (pid_n * BLOCK_SIZE_N + tl::arange(0, BLOCK_SIZE_N)) % N;
+    let offs_k = tl::arange(0, BLOCK_SIZE_K);
+    let mut a_ptrs = a_ptr + (offs_am.col() * stride_am + offs_k.row() * stride_ak);
+    let mut b_ptrs = b_ptr + (offs_k.col() * stride_bk + offs_bn.row() * stride_bn);
+    let mut accumulator = tl::zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype = F32);
+    for k in tl::range(0, tl::cdiv(K, BLOCK_SIZE_K)) {
+        let remaining = K - k * BLOCK_SIZE_K;
+        let a = tl::load(a_ptrs, mask = offs_k.row() < remaining, other = 0.0);
+        let b = tl::load(b_ptrs, mask = offs_k.col() < remaining, other = 0.0);
+        accumulator = tl::dot(a, b, accumulator);
+        a_ptrs += BLOCK_SIZE_K * stride_ak;
+        b_ptrs += BLOCK_SIZE_K * stride_bk;
+    }
 
-        let offs_am = (pid_m * block_m + tl::arange(0, block_m)) % m;
-        let offs_bn = (pid_n * block_n + tl::arange(0, block_n)) % n;
-        let offs_k = tl::arange(0, block_k);
-        let a_ptrs = a_ptr + (offs_am.col() * stride_am + offs_k.row() * stride_ak);
-        let b_ptrs = b_ptr + (offs_k.col() * stride_bk + offs_bn.row() * stride_bn);
-        let acc = tl::zeros([block_m, block_n], F32);
-        let (acc, _, _) = tl::range(0, tl::cdiv(kk, block_k), 1).fold(
-            (acc, a_ptrs, b_ptrs),
-            |step, (acc, a_ptrs, b_ptrs)| {
-                let remaining = kk - step * block_k;
-                let a = tl::load(a_ptrs).mask(offs_k.row().lt(remaining)).other(0.0);
-                let b = tl::load(b_ptrs).mask(offs_k.col().lt(remaining)).other(0.0);
-                let acc = tl::dot(a, b, acc);
-                (
-                    acc,
-                    a_ptrs + block_k * stride_ak,
-                    b_ptrs + block_k * stride_bk,
-                )
-            },
-        );
-
-        let offs_cm = pid_m * block_m + tl::arange(0, block_m);
-        let offs_cn = pid_n * block_n + tl::arange(0, block_n);
-        let c_ptrs = c_ptr + stride_cm * offs_cm.col() + stride_cn * offs_cn.row();
-        let c_mask = offs_cm.col().lt(m) & offs_cn.row().lt(n);
-        tl::store(c_ptrs, acc.cast(dtype)).mask(c_mask);
-    })
+    let offs_cm = pid_m * BLOCK_SIZE_M + tl::arange(0, BLOCK_SIZE_M);
+    let offs_cn = pid_n * BLOCK_SIZE_N + tl::arange(0, BLOCK_SIZE_N);
+    let c_ptrs = c_ptr + stride_cm * offs_cm.col() + stride_cn * offs_cn.row();
+    let c_mask = (offs_cm.col() < M) & (offs_cn.row() < N);
+    tl::store(c_ptrs, accumulator.to(dtype), mask = c_mask);
 }
 
 fn main() -> triton_metal::Result<()> {

@@ -6,30 +6,20 @@
 
 use triton_metal::runtime::out;
 use triton_metal::testing::max_abs_diff;
-use triton_metal::{
-    mlx,
-    tl::{self, JitKernel},
-    DType::{F32, I32},
-    Error,
-};
+use triton_metal::{jit, mlx, tl, DType::F32, Error};
 
-/// The kernel, as a Triton user writes it (also used by the benches).
-pub fn row_sum_kernel() -> triton_metal::Result<JitKernel> {
-    tl::jit("row_sum", |k| {
-        let x_ptr = k.ptr(F32, "x_ptr");
-        let out_ptr = k.ptr(F32, "out_ptr");
-        let n_cols = k.scalar(I32, "n_cols");
-        let block = k.constexpr("BLOCK_SIZE");
-        let row = tl::program_id(0);
-        let cols = tl::arange(0, block);
-        let acc = tl::range(0, n_cols, block).fold(tl::zeros([block], F32), |start, acc| {
-            let c = start + cols;
-            acc + tl::load(x_ptr + row * n_cols + c)
-                .mask(c.lt(n_cols))
-                .other(0.0)
-        });
-        tl::store(out_ptr + row, acc.sum(0));
-    })
+/// The kernel, as a Triton user writes it (also used by the benches): `row_sum_kernel()`
+/// returns the `JitKernel` named `row_sum`.
+#[jit(name = "row_sum")]
+pub fn row_sum_kernel(x_ptr: Ptr<F32>, out_ptr: Ptr<F32>, n_cols: i32, BLOCK_SIZE: Constexpr) {
+    let row = tl::program_id(0);
+    let cols = tl::arange(0, BLOCK_SIZE);
+    let mut acc = tl::zeros([BLOCK_SIZE], F32);
+    for start in tl::range(0, n_cols, BLOCK_SIZE) {
+        let c = start + cols;
+        acc += tl::load(x_ptr + row * n_cols + c, mask = c < n_cols, other = 0.0);
+    }
+    tl::store(out_ptr + row, tl::sum(acc, axis = 0));
 }
 
 fn main() -> triton_metal::Result<()> {

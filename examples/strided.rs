@@ -6,28 +6,23 @@
 
 use triton_metal::runtime::{cdiv, grid, out_like};
 use triton_metal::testing::max_abs_diff;
-use triton_metal::{
-    mlx,
-    tl::{self, JitKernel},
-    Array,
-    DType::{F32, I32},
-    Error,
-};
+use triton_metal::{jit, mlx, tl, Array, DType::F32, Error};
 
-/// The kernel, as a Triton user writes it (also used by the benches).
-pub fn strided_kernel() -> triton_metal::Result<JitKernel> {
-    tl::jit("strided_kernel", |k| {
-        let x_ptr = k.ptr(F32, "x_ptr");
-        let output_ptr = k.ptr(F32, "output_ptr");
-        let stride = k.scalar(I32, "stride");
-        let n = k.scalar(I32, "n_elements");
-        let block = k.constexpr("BLOCK_SIZE");
-        let block_start = tl::program_id(0) * block;
-        let indices = block_start + tl::arange(0, block) * stride;
-        let mask = indices.lt(n);
-        let x = tl::load(x_ptr + indices).mask(mask);
-        tl::store(output_ptr + indices, x * 2.0).mask(mask);
-    })
+/// The kernel, as a Triton user writes it (also used by the benches): `strided_kernel()`
+/// returns the `JitKernel`.
+#[jit]
+pub fn strided_kernel(
+    x_ptr: Ptr<F32>,
+    output_ptr: Ptr<F32>,
+    stride: i32,
+    n_elements: i32,
+    BLOCK_SIZE: Constexpr,
+) {
+    let block_start = tl::program_id(0) * BLOCK_SIZE;
+    let indices = block_start + tl::arange(0, BLOCK_SIZE) * stride;
+    let mask = indices < n_elements;
+    let x = tl::load(x_ptr + indices, mask = mask);
+    tl::store(output_ptr + indices, x * 2.0, mask = mask);
 }
 
 fn main() -> triton_metal::Result<()> {

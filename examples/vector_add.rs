@@ -1,34 +1,29 @@
-//! Triton's vector add (tutorial 01), written with the Rust DSL, launched on MLX arrays and
+//! Triton's vector add (tutorial 01) as a `#[jit]` function, launched on MLX arrays and
 //! checked against MLX's own `add`.
 //!
 //! `cargo run --release --example vector_add`
 
 use triton_metal::runtime::{cdiv, grid, out_like};
 use triton_metal::testing::max_abs_diff;
-use triton_metal::{
-    mlx,
-    tl::{self, JitKernel},
-    DType::F32,
-    HardwareInfo,
-};
+use triton_metal::{jit, mlx, tl, DType::F32, HardwareInfo};
 
-/// The kernel, as a Triton user writes it (also used by the benches).
-pub fn add_kernel() -> triton_metal::Result<JitKernel> {
-    tl::jit("add_kernel", |k| {
-        let (x_ptr, y_ptr, out_ptr) = (
-            k.ptr(F32, "x_ptr"),
-            k.ptr(F32, "y_ptr"),
-            k.ptr(F32, "output_ptr"),
-        );
-        let n = k.scalar(triton_metal::DType::I32, "n_elements");
-        let block = k.constexpr("BLOCK_SIZE");
-        let pid = tl::program_id(0);
-        let offsets = pid * block + tl::arange(0, block);
-        let mask = offsets.lt(n);
-        let x = tl::load(x_ptr + offsets).mask(mask);
-        let y = tl::load(y_ptr + offsets).mask(mask);
-        tl::store(out_ptr + offsets, x + y).mask(mask);
-    })
+/// The kernel, as a Triton user writes it (also used by the benches): `add_kernel()` returns
+/// the `JitKernel`.
+#[jit]
+pub fn add_kernel(
+    x_ptr: Ptr<F32>,
+    y_ptr: Ptr<F32>,
+    output_ptr: Ptr<F32>,
+    n_elements: i32,
+    BLOCK_SIZE: Constexpr,
+) {
+    let pid = tl::program_id(axis = 0);
+    let block_start = pid * BLOCK_SIZE;
+    let offsets = block_start + tl::arange(0, BLOCK_SIZE);
+    let mask = offsets < n_elements;
+    let x = tl::load(x_ptr + offsets, mask = mask);
+    let y = tl::load(y_ptr + offsets, mask = mask);
+    tl::store(output_ptr + offsets, x + y, mask = mask);
 }
 
 fn main() -> triton_metal::Result<()> {

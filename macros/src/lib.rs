@@ -7,6 +7,8 @@ use quote::{quote, quote_spanned};
 use syn::{parse_macro_input, ItemFn, ReturnType, Type};
 
 mod body;
+mod calls;
+mod scope;
 mod sig;
 
 /// Turns a function into a kernel factory (or, for a helper, a function the kernel inlines).
@@ -14,13 +16,8 @@ mod sig;
 #[proc_macro_attribute]
 pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
     let attr = proc_macro2::TokenStream::from(attr);
-    if !attr.is_empty() {
-        return syn::Error::new_spanned(attr, "`#[jit]` takes no arguments")
-            .to_compile_error()
-            .into();
-    }
     let f = parse_macro_input!(item as ItemFn);
-    match expand(f) {
+    match kernel_name(attr).and_then(|name| expand_named(f, name)) {
         Ok(t) => t.into(),
         Err(e) => e.to_compile_error().into(),
     }
@@ -34,7 +31,33 @@ fn is_tensor(ty: &Type) -> bool {
     }
 }
 
-fn expand(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
+/// `#[jit]` or `#[jit(name = "kernel_name")]`: the kernel's name when it differs from the
+/// function's.
+fn kernel_name(attr: proc_macro2::TokenStream) -> syn::Result<Option<syn::LitStr>> {
+    if attr.is_empty() {
+        return Ok(None);
+    }
+    let help = "`#[jit]` takes nothing or `name = \"kernel_name\"`";
+    let a: syn::MetaNameValue =
+        syn::parse2(attr.clone()).map_err(|_| syn::Error::new_spanned(&attr, help))?;
+    match a.value {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(s),
+            ..
+        }) if a.path.is_ident("name") => Ok(Some(s)),
+        _ => Err(syn::Error::new_spanned(attr, help)),
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn expand(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
+    expand_named(f, None)
+}
+
+fn expand_named(
+    f: ItemFn,
+    kernel_name: Option<syn::LitStr>,
+) -> syn::Result<proc_macro2::TokenStream> {
     let s = &f.sig;
     if let Some(t) = &s.asyncness {
         return Err(syn::Error::new_spanned(t, "a kernel cannot be `async`"));
@@ -58,6 +81,9 @@ fn expand(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
             .iter()
             .any(|a| matches!(a, syn::FnArg::Typed(t) if is_tensor(&t.ty)));
     if helper {
+        if let Some(n) = kernel_name {
+            return Err(syn::Error::new_spanned(n, "a helper has no kernel name"));
+        }
         return helper_fn(f);
     }
     if !s.generics.params.is_empty() {
@@ -76,12 +102,12 @@ fn expand(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     let factory_args = params.iter().filter_map(|p| p.factory_arg());
     let body = body::kernel_body(&f.block, &params)?;
     let (attrs, vis, name) = (&f.attrs, &f.vis, &s.ident);
-    let name_lit = syn::LitStr::new(&name.to_string(), name.span());
+    let name_lit = kernel_name.unwrap_or_else(|| syn::LitStr::new(&name.to_string(), name.span()));
     let span = name.span();
     let jit = quote_spanned!(span=> ::triton_metal::tl::jit);
     Ok(quote! {
         #(#attrs)*
-        #[allow(non_snake_case, unused_mut, unused_variables, unused_assignments, clippy::all)]
+        #[allow(non_snake_case, unused_mut, unused_variables, unused_assignments, unused_braces, clippy::all)]
         #vis fn #name(#(#factory_args),*) -> ::triton_metal::Result<::triton_metal::tl::JitKernel> {
             #jit(#name_lit, move |#k: &mut ::triton_metal::tl::KernelBuilder| {
                 #(#decls)*
@@ -95,7 +121,7 @@ fn helper_fn(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     let body = body::helper_body(&f.block, &f.sig)?;
     let (attrs, vis, sig) = (&f.attrs, &f.vis, &f.sig);
     let span = f.sig.ident.span();
-    let allow = quote_spanned!(span=> #[allow(non_snake_case, unused_mut, unused_variables, unused_assignments, clippy::all)]);
+    let allow = quote_spanned!(span=> #[allow(non_snake_case, unused_mut, unused_variables, unused_assignments, unused_braces, clippy::all)]);
     Ok(quote! {
         #(#attrs)*
         #allow
@@ -104,3 +130,6 @@ fn helper_fn(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -51,6 +51,8 @@
 
 mod builder;
 mod control;
+#[doc(hidden)]
+pub mod expand;
 mod jit;
 mod ops;
 mod semantics;

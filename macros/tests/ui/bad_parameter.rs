@@ -1,0 +1,6 @@
+use triton_metal_macros::jit;
+
+#[jit]
+fn kernel(x: &[f32], n: i32) {}
+
+fn main() {}
