@@ -187,6 +187,8 @@ fn halvings(p: Ptr<F32>, out: Ptr<I32>) {
     tl::store(out, steps);
 }
 
+// `* 0`: an i32 scalar zero, as the `#[jit]` form writes it.
+#[allow(clippy::erasing_op)]
 fn halvings_builder() -> Result<JitKernel> {
     tl::jit("halvings", |k| {
         let p = k.ptr(F32, "p");
