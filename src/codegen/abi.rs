@@ -213,46 +213,79 @@ pub(crate) const RESERVED_WORDS: &[&str] = &[
     "NAN",
 ];
 
-/// Rejects parameter names that would change or break the signature MLX writes.
-pub fn check_param_names(kernel: &str, names: &[&str]) -> Result<()> {
-    let bad = |msg: String| Error::Launch {
-        kernel: kernel.to_string(),
-        msg,
-    };
-    for (i, n) in names.iter().enumerate() {
-        let ident = !n.is_empty()
-            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !n.starts_with(|c: char| c.is_ascii_digit());
-        if !ident {
-            return Err(bad(format!("parameter `{n}` is not a C identifier")));
-        }
-        if n.starts_with("tm_") || RESERVED.contains(n) || RESERVED_WORDS.contains(n) {
-            return Err(bad(format!(
-                "parameter `{n}` is reserved in generated Metal code (a keyword or a `tm_` name)"
-            )));
-        }
-        if let Some(a) = METAL_ATTRIBUTES.iter().find(|a| n.contains(*a)) {
-            return Err(bad(format!(
-                "parameter `{n}` contains the Metal attribute name `{a}`, which MLX would add \
-                 to the kernel signature"
-            )));
-        }
-        for other in names.iter().take(i).chain(names.iter().skip(i + 1)) {
-            for suffix in ["_shape", "_strides", "_ndim"] {
-                if n.contains(&format!("{other}{suffix}")) {
-                    return Err(bad(format!(
-                        "parameter `{n}` contains `{other}{suffix}`, which MLX reads as a \
-                         request for `{other}`'s {} buffer",
-                        &suffix[1..]
-                    )));
-                }
-            }
-            if n == other {
-                return Err(bad(format!("two parameters are called `{n}`")));
-            }
+/// More names a parameter's identifier must not take: the rest of C++20's keywords, CUDA's
+/// built-in variables and the types and namespaces the CUDA and C++ dialects use, the
+/// lower-case macros of the C library and of GNU mode, and common library types.
+#[rustfmt::skip]
+const MORE_RESERVED: &[&str] = &[
+    "alignas", "alignof", "asm", "catch", "char8_t", "char16_t", "char32_t", "concept",
+    "const_cast", "consteval", "constexpr", "constinit", "co_await", "co_return", "co_yield",
+    "decltype", "dynamic_cast", "export", "friend", "mutable", "noexcept", "nullptr",
+    "reinterpret_cast", "requires", "static_assert", "static_cast", "thread_local", "throw",
+    "try", "typeid", "virtual", "wchar_t", "final", "override", "import", "module",
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "schar", "cg", "mlx", "inf",
+    "Shape", "Strides", "std", "size_t", "ptrdiff_t", "int8_t", "int16_t", "int32_t",
+    "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "intptr_t", "uintptr_t",
+    "linux", "unix", "i386", "assert", "errno", "offsetof", "stdin", "stdout", "stderr",
+    "setjmp", "va_arg", "va_start", "va_end", "va_copy", "isinf", "isfinite", "isnormal",
+    "signbit", "fpclassify", "isgreater", "isless", "isunordered", "select", "as_type",
+    "vertex", "fragment", "sampler", "texture", "precise", "fast", "simd", "atomic",
+    "memory_order_relaxed", "mem_flags", "metal_stdlib",
+];
+
+/// Whether `name` may be used as it is in generated code: an identifier made of ASCII
+/// letters, digits and single underscores, starting with a letter, with a lower-case letter
+/// unless it is one letter (all-caps words may be macros), not a keyword or a name the
+/// dialects use (see [`RESERVED_WORDS`]), not in the printer's `tm_` namespace, and without
+/// a Metal attribute name or `_shape`/`_strides`/`_ndim` inside (MLX reads those as
+/// requests for extra kernel parameters).
+fn is_plain(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.contains("__")
+        && (name.len() == 1 || name.chars().any(|c| c.is_ascii_lowercase()))
+        && !name.starts_with("tm_")
+        && !RESERVED.contains(&name)
+        && !RESERVED_WORDS.contains(&name)
+        && !MORE_RESERVED.contains(&name)
+        && !METAL_ATTRIBUTES.iter().any(|a| name.contains(a))
+        && !["_shape", "_strides", "_ndim"]
+            .iter()
+            .any(|s| name.contains(s))
+}
+
+/// The identifier generated code (and MLX's kernel signature) uses for parameter `name`:
+/// the name itself where [`is_plain`], otherwise `tm_p` and the name with each `_`
+/// written `_1` and any other character outside `[A-Za-z0-9]` as `_2` and six hex
+/// digits. Distinct names get distinct identifiers (plain ones never start with `tm_`,
+/// and in a mangled one every `_` after the prefix is followed by a digit), and a mangled
+/// identifier never contains a Metal attribute name, `__`, or `<other>_shape`.
+pub fn param_ident(name: &str) -> std::borrow::Cow<'_, str> {
+    if is_plain(name) {
+        return name.into();
+    }
+    let mut s = String::from("tm_p");
+    for c in name.chars() {
+        match c {
+            c if c.is_ascii_alphanumeric() => s.push(c),
+            '_' => s.push_str("_1"),
+            c => s.push_str(&format!("_2{:06x}", c as u32)),
         }
     }
-    Ok(())
+    s.into()
+}
+
+/// The identifiers of `names` ([`param_ident`]); two parameters of one name are an error.
+pub fn param_idents(kernel: &str, names: &[&str]) -> Result<Vec<String>> {
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Err(Error::Launch {
+                kernel: kernel.to_string(),
+                msg: format!("two parameters are called `{n}`"),
+            });
+        }
+    }
+    Ok(names.iter().map(|n| param_ident(n).into_owned()).collect())
 }
 
 /// Verifies that the body and header name only the attributes of [`USED_ATTRIBUTES`] and no
@@ -300,18 +333,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_that_would_change_the_signature_are_rejected() {
-        assert!(check_param_names("k", &["x_ptr", "y", "n"]).is_ok());
-        for bad in [
-            vec!["grid_size"],
-            vec!["x", "x_shape"],
-            vec!["half"],
-            vec!["tm_x"],
-            vec!["a", "a"],
-            vec!["1x"],
-        ] {
-            assert!(check_param_names("k", &bad).is_err(), "{bad:?}");
+    fn parameter_identifiers_are_safe_and_distinct() {
+        for plain in ["x_ptr", "n_elements", "N", "out", "a1"] {
+            assert_eq!(param_ident(plain), plain);
         }
+        let odd = [
+            "constexpr",
+            "nullptr",
+            "NULL",
+            "static_assert",
+            "thread",
+            "device",
+            "a__b",
+            "_x",
+            "x_",
+            "tm_x",
+            "grid_size",
+            "thread_position_in_grid",
+            "x_shape",
+            "half",
+            "EOF",
+            "threadIdx",
+            "x",
+            "tm_px",
+            "tm_p",
+            "p_1",
+            "\u{e9}t\u{e9}",
+        ];
+        let ids: Vec<String> = odd.iter().map(|n| param_ident(n).into_owned()).collect();
+        for (n, id) in odd.iter().zip(&ids) {
+            assert!(is_plain(n) == (n == id), "{n} -> {id}");
+            assert!(
+                id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !id.contains("__"),
+                "{id}"
+            );
+            for a in METAL_ATTRIBUTES {
+                assert!(!id.contains(a), "{id} contains {a}");
+            }
+            for other in &ids {
+                for suffix in ["_shape", "_strides", "_ndim"] {
+                    assert!(!id.contains(&format!("{other}{suffix}")), "{id} vs {other}");
+                }
+            }
+        }
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ids.len(), "{ids:?}");
+        assert!(param_idents("k", &["a", "a"]).is_err());
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
     }
     check_block_shapes(&CPU, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
-    abi::check_param_names(&kernel.name, &names)?;
+    let idents = abi::param_idents(&kernel.name, &names)?;
     let opts = LaunchOptions {
         num_warps: 1,
         reduction_layout: None,
@@ -110,7 +110,7 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
     }
     s.push_str("  (void)tm_np0; (void)tm_np1; (void)tm_np2;\n");
     s.push_str("  const uint tm_lid = 0u;\n  (void)tm_lid;\n");
-    for (i, p) in kernel.params.iter().enumerate() {
+    for (i, (p, n)) in kernel.params.iter().zip(&idents).enumerate() {
         match p.kind {
             ParamKind::Ptr(dt) => {
                 let ct = lw.cty(dt)?;
@@ -120,19 +120,15 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
                     format!("const {ct}")
                 };
                 s.push_str(&format!(
-                    "  const tm_buf<{ct}> {n}{{({ct}*)tm_args[{i}], tm_lens[{i}], tm_status, {i}}};\n",
-                    n = p.name
+                    "  const tm_buf<{ct}> {n}{{({ct}*)tm_args[{i}], tm_lens[{i}], tm_status, {i}}};\n"
                 ));
             }
             ParamKind::Scalar(dt) => {
                 let ct = lw.cty(dt)?;
-                s.push_str(&format!(
-                    "  const {ct} {n} = *(const {ct}*)tm_args[{i}];\n",
-                    n = p.name
-                ));
+                s.push_str(&format!("  const {ct} {n} = *(const {ct}*)tm_args[{i}];\n"));
             }
         }
-        s.push_str(&format!("  (void){};\n", p.name));
+        s.push_str(&format!("  (void){n};\n"));
     }
     s.push_str("  for (int64_t tm_p = tm_start; tm_p < tm_end; ++tm_p) {\n");
     s.push_str("    const int tm_pid0 = (int)(tm_p % tm_grid[0]);\n");

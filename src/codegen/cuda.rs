@@ -32,24 +32,6 @@ pub const STATIC_SHARED_LIMIT: usize = 48 * 1024;
 /// Largest block CUDA launches.
 pub const MAX_THREADS_PER_BLOCK: usize = 1024;
 
-/// Identifiers a CUDA parameter must not take: built-in variables and the types and
-/// functions the generated code names.
-const CUDA_RESERVED: &[&str] = &[
-    "threadIdx",
-    "blockIdx",
-    "blockDim",
-    "gridDim",
-    "warpSize",
-    "schar",
-    "__half",
-    "__nv_bfloat16",
-    "cg",
-    "mlx",
-    "inf",
-    "Shape",
-    "Strides",
-];
-
 /// A kernel ready for `fast::cuda_kernel` (or NVRTC through [`CudaProgram::standalone`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CudaProgram {
@@ -251,21 +233,16 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<CudaProgram> {
     }
     check_block_shapes(&CUDA, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
-    abi::check_param_names(&kernel.name, &names)?;
-    if let Some(n) = names.iter().find(|n| CUDA_RESERVED.contains(n)) {
-        return Err(launch_err(format!(
-            "parameter `{n}` is reserved in generated CUDA code"
-        )));
-    }
+    let idents = abi::param_idents(&kernel.name, &names)?;
 
     let mut lw = Lowering::new(kernel, &CUDA, opts);
     lw.compute_provenance()?;
     // Scalars arrive as 0-d arrays, i.e. pointers: read once, under a local name.
-    for p in &kernel.params {
+    for (p, id) in kernel.params.iter().zip(&idents) {
         if let ParamKind::Scalar(dt) = p.kind {
             let ct = lw.cty(dt)?;
             let local = lw.fresh(&format!("{}_val", p.name));
-            lw.line(format!("const {ct} {local} = {}[0];", p.name));
+            lw.line(format!("const {ct} {local} = {id}[0];"));
             lw.set(p.value, super::lower::Repr::Scalar(local));
         }
     }
@@ -304,7 +281,7 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<CudaProgram> {
                 outputs.push(i);
                 output_dtypes.push(dt);
                 if p.loaded {
-                    read_write.push(p.name.clone());
+                    read_write.push(idents[i].clone());
                 }
             }
             ParamKind::Ptr(dt) | ParamKind::Scalar(dt) => {
@@ -325,14 +302,8 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<CudaProgram> {
     body.append(&mut lw.lines);
     let source = body.join("\n") + "\n";
     let header = CUDA.header(&lw.helpers);
-    let input_names: Vec<String> = inputs
-        .iter()
-        .map(|&i| kernel.params[i].name.clone())
-        .collect();
-    let output_names: Vec<String> = outputs
-        .iter()
-        .map(|&i| kernel.params[i].name.clone())
-        .collect();
+    let input_names: Vec<String> = inputs.iter().map(|&i| idents[i].clone()).collect();
+    let output_names: Vec<String> = outputs.iter().map(|&i| idents[i].clone()).collect();
     let io: Vec<String> = input_names.iter().chain(&output_names).cloned().collect();
     abi::check_source(&kernel.name, &source, &io)?;
     abi::check_source(&kernel.name, &header, &io)?;

@@ -51,6 +51,11 @@ pub(super) struct Lowering<'k> {
     /// The parameter a pointer value derives from.
     pub prov: Vec<Option<usize>>,
     pub names: HashSet<String>,
+    /// The identifier of each parameter in generated code ([`super::abi::param_ident`]).
+    pub idents: Vec<String>,
+    /// Per base name given to [`Lowering::fresh`]: the first suffix not yet tried (names
+    /// are never freed, so earlier suffixes stay taken; keeps naming linear).
+    pub fresh_next: HashMap<String, usize>,
     pub lines: Vec<String>,
     pub indent: usize,
     /// Scratch elements needed per element type.
@@ -79,6 +84,9 @@ pub(super) struct Lowering<'k> {
     /// Per lazy block computed from other variables: every variable it reads, directly or
     /// through other lazy blocks (a parallel assignment must not overwrite them first).
     pub lazy_reads: HashMap<String, BTreeSet<String>>,
+    /// Per lazy block: how many lazy blocks deep its evaluation goes (1: it reads only
+    /// stored variables). Capped at [`MAX_LAZY_DEPTH`].
+    pub lazy_depth: HashMap<String, usize>,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
@@ -96,6 +104,12 @@ pub(super) const FLAT: &str = "{L}";
 
 /// Longest recipe kept; longer ones are cheaper to move than to recompute.
 const MAX_RECIPE: usize = 400;
+
+/// Longest chain of lazy blocks reading one another; the next value of a longer chain is
+/// stored. Keeps what each lazy block reads small (printing stays linear in the kernel)
+/// and the nesting clang must inline shallow (a chain of thousands of lambdas takes it
+/// minutes per thousand ops).
+const MAX_LAZY_DEPTH: usize = 16;
 
 pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
     unsupported_on(&super::dialect::METAL, k, what)
@@ -160,7 +174,12 @@ impl<'k> Lowering<'k> {
         let wide = k.ops.iter().any(
             |o| matches!(o.op, Op::AddPtr { offset, .. } if k.ty(offset).dtype.size_bytes() == 8),
         );
-        let mut names: HashSet<String> = k.params.iter().map(|p| p.name.clone()).collect();
+        let idents: Vec<String> = k
+            .params
+            .iter()
+            .map(|p| super::abi::param_ident(&p.name).into_owned())
+            .collect();
+        let mut names: HashSet<String> = idents.iter().cloned().collect();
         names.insert(k.name.clone());
         let axis = super::axis::analyse(k);
         Lowering {
@@ -172,6 +191,8 @@ impl<'k> Lowering<'k> {
             reprs: vec![None; k.values.len()],
             prov: vec![None; k.values.len()],
             names,
+            idents,
+            fresh_next: HashMap::new(),
             lines: Vec::new(),
             indent: 1,
             scratch: BTreeMap::new(),
@@ -201,6 +222,7 @@ impl<'k> Lowering<'k> {
                 Vec::new()
             },
             lazy_reads: HashMap::new(),
+            lazy_depth: HashMap::new(),
             unswitchable: if d.unswitch_masks {
                 super::unswitch::unswitchable_masks(k)
             } else {
@@ -234,7 +256,13 @@ impl<'k> Lowering<'k> {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        let mut n = 0usize;
+        // Bases made from parameter names may be anything a parameter may be called.
+        let base = if super::abi::param_ident(&base) == base {
+            base
+        } else {
+            "v".to_string()
+        };
+        let mut n = self.fresh_next.get(&base).copied().unwrap_or(0);
         loop {
             let cand = if n == 0 && base.ends_with(|c: char| c.is_ascii_digit()) {
                 format!("{base}_")
@@ -248,6 +276,7 @@ impl<'k> Lowering<'k> {
                 && !super::abi::RESERVED_WORDS.contains(&cand.as_str())
             {
                 self.names.insert(cand.clone());
+                self.fresh_next.insert(base, n + 1);
                 return cand;
             }
             n += 1;
@@ -552,7 +581,7 @@ impl<'k> Lowering<'k> {
                 self.prov[p.value.index()] = Some(i);
                 "0".to_string()
             } else {
-                p.name.clone()
+                self.idents[i].clone()
             };
             self.reprs[p.value.index()] = Some(Repr::Scalar(r));
         }
@@ -666,11 +695,11 @@ impl<'k> Lowering<'k> {
         Ok(yielded)
     }
 
-    fn param_name(&self, v: Value) -> Result<&'k str> {
+    fn param_name(&self, v: Value) -> Result<String> {
         let p = self.prov[v.index()].ok_or_else(|| {
             unsupported_on(self.d, self.k, "a pointer not derived from a parameter")
         })?;
-        Ok(&self.k.params[p].name)
+        Ok(self.idents[p].clone())
     }
 
     fn is_output_ptr(&self, v: Value) -> bool {
@@ -985,7 +1014,8 @@ impl<'k> Lowering<'k> {
                 return Ok(());
             }
         }
-        if self.fusable.get(res.index()).copied().unwrap_or(false) {
+        let depth = self.lazy_depth_of(args);
+        if self.fusable.get(res.index()).copied().unwrap_or(false) && depth <= MAX_LAZY_DEPTH {
             // Computed inside its one consumer's loop: no array, no extra pass over the
             // block. The consumer comes later in this region and nothing is assigned in
             // between (variables change only in `assign_carried`, which sees what each lazy
@@ -998,6 +1028,7 @@ impl<'k> Lowering<'k> {
                 f(&xs)
             ));
             self.lazy_reads.insert(name.clone(), reads);
+            self.lazy_depth.insert(name.clone(), depth);
             self.set(res, Repr::Block(name));
             return Ok(());
         }
@@ -1238,7 +1269,7 @@ impl<'k> Lowering<'k> {
         } else if whole_block {
             // One bounds check, then one loop the compiler vectorises: every element is
             // read (in bounds), masked lanes then take `other`.
-            let p = self.param_name(ptr)?.to_string();
+            let p = self.param_name(ptr)?;
             let off0 = self.el(ptr, "0u");
             self.open(format!("if (tm_in_bounds({p}, {off0}, {}))", lay.n));
             let ct = self.cty(dt)?;
@@ -1340,7 +1371,7 @@ impl<'k> Lowering<'k> {
     ) -> Result<()> {
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
-        let p = self.param_name(ptr)?.to_string();
+        let p = self.param_name(ptr)?;
         let src = self.fresh(&format!("{eager}_src"));
         self.line(format!(
             "const {ct}* {src} = {fast} ? {p}.base + {} : {eager};",
@@ -1360,17 +1391,31 @@ impl<'k> Lowering<'k> {
         args.extend(mask);
         args.extend(other);
         let reads = self.reads_of(&args);
+        let depth = self.lazy_depth_of(&args);
         let name = self.fresh(eager);
         self.line(format!(
             "const auto {name} = tm_lazy<{ct}>([&](uint tm_k) {{ {e} }});"
         ));
         self.lazy_reads.insert(name.clone(), reads);
+        self.lazy_depth.insert(name.clone(), depth);
         self.layouts.push(LayoutChoice {
             op: format!("load {name}: {}", self.ty(res)),
             layout: "read where it is used when the whole block is in bounds".into(),
         });
         self.set(res, Repr::Block(name));
         Ok(())
+    }
+
+    /// The depth of a lazy block reading `args` (see [`Lowering::lazy_depth`]).
+    fn lazy_depth_of(&self, args: &[Value]) -> usize {
+        1 + args
+            .iter()
+            .filter_map(|a| match self.reprs.get(a.index()) {
+                Some(Some(Repr::Block(n))) => self.lazy_depth.get(n).copied(),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Every variable that lazy blocks built from `args` read, directly or through other
@@ -1600,7 +1645,7 @@ impl<'k> Lowering<'k> {
             // One bounds check for the block, then one loop the compiler vectorises
             // (masked lanes as masked stores); a block not all in bounds takes the checked
             // path below.
-            let p = self.param_name(ptr)?.to_string();
+            let p = self.param_name(ptr)?;
             let off0 = self.el(ptr, "0u");
             self.open(format!("if (tm_in_bounds({p}, {off0}, {}))", lay.n));
             let ct = self.cty(self.edt(value))?;
@@ -1722,7 +1767,7 @@ impl<'k> Lowering<'k> {
     ) -> Result<()> {
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
-        let p = self.param_name(ptr)?.to_string();
+        let p = self.param_name(ptr)?;
         let name_base = format!("{}_old", self.stem(ptr));
         if self.ty(ptr).is_scalar() {
             // One thread updates; the old value reaches everyone through scratch.

@@ -105,7 +105,7 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
     }
     check_block_shapes(&METAL, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
-    abi::check_param_names(&kernel.name, &names)?;
+    let idents = abi::param_idents(&kernel.name, &names)?;
 
     let mut lw = Lowering::new(kernel, &METAL, opts);
     lw.compute_provenance()?;
@@ -150,7 +150,7 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
                 }
                 outputs.push(i);
                 if p.loaded {
-                    read_write.push(p.name.clone());
+                    read_write.push(idents[i].clone());
                 }
             }
             ParamKind::Ptr(dt) | ParamKind::Scalar(dt) => {
@@ -161,14 +161,8 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
             }
         }
     }
-    let input_names: Vec<String> = inputs
-        .iter()
-        .map(|&i| kernel.params[i].name.clone())
-        .collect();
-    let output_names: Vec<String> = outputs
-        .iter()
-        .map(|&i| kernel.params[i].name.clone())
-        .collect();
+    let input_names: Vec<String> = inputs.iter().map(|&i| idents[i].clone()).collect();
+    let output_names: Vec<String> = outputs.iter().map(|&i| idents[i].clone()).collect();
     let io: Vec<String> = input_names.iter().chain(&output_names).cloned().collect();
     abi::check_source(&kernel.name, &source, &io)?;
     abi::check_source(&kernel.name, &header, &io)?;

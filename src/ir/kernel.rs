@@ -287,30 +287,29 @@ impl Kernel {
         if nparams == 0 {
             return;
         }
-        // Bit set of params per value (params beyond 64 share the last bit conservatively).
-        let bit = |i: usize| 1u64 << i.min(63);
-        let mut origin = vec![0u64; self.values.len()];
+        // The set of pointer params each value may derive from, as a bit set of
+        // `words` u64s per value (one bit per parameter, however many there are).
+        let words = nparams.div_ceil(64);
+        let mut origin = ParamSets::new(self.values.len(), words);
         for (i, p) in self.params.iter().enumerate() {
             if matches!(p.kind, ParamKind::Ptr(_)) {
-                origin[p.value.index()] = bit(i);
+                origin.insert(p.value.index(), i);
             }
         }
         let order = self.walk();
         // Iterate to a fixed point (loops feed yields back into region args).
         loop {
             let mut changed = false;
-            let mut join = |dst: Value, bits: u64, origin: &mut Vec<u64>| {
-                let slot = &mut origin[dst.index()];
-                if *slot | bits != *slot {
-                    *slot |= bits;
-                    changed = true;
-                }
+            let mut join = |dst: Value, src: usize, origin: &mut ParamSets| {
+                changed |= origin.union_into(dst.index(), src);
             };
             for &id in &order {
                 let data = self.op(id);
-                let mut bits = 0u64;
+                // The value whose set flows into every result of this op.
+                let mut from: Option<Value> = None;
+                let mut pair: Option<(Value, Value)> = None;
                 match &data.op {
-                    Op::AddPtr { ptr, .. } => bits = origin[ptr.index()],
+                    Op::AddPtr { ptr, .. } => from = Some(*ptr),
                     Op::Splat { src }
                     | Op::Broadcast { src }
                     | Op::ExpandDims { src, .. }
@@ -318,16 +317,16 @@ impl Kernel {
                     | Op::Permute { src, .. }
                     | Op::Split { src }
                     | Op::Bitcast { src }
-                    | Op::Cast { src } => bits = origin[src.index()],
+                    | Op::Cast { src } => from = Some(*src),
                     Op::Select {
                         on_true, on_false, ..
-                    } => bits = origin[on_true.index()] | origin[on_false.index()],
-                    Op::Join { lhs, rhs } => bits = origin[lhs.index()] | origin[rhs.index()],
+                    } => pair = Some((*on_true, *on_false)),
+                    Op::Join { lhs, rhs } => pair = Some((*lhs, *rhs)),
                     Op::For { init, body, .. } => {
                         let r = self.region(*body);
                         for (k, v) in init.iter().enumerate() {
                             if let Some(a) = r.args.get(k + 1) {
-                                join(*a, origin[v.index()], &mut origin);
+                                join(*a, v.index(), &mut origin);
                             }
                         }
                     }
@@ -337,7 +336,7 @@ impl Kernel {
                         for r in [*cond, *body] {
                             for (k, v) in init.iter().enumerate() {
                                 if let Some(a) = self.region(r).args.get(k) {
-                                    join(*a, origin[v.index()], &mut origin);
+                                    join(*a, v.index(), &mut origin);
                                 }
                             }
                         }
@@ -356,7 +355,7 @@ impl Kernel {
                                 matches!(pd.op, Op::While { cond, .. } if cond == data.parent);
                             if !is_cond {
                                 for (k, v) in values.iter().enumerate() {
-                                    let b = origin[v.index()];
+                                    let b = v.index();
                                     if let Some(r) = pd.results.get(k) {
                                         join(r, b, &mut origin);
                                     }
@@ -373,9 +372,12 @@ impl Kernel {
                     }
                     _ => {}
                 }
-                if bits != 0 {
+                for src in from
+                    .into_iter()
+                    .chain(pair.into_iter().flat_map(|(a, b)| [a, b]))
+                {
                     for r in data.results.iter() {
-                        join(r, bits, &mut origin);
+                        join(r, src.index(), &mut origin);
                     }
                 }
             }
@@ -383,22 +385,70 @@ impl Kernel {
                 break;
             }
         }
-        let (mut stored, mut loaded) = (0u64, 0u64);
+        // Row 0 collects the loaded params, row 1 the stored ones.
+        let mut access = ParamSets::new(2, words);
         for data in &self.ops {
             match &data.op {
-                Op::Load { ptr, .. } => loaded |= origin[ptr.index()],
-                Op::Store { ptr, .. } => stored |= origin[ptr.index()],
+                Op::Load { ptr, .. } => access.union_from(0, &origin, ptr.index()),
+                Op::Store { ptr, .. } => access.union_from(1, &origin, ptr.index()),
                 Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => {
-                    stored |= origin[ptr.index()];
-                    loaded |= origin[ptr.index()];
+                    access.union_from(0, &origin, ptr.index());
+                    access.union_from(1, &origin, ptr.index());
                 }
                 _ => {}
             }
         }
         for (i, p) in self.params.iter_mut().enumerate() {
             let is_ptr = matches!(p.kind, ParamKind::Ptr(_));
-            p.stored = is_ptr && stored & bit(i) != 0;
-            p.loaded = is_ptr && loaded & bit(i) != 0;
+            p.loaded = is_ptr && access.contains(0, i);
+            p.stored = is_ptr && access.contains(1, i);
+        }
+    }
+}
+
+/// One bit set of parameter indices per row (value), `words` u64s each, in one vector.
+struct ParamSets {
+    words: usize,
+    bits: Vec<u64>,
+}
+
+impl ParamSets {
+    fn new(rows: usize, words: usize) -> ParamSets {
+        ParamSets {
+            words,
+            bits: vec![0; rows * words],
+        }
+    }
+
+    fn row(&self, r: usize) -> std::ops::Range<usize> {
+        r * self.words..(r + 1) * self.words
+    }
+
+    fn insert(&mut self, r: usize, param: usize) {
+        self.bits[r * self.words + param / 64] |= 1 << (param % 64);
+    }
+
+    fn contains(&self, r: usize, param: usize) -> bool {
+        self.bits[r * self.words + param / 64] & (1 << (param % 64)) != 0
+    }
+
+    /// Adds row `src` to row `dst`; true if `dst` grew.
+    fn union_into(&mut self, dst: usize, src: usize) -> bool {
+        let mut grew = false;
+        for w in 0..self.words {
+            let (d, s) = (dst * self.words + w, src * self.words + w);
+            let merged = self.bits[d] | self.bits[s];
+            grew |= merged != self.bits[d];
+            self.bits[d] = merged;
+        }
+        grew
+    }
+
+    /// Adds row `src` of `other` to row `dst` of `self` (same width).
+    fn union_from(&mut self, dst: usize, other: &ParamSets, src: usize) {
+        let (d, s) = (self.row(dst), other.row(src));
+        for (a, b) in self.bits[d].iter_mut().zip(&other.bits[s]) {
+            *a |= b;
         }
     }
 }

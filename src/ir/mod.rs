@@ -49,3 +49,12 @@ mod verify;
 
 pub use filecheck::filecheck;
 pub use verify::verify;
+
+/// How deep control-flow regions may nest: the bodies of `for`, `while` and `if`, and the
+/// combine regions of `reduce`/`associative_scan`, each add a level. The DSL, the IR parser
+/// and the verifier reject a deeper kernel with an error naming the op and its source line,
+/// so every executor and printer works within bounded recursion and the generated Metal,
+/// CUDA and C++ stays far below the bracket-nesting limit of their compilers (256 in clang
+/// and in Apple's Metal compiler). Python-written Triton kernels cannot come close: CPython
+/// allows 20 statically nested loops.
+pub const MAX_NESTING: usize = 64;

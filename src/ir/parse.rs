@@ -27,6 +27,7 @@ impl Kernel {
             pos: 0,
             values: Vec::new(),
             k: Kernel::new(""),
+            depth: 0,
         };
         let k = p.kernel().map_err(|m| {
             let line = p.lines.get(p.pos).map(|l| l.0).unwrap_or(0);
@@ -44,6 +45,8 @@ struct Parser<'a> {
     pos: usize,
     values: Vec<Option<ValueData>>,
     k: Kernel,
+    /// Regions being parsed (the kernel body included).
+    depth: usize,
 }
 
 /// `f32`, `ptr<f32>`, `i32[4]`, `ptr<f16>[64,32]`.
@@ -321,6 +324,20 @@ impl<'a> Parser<'a> {
     /// Parses op lines into region `r` until a closing line (`}` or `} role {`), which is
     /// returned (not consumed).
     fn region_ops(&mut self, r: RegionId) -> PResult<&'a str> {
+        // The kernel body is the first level.
+        if self.depth > super::MAX_NESTING {
+            return Err(format!(
+                "regions nested more than {} levels deep (see tl::MAX_NESTING)",
+                super::MAX_NESTING
+            ));
+        }
+        self.depth += 1;
+        let end = self.region_lines(r);
+        self.depth -= 1;
+        end
+    }
+
+    fn region_lines(&mut self, r: RegionId) -> PResult<&'a str> {
         loop {
             let line = self.line()?;
             if line.starts_with('}') {

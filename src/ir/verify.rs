@@ -24,6 +24,8 @@ struct Verifier<'k> {
     isolated: Vec<Vec<bool>>,
     /// An error from a nested region, passed up unchanged through the owning op.
     nested: Option<Error>,
+    /// Regions open around the one being checked (the body is depth 0).
+    depth: usize,
 }
 
 type Check = std::result::Result<(), String>;
@@ -44,6 +46,7 @@ impl<'k> Verifier<'k> {
             seen_op: vec![false; k.ops.len()],
             nested: None,
             isolated: Vec::new(),
+            depth: 0,
         }
     }
 
@@ -247,7 +250,16 @@ impl<'k> Verifier<'k> {
                 Self::fmt_types(args)
             )
         })?;
-        let yielded = match self.region(r, Some(id)) {
+        if self.depth >= super::MAX_NESTING {
+            return Err(format!(
+                "control flow nested more than {} levels deep (see tl::MAX_NESTING)",
+                super::MAX_NESTING
+            ));
+        }
+        self.depth += 1;
+        let checked = self.region(r, Some(id));
+        self.depth -= 1;
+        let yielded = match checked {
             Ok(y) => y,
             Err(e) => {
                 self.nested = Some(e);

@@ -52,6 +52,25 @@ impl Index<&str> for Meta {
     }
 }
 
+/// The most programs a launch may have on each grid axis, on every target: CUDA's limits
+/// (Triton's on NVIDIA GPUs), 2^31 - 1 on axis 0 and 65535 on axes 1 and 2. `program_id`
+/// is an `i32` everywhere, and on Metal axis 0 additionally counts threads (programs times
+/// `num_warps x 32`), which must stay below 2^31.
+pub const MAX_GRID: [usize; 3] = [i32::MAX as usize, 65535, 65535];
+
+/// Checks a grid against [`MAX_GRID`]; the message names the axis and the limit.
+fn check_grid(grid: [usize; 3]) -> std::result::Result<(), String> {
+    for (axis, (&g, &max)) in grid.iter().zip(&MAX_GRID).enumerate() {
+        if g > max {
+            return Err(format!(
+                "grid {grid:?}: {g} programs on axis {axis} exceed the limit of {max} for \
+                 that axis (at most {MAX_GRID:?}, as on CUDA GPUs)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A grid function: programs per axis from the constexprs.
 pub type GridFn = dyn Fn(&Meta) -> [usize; 3] + Send + Sync;
 
@@ -406,12 +425,10 @@ impl<'k> Launch<'k> {
             Some(Grid::Fixed(g)) => *g,
             Some(Grid::Dynamic(f)) => f(&meta),
         };
-        if grid.iter().any(|&g| g > i32::MAX as usize) {
-            return Err(self.err(format!("grid {grid:?} has an axis above 2^31 - 1 programs")));
-        }
+        check_grid(grid).map_err(|m| self.err(m))?;
         let plan = self.bind(&kernel)?;
         let target = match self.target {
-            Target::Auto => match Target::from_env()? {
+            Target::Auto => match Target::from_env().map_err(|e| with_kernel(e, &kernel.name))? {
                 Some(t) => t,
                 None if device::default_device()? == Device::Gpu => {
                     match crate::device::HardwareInfo::detect()?.backend {
@@ -433,7 +450,8 @@ impl<'k> Launch<'k> {
             },
             t => t,
         };
-        match target {
+        let name = kernel.name.clone();
+        let run = (|| match target {
             Target::Auto | Target::Cpu => {
                 let strategy = self
                     .reduction_layout
@@ -453,6 +471,7 @@ impl<'k> Launch<'k> {
             }
             Target::Metal => {
                 let prog = self.metal_program(&kernel)?;
+                self.check_metal_threads(&prog, grid)?;
                 run_metal(&kernel, &prog, grid, &plan)
             }
             Target::Cuda => {
@@ -461,9 +480,26 @@ impl<'k> Launch<'k> {
             }
             Target::Emulated(order) => {
                 let prog = self.metal_program(&kernel)?;
+                self.check_metal_threads(&prog, grid)?;
                 run_emulated(&kernel, &prog, grid, &plan, order)
             }
+        })();
+        run.map_err(|e| with_kernel(e, &name))
+    }
+
+    /// MLX's `metal_kernel` counts its grid in threads, in an `int`: axis 0's programs times
+    /// the threads of one program must fit.
+    fn check_metal_threads(&self, prog: &MetalProgram, grid: [usize; 3]) -> Result<()> {
+        let threads = grid[0].checked_mul(prog.threads_per_threadgroup);
+        if threads.is_none_or(|t| t > i32::MAX as usize) {
+            return Err(self.err(format!(
+                "{} programs on grid axis 0 x {} threads per program exceed the 2^31 - 1 \
+                 threads per axis Metal launches take (fewer programs on axis 0, or spread \
+                 them over axes 1 and 2)",
+                grid[0], prog.threads_per_threadgroup
+            )));
         }
+        Ok(())
     }
 
     /// The Metal program this launch would run (generated once per kernel and options).
@@ -592,6 +628,47 @@ pub enum ScalarValue {
     Float(f64),
 }
 
+/// Names the kernel in an error that does not (MLX's own errors, a target unavailable here,
+/// a bad `TRITON_METAL_TARGET`).
+fn with_kernel(e: Error, kernel: &str) -> Error {
+    let named = |m: &str| m.contains(&format!("kernel `{kernel}"));
+    match e {
+        Error::Mlx(m) if !named(&m) => Error::Mlx(format!("kernel `{kernel}`: {m}")),
+        Error::Unsupported(m) if !named(&m) => {
+            Error::Unsupported(format!("kernel `{kernel}`: {m}"))
+        }
+        Error::InvalidArgument(m) if !named(&m) => Error::Launch {
+            kernel: kernel.to_string(),
+            msg: m,
+        },
+        Error::Io { context, source } if !named(&context) => Error::Io {
+            context: if context.is_empty() {
+                format!("kernel `{kernel}`")
+            } else {
+                format!("kernel `{kernel}`: {context}")
+            },
+            source,
+        },
+        e => e,
+    }
+}
+
+/// A finite value that `d` would round to inf is an error (inf and NaN pass as given).
+fn float_fits(v: f64, d: DType) -> std::result::Result<ScalarValue, String> {
+    let rounded = match d {
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        DType::F32 => v as f32 as f64,
+        _ => v,
+    };
+    if v.is_finite() && rounded.is_infinite() {
+        return Err(format!(
+            "{v} does not fit in {d} (it would become inf; pass inf explicitly if that is meant)"
+        ));
+    }
+    Ok(ScalarValue::Float(v))
+}
+
 fn check_scalar(s: Scalar, d: DType) -> std::result::Result<ScalarValue, String> {
     let range = |lo: i64, hi: i64, v: i64| {
         if v < lo || v > hi {
@@ -611,8 +688,8 @@ fn check_scalar(s: Scalar, d: DType) -> std::result::Result<ScalarValue, String>
         (Scalar::Int(v), DType::U16) => range(0, u16::MAX as i64, v),
         (Scalar::Int(v), DType::U32) => range(0, u32::MAX as i64, v),
         (Scalar::Int(v), DType::U64) => range(0, i64::MAX, v),
-        (Scalar::Int(v), f) if f.is_float() => Ok(ScalarValue::Float(v as f64)),
-        (Scalar::Float(v), f) if f.is_float() => Ok(ScalarValue::Float(v)),
+        (Scalar::Int(v), f) if f.is_float() => float_fits(v as f64, f),
+        (Scalar::Float(v), f) if f.is_float() => float_fits(v, f),
         (s, d) => Err(format!("expected a {d} scalar, got {s:?}")),
     }
 }

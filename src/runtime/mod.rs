@@ -4,7 +4,9 @@ pub mod cpu_primitive;
 pub mod launch;
 pub mod mlx_kernel;
 
-pub use launch::{cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target};
+pub use launch::{
+    cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target, MAX_GRID,
+};
 // What launches take and return from the modules outside the public API.
 pub use crate::codegen::{CudaProgram, MetalProgram, ReductionLayout};
 pub use crate::emu::LaneOrder;

@@ -148,8 +148,17 @@ impl Builder {
         ValueRange { start, len }
     }
 
-    /// Creates a region with block arguments of `tys` and makes it current.
-    pub(crate) fn push_region(&mut self, tys: &[Type]) -> (RegionId, Vec<Value>) {
+    /// Creates a region with block arguments of `tys` and makes it current; an error beyond
+    /// [`crate::ir::MAX_NESTING`] levels of regions.
+    pub(crate) fn push_region(&mut self, tys: &[Type]) -> Res<(RegionId, Vec<Value>)> {
+        // `insert` holds the kernel body and every open region.
+        if self.insert.len() > crate::ir::MAX_NESTING {
+            return Err(format!(
+                "control flow nested more than {} levels deep (loops, branches and \
+                 reduce/scan combine functions count; see tl::MAX_NESTING)",
+                crate::ir::MAX_NESTING
+            ));
+        }
         let r = RegionId(self.k.regions.len() as u32);
         self.k.regions.push(RegionData::default());
         let args: Vec<Value> = tys
@@ -159,7 +168,7 @@ impl Builder {
             .collect();
         self.k.regions[r.index()].args = args.clone();
         self.insert.push(r);
-        (r, args)
+        Ok((r, args))
     }
 
     /// Leaves region `r` (which must be current).

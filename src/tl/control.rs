@@ -119,7 +119,7 @@ impl Range {
             let init_vals = values(b, &init)?;
             let mut tys = vec![b.ty(bounds[0]).clone()];
             tys.extend(types(b, &init_vals));
-            let (r, args) = b.push_region(&tys);
+            let (r, args) = b.push_region(&tys)?;
             let iv = b.handle(args[0]);
             let carried = rebuild(b, &init, &args[1..]);
             Ok((bounds, init_vals, r, iv, carried))
@@ -157,7 +157,7 @@ pub fn while_loop<C: Carry>(
     let start = op_any("while", loc, |b| {
         let init_vals = values(b, &init)?;
         let tys = types(b, &init_vals);
-        let (r, args) = b.push_region(&tys);
+        let (r, args) = b.push_region(&tys)?;
         Ok((init_vals, tys, r, rebuild(b, &init, &args)))
     });
     let Some((init_vals, tys, rc, carried)) = start else {
@@ -168,7 +168,7 @@ pub fn while_loop<C: Carry>(
         let c = b.value(c)?;
         let c = b.scalar_cond(Opnd::Val(c))?;
         b.finish_region(rc, &[c], None, "while condition")?;
-        let (r, args) = b.push_region(&tys);
+        let (r, args) = b.push_region(&tys)?;
         Ok((r, rebuild(b, &init, &args)))
     });
     let Some((rb, carried)) = body_start else {
@@ -196,7 +196,7 @@ pub fn if_<C: Carry>(
     let start = op_any("if", loc, |b| {
         let c = resolve(b, cond)?;
         let c = b.scalar_cond(c)?;
-        let (r, _) = b.push_region(&[]);
+        let (r, _) = b.push_region(&[])?;
         Ok((c, r))
     });
     let t = then();
@@ -205,7 +205,7 @@ pub fn if_<C: Carry>(
         let yields = values(b, &t)?;
         let tys = types(b, &yields);
         b.finish_region(rt, &yields, None, "then branch")?;
-        let (r, _) = b.push_region(&[]);
+        let (r, _) = b.push_region(&[])?;
         Ok((tys, r))
     });
     let Some((tys, re)) = mid else { return t };
@@ -243,15 +243,15 @@ pub fn static_range(lo: i64, hi: i64, step: i64) -> impl Iterator<Item = i64> {
     })
 }
 
-fn combine_region<C: Carry>(b: &mut Builder, input: &C, xs: &[Value]) -> (RegionId, C, C) {
+fn combine_region<C: Carry>(b: &mut Builder, input: &C, xs: &[Value]) -> Res<(RegionId, C, C)> {
     let scalars: Vec<Type> = xs.iter().map(|v| b.ty(*v).element()).collect();
     let mut tys = scalars.clone();
     tys.extend(scalars);
-    let (r, args) = b.push_region(&tys);
+    let (r, args) = b.push_region(&tys)?;
     let n = xs.len();
     let a = rebuild(b, input, &args[..n]);
     let c = rebuild(b, input, &args[n..]);
-    (r, a, c)
+    Ok((r, a, c))
 }
 
 /// `reduce(input, axis, combine)`: reduces one tensor or a tuple of tensors (of one shape)
@@ -265,7 +265,7 @@ pub fn reduce<C: Carry>(input: C, axis: impl Into<Axis>, combine: impl FnOnce(C,
             return Err("reduce needs at least one tensor".into());
         }
         let (xs, axis, orig) = b.reduce_prep(&xs, ax.axis)?;
-        let (r, a, c) = combine_region(b, &input, &xs);
+        let (r, a, c) = combine_region(b, &input, &xs)?;
         Ok((xs, axis, orig, r, a, c))
     });
     let Some((xs, axis, orig, r, a, c)) = start else {
@@ -303,7 +303,7 @@ pub fn associative_scan<C: Carry>(
             return Err("associative_scan needs at least one tensor".into());
         }
         let ax = b.scan_prep(&xs, axis)?;
-        let (r, a, c) = combine_region(b, &input, &xs);
+        let (r, a, c) = combine_region(b, &input, &xs)?;
         Ok((xs, ax, r, a, c))
     });
     let Some((xs, ax, r, a, c)) = start else {

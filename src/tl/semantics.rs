@@ -178,6 +178,32 @@ fn dts(d: DType) -> &'static str {
     d.triton_name()
 }
 
+/// A literal given together with its dtype (`full`) must be a value of that dtype: a float
+/// for an integer or bool dtype is an error as in Triton (whose builder takes no float
+/// there; zero is the exception, as Triton's null value), and a finite number beyond the
+/// largest finite value of a float dtype is an error instead of becoming inf.
+fn check_literal(s: Scalar, d: DType) -> Res<()> {
+    let x = match s {
+        Scalar::Float(x) if !d.is_float() && x != 0.0 => {
+            return Err(format!(
+                "value {x} is a float but dtype {} is not (pass an integer literal)",
+                dts(d)
+            ))
+        }
+        Scalar::Float(x) => x,
+        Scalar::Int(x) => x as f64,
+        Scalar::Bool(_) => return Ok(()),
+    };
+    if d.is_float() && x.is_finite() && round_to(x, d).is_infinite() {
+        return Err(format!(
+            "value {x} is out of range for type {} (it would become inf; pass inf explicitly \
+             if that is meant)",
+            dts(d)
+        ));
+    }
+    Ok(())
+}
+
 impl Builder {
     // ---------------------------------------------------------------------------------
     // values and constants
@@ -928,7 +954,10 @@ impl Builder {
     pub(crate) fn full(&mut self, shape: &[i64], value: Opnd, d: DType) -> Res<Value> {
         let shape = self.check_shape(shape)?;
         let v = match value {
-            Opnd::Weak(s) => self.scalar_const(s, d)?,
+            Opnd::Weak(s) => {
+                check_literal(s, d)?;
+                self.scalar_const(s, d)?
+            }
             Opnd::Val(v) => {
                 if self.ty(v).numel() != 1 || self.ty(v).ptr {
                     return Err(format!("full() needs a scalar value, got {}", self.ty(v)));
@@ -1271,13 +1300,31 @@ impl Builder {
                 dts(d)
             ));
         }
-        let conv = |o: Opnd, this: &mut Self| -> Res<Value> {
-            let v = this.value_of(o)?;
-            let v = this.broadcast_to(v, &pt.shape)?;
-            this.cast(v, d)
+        // No implicit conversion (Triton's atomic_cas has none either): a tensor must have
+        // the pointee dtype, a literal must be a value of it.
+        let conv = |o: Opnd, what: &str, this: &mut Self| -> Res<Value> {
+            let v = match o {
+                Opnd::Val(v) => {
+                    let vd = this.ty(v).dtype;
+                    if vd != d || this.ty(v).ptr {
+                        return Err(format!(
+                            "{what} is {} but the pointer's element type is {}; cast it \
+                             explicitly with .to(..)",
+                            if this.ty(v).ptr { "a pointer" } else { dts(vd) },
+                            dts(d)
+                        ));
+                    }
+                    v
+                }
+                Opnd::Weak(s) => {
+                    check_literal(s, d).map_err(|m| format!("{what}: {m}"))?;
+                    this.scalar_const(s, d)?
+                }
+            };
+            this.broadcast_to(v, &pt.shape)
         };
-        let cmp = conv(cmp, self)?;
-        let value = conv(val, self)?;
+        let cmp = conv(cmp, "cmp", self)?;
+        let value = conv(val, "val", self)?;
         Ok(self.emit1(Op::AtomicCas { ptr, cmp, value }, pt.with_dtype(d)))
     }
 
@@ -1332,6 +1379,25 @@ impl Builder {
         }
         let d = ta.dtype;
         let out_d = out.unwrap_or(DType::F32);
+        // Triton ignores out_dtype where the inputs fix the result type; an explicit
+        // out_dtype that would be ignored is an error here.
+        let fixed = match d {
+            DType::I8 => Some(DType::I32),
+            DType::F32 | DType::BF16 => Some(DType::F32),
+            DType::F64 => Some(DType::F64),
+            _ => None,
+        };
+        if let (Some(f), Some(o)) = (fixed, out) {
+            if o != f {
+                return Err(format!(
+                    "out_dtype={} with {} inputs: the result of this dot is always {} (drop \
+                     out_dtype and cast the result)",
+                    dts(o),
+                    dts(d),
+                    dts(f)
+                ));
+            }
+        }
         let ret = if is_int(d) {
             if d != DType::I8 {
                 return Err(format!(
@@ -1461,6 +1527,16 @@ impl Builder {
                 }
             }
             ReduceKind::ArgMax | ReduceKind::ArgMin => {
+                if d.is_bool() {
+                    return Err(format!(
+                        "{} of a bool tensor is not supported (cast it with .to(I32) first)",
+                        if kind == ReduceKind::ArgMax {
+                            "argmax"
+                        } else {
+                            "argmin"
+                        }
+                    ));
+                }
                 if d == DType::BF16 {
                     self.cast(x, DType::F32)?
                 } else {
