@@ -58,10 +58,10 @@ mod ops;
 mod semantics;
 mod tensor;
 
+pub use crate::ir::MAX_NESTING;
 pub use control::{
     associative_scan, if_, if_then, range, reduce, static_range, while_loop, Carry, Range,
 };
-pub use crate::ir::MAX_NESTING;
 pub use jit::{build, jit, JitKernel, KernelBuilder};
 pub use ops::*;
 pub use semantics::{computation_type, integer_promote, scalar_dtype};
