@@ -228,7 +228,7 @@ const MORE_RESERVED: &[&str] = &[
     "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "intptr_t", "uintptr_t",
     "linux", "unix", "i386", "assert", "errno", "offsetof", "stdin", "stdout", "stderr",
     "setjmp", "va_arg", "va_start", "va_end", "va_copy", "isinf", "isfinite", "isnormal",
-    "signbit", "fpclassify", "isgreater", "isless", "isunordered", "select", "as_type",
+    "signbit", "fpclassify", "isgreater", "isless", "isunordered", "as_type",
     "vertex", "fragment", "sampler", "texture", "precise", "fast", "simd", "atomic",
     "memory_order_relaxed", "mem_flags", "metal_stdlib",
 ];

@@ -256,8 +256,10 @@ impl<'k> Lowering<'k> {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        // Bases made from parameter names may be anything a parameter may be called.
-        let base = if super::abi::param_ident(&base) == base {
+        // Bases made from parameter names may be anything a parameter may be called: one
+        // whose suffixed names are not safe identifiers is replaced.
+        let plain = |c: &str| super::abi::param_ident(c) == c;
+        let base = if plain(&format!("{base}_1")) {
             base
         } else {
             "v".to_string()
@@ -271,10 +273,7 @@ impl<'k> Lowering<'k> {
             } else {
                 format!("{base}_{n}")
             };
-            if !self.names.contains(&cand)
-                && !cand.starts_with("tm_")
-                && !super::abi::RESERVED_WORDS.contains(&cand.as_str())
-            {
+            if !self.names.contains(&cand) && plain(&cand) {
                 self.names.insert(cand.clone());
                 self.fresh_next.insert(base, n + 1);
                 return cand;
