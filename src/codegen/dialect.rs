@@ -159,7 +159,8 @@ impl Dialect {
 ///
 /// Max/min follow Triton: a NaN operand is ignored (`maximum`, `max` reductions) or wins
 /// (`propagate_nan=ALL`), and +0 is greater than -0 whatever the order. They never call the
-/// language's `fmax`/`fmin` (nor `simd_max`/`simd_min` on floats, see `reduce.rs`): under
+/// language's `fmax`/`fmin` (nor `simd_max`/`simd_min` on floats, see `reduce.rs`; CUDA
+/// has its own max/min, [`CUDA_MINMAX`]): under
 /// Metal's default `mathFloatingPointFunctions` (fast), which MLX leaves in place, those are
 /// undefined for NaN. NaN is tested on the bits, which no floating-point mode relaxes, and
 /// the comparisons that follow only ever see numbers, so the result is the same under fast
@@ -198,6 +199,18 @@ macro_rules! value_helpers {
 const METAL_VALUES: (&str, &str) = value_helpers!("inline", "as_type<uint>", "char");
 const CUDA_VALUES: (&str, &str) = value_helpers!("__device__ inline", "__float_as_uint", "schar");
 const CPU_VALUES: (&str, &str) = value_helpers!("inline", "as_type<uint>", "schar");
+
+/// CUDA's max/min: `fmaxf`/`fminf` are PTX `max.f32`/`min.f32`, the instructions Triton's
+/// own `maximum`/`minimum` become, with exactly its semantics (NaN ignored, -0 < +0;
+/// measured on an H100, benches/README.md), in one instruction where the selects of
+/// [`value_helpers`] take several (a measurable cost in softmax's row max; benches/README.md).
+const CUDA_MINMAX: &str = concat!(
+    "\n__device__ inline bool tm_isnan_f(float x) { return (__float_as_uint(x) & 0x7fffffffu) > 0x7f800000u; }\n",
+    "__device__ inline float tm_fmax(float a, float b) { return fmaxf(a, b); }\n",
+    "__device__ inline float tm_fmin(float a, float b) { return fminf(a, b); }\n",
+    "__device__ inline float tm_fmax_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : fmaxf(a, b); }\n",
+    "__device__ inline float tm_fmin_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : fminf(a, b); }\n",
+);
 
 /// Metal Shading Language (MLX `fast::metal_kernel` bodies).
 pub const METAL: Dialect = Dialect {
@@ -335,7 +348,7 @@ pub const CUDA: Dialect = Dialect {
         ("atomic_fminmax", super::cuda::ATOMIC_FMINMAX),
         ("philox", super::cuda::PHILOX),
         ("packed", super::cuda::PACKED),
-        ("minmax", CUDA_VALUES.0),
+        ("minmax", CUDA_MINMAX),
         ("f2i", CUDA_VALUES.1),
     ],
     vector_type: "tm_vec<{ty}, {n}>",
