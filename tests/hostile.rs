@@ -154,7 +154,7 @@ fn nesting_up_to_the_limit_runs_on_every_target() {
 }
 
 fn check_too_deep(r: triton_metal::Result<JitKernel>, kernel: &str) {
-    let e = r.err().expect("nesting beyond the limit must be an error");
+    let e = r.expect_err("nesting beyond the limit must be an error");
     let msg = e.to_string();
     assert!(matches!(e, Error::Build { .. }), "{e:?}");
     assert!(
@@ -290,7 +290,7 @@ fn seventy_pointer_parameters_keep_their_own_access() {
         let offs = tl::arange(0, 16);
         let mut acc = tl::zeros([16], F32);
         for p in ins {
-            acc = acc + tl::load(p + offs);
+            acc += tl::load(p + offs);
         }
         tl::store(y + offs, acc);
     })
@@ -569,7 +569,7 @@ fn keyword_parameter_names_work_on_every_target() {
         let mask = offs.lt(n);
         let mut acc = tl::zeros([16], F32);
         for (i, p) in ptrs.into_iter().enumerate() {
-            acc = acc + tl::load(p + offs).mask(mask).other(0.0) * (i + 1) as f64;
+            acc += tl::load(p + offs).mask(mask).other(0.0) * (i + 1) as f64;
         }
         tl::store(y + offs, acc * scale).mask(mask);
     })
