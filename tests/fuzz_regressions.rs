@@ -2,32 +2,17 @@
 //! targets, shrunk and printed by it, each run on every target (interpreter, compiled CPU,
 //! emulated Metal in both lane orders, NVRTC) through `fuzz::Case`, which fails while any
 //! target differs from the interpreter.
-//!
-//! A kernel of a bug class still listed in `fuzz::Known::OPEN` (being fixed elsewhere) is
-//! skipped with a notice until that class leaves the list; then it runs like the others.
 
-use triton_metal::fuzz::{Case, Known, Tol};
+use triton_metal::fuzz::{Case, Tol};
 use triton_metal::tl;
 use triton_metal::DType::*;
 
-/// True (with a notice) while `k` is a known open bug class.
-fn still_open(k: Known, test: &str) -> bool {
-    let open = Known::OPEN.contains(&k);
-    if open {
-        eprintln!("skipping {test}: {k:?} is a known open bug class (fuzz::Known::OPEN)");
-    }
-    open
-}
-
 /// Fuzz seed 102 (found with `--allow FloatToIntCast`): f16 NaN and ±inf cast to i64, then
-/// back to f16 by an addition, compared with zero. The interpreter turns NaN into 0 (`true`
+/// back to f16 by an addition, compared with zero. The interpreter turned NaN into 0 (`true`
 /// at element 11, a NaN), the compiled CPU executor and emulated Metal into INT64_MIN
-/// (`false`).
+/// (`false`); every target now saturates like Triton on NVIDIA.
 #[test]
 fn fuzz_seed_102_f16_nan_inf_to_i64() {
-    if still_open(Known::FloatToIntCast, "fuzz_seed_102_f16_nan_inf_to_i64") {
-        return;
-    }
     let kernel = tl::jit("fuzz_seed_102", |k| {
         let in0 = k.ptr(F16, "in0");
         let out0 = k.ptr(Bool, "out0");

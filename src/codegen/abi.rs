@@ -255,7 +255,7 @@ fn is_plain(name: &str) -> bool {
 }
 
 /// The identifier generated code (and MLX's kernel signature) uses for parameter `name`:
-/// the name itself where [`is_plain`], otherwise `tm_p` and the name with each `_`
+/// the name itself where `is_plain`, otherwise `tm_p` and the name with each `_`
 /// written `_1` and any other character outside `[A-Za-z0-9]` as `_2` and six hex
 /// digits. Distinct names get distinct identifiers (plain ones never start with `tm_`,
 /// and in a mangled one every `_` after the prefix is followed by a digit), and a mangled
