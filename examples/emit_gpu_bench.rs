@@ -6,6 +6,9 @@
 //! The kernels are the examples' own, with constexprs and warps chosen for an sm_90 GPU.
 
 #[allow(dead_code)]
+#[path = "fused_attention.rs"]
+pub mod fused_attention;
+#[allow(dead_code)]
 #[path = "fused_softmax.rs"]
 pub mod fused_softmax;
 #[allow(dead_code)]
@@ -125,6 +128,53 @@ fn cases() -> Result<Vec<Case>> {
             ],
             programs: [((size / bm) * (size / bn)) as usize, 1, 1],
         });
+    }
+    // Attention forward (tutorial 06's benchmark shape: batch 4, 32 heads, head dim 64).
+    let (z, h, d) = (4i64, 32i64, 64i64);
+    let (bm, bn, warps) = (64i64, 64i64, 4u32);
+    for n_ctx in [1024i64, 4096] {
+        for causal in [false, true] {
+            let stride = |dim: i64| Val::I(dim);
+            v.push(Case {
+                case: match (n_ctx, causal) {
+                    (1024, false) => "attention_1024",
+                    (1024, true) => "attention_1024_causal",
+                    (_, false) => "attention_4096",
+                    (_, true) => "attention_4096_causal",
+                },
+                kernel: fused_attention::attn_fwd_kernel()?,
+                constexprs: vec![
+                    ("HEAD_DIM", d),
+                    ("BLOCK_M", bm),
+                    ("BLOCK_N", bn),
+                    ("CAUSAL", causal as i64),
+                ],
+                num_warps: warps,
+                scalars: ["q", "k", "v", "o"]
+                    .iter()
+                    .flat_map(|t| {
+                        let names: [&'static str; 4] = match *t {
+                            "q" => ["stride_qz", "stride_qh", "stride_qm", "stride_qk"],
+                            "k" => ["stride_kz", "stride_kh", "stride_kn", "stride_kk"],
+                            "v" => ["stride_vz", "stride_vh", "stride_vn", "stride_vk"],
+                            _ => ["stride_oz", "stride_oh", "stride_om", "stride_ok"],
+                        };
+                        names.into_iter().zip([
+                            stride(h * n_ctx * d),
+                            stride(n_ctx * d),
+                            stride(d),
+                            stride(1),
+                        ])
+                    })
+                    .chain([
+                        ("sm_scale", Val::F(0.5)),
+                        ("H", Val::I(h)),
+                        ("N_CTX", Val::I(n_ctx)),
+                    ])
+                    .collect(),
+                programs: [(n_ctx / bm) as usize, (z * h) as usize, 1],
+            });
+        }
     }
     Ok(v)
 }

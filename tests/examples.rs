@@ -83,6 +83,11 @@ fn strided() {
 }
 
 #[test]
+fn fused_attention() {
+    run("fused_attention");
+}
+
+#[test]
 fn compiled_cpu_without_clang_is_a_clear_error() {
     let out = Command::new(example("vector_add"))
         .env("TRITON_METAL_TARGET", "cpu-compiled")

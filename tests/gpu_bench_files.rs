@@ -100,6 +100,15 @@ fn every_example_kernel_prints_cuda_that_compiles() {
             ],
         ),
         (
+            emit::fused_attention::attn_fwd_kernel().unwrap(),
+            vec![
+                ("HEAD_DIM", 128),
+                ("BLOCK_M", 16),
+                ("BLOCK_N", 32),
+                ("CAUSAL", 1),
+            ],
+        ),
+        (
             dropout::dropout_kernel().unwrap(),
             vec![("BLOCK_SIZE", 1024)],
         ),

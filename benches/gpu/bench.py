@@ -144,6 +144,21 @@ def cases():
                         ref=(lambda a=a, b=b: a @ b),
                         tensors={"a_ptr": a, "b_ptr": b, "c_ptr": c2}, t_out=c1, g_out="c_ptr",
                         tol=None))
+    z, h, d = 4, 32, 64
+    for n_ctx in (1024, 4096):
+        for causal in (False, True):
+            q, k, v = (torch.randn(z, h, n_ctx, d, device=dev, dtype=torch.float16)
+                       for _ in range(3))
+            o1, o2 = torch.empty_like(q), torch.empty_like(q)
+            name = f"attention_{n_ctx}" + ("_causal" if causal else "")
+            flops = 4 * z * h * n_ctx * n_ctx * d * (0.5 if causal else 1.0)
+            out.append(dict(
+                case=name, what=f"attention fwd f16 {z}x{h}x{n_ctx}x{d}" + (" causal" if causal else ""),
+                flops=flops,
+                triton=(lambda q=q, k=k, v=v, o1=o1, c=causal: triton_ref.attention(q, k, v, o1, 0.5, c)),
+                ref=(lambda q=q, k=k, v=v, c=causal: torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=c, scale=0.5)),
+                tensors={"Q": q, "K": k, "V": v, "Out": o2}, t_out=o1, g_out="Out", tol=1e-2))
     return out
 
 

@@ -139,3 +139,63 @@ def matmul(a, b, c, bm=128, bn=128, bk=64, group=8, num_warps=8, num_stages=3):
                         c.stride(0), c.stride(1), BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn,
                         BLOCK_SIZE_K=bk, GROUP_SIZE_M=group, num_warps=num_warps,
                         num_stages=num_stages)
+
+
+@triton.jit
+def attn_fwd_kernel(Q, K, V, Out, sm_scale,
+                    stride_qz, stride_qh, stride_qm, stride_qk,
+                    stride_kz, stride_kh, stride_kn, stride_kk,
+                    stride_vz, stride_vh, stride_vn, stride_vk,
+                    stride_oz, stride_oh, stride_om, stride_ok,
+                    H, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    start_m = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    off_z = off_hz // H
+    off_h = off_hz % H
+    q_base = Q + off_z * stride_qz + off_h * stride_qh
+    k_base = K + off_z * stride_kz + off_h * stride_kh
+    v_base = V + off_z * stride_vz + off_h * stride_vh
+    o_base = Out + off_z * stride_oz + off_h * stride_oh
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_mask = offs_m[:, None] < N_CTX
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=q_mask,
+                other=0.0)
+    qk_scale = sm_scale * 1.44269504
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.full([BLOCK_M], 1.0, tl.float32)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
+    hi = N_CTX
+    if CAUSAL:
+        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX)
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(k_base + offs_d[:, None] * stride_kk + cols[None, :] * stride_kn,
+                    mask=cols[None, :] < N_CTX, other=0.0)
+        valid = cols[None, :] < N_CTX
+        if CAUSAL:
+            valid = valid & (offs_m[:, None] >= cols[None, :])
+        qk = tl.where(valid, tl.dot(q, k) * qk_scale, float("-inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vk,
+                    mask=cols[:, None] < N_CTX, other=0.0)
+        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+        m_i = m_ij
+    acc = acc / l_i[:, None]
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok,
+             acc.to(tl.float16), mask=q_mask)
+
+
+def attention(q, k, v, o, sm_scale, causal, bm=128, bn=64, num_warps=4, num_stages=3):
+    """examples/fused_attention.rs's kernel in Triton (tutorial 06's forward algorithm with
+    pointer loads), at the tutorial's Hopper forward configuration."""
+    z, h, n_ctx, d = q.shape
+    grid = (triton.cdiv(n_ctx, bm), z * h)
+    attn_fwd_kernel[grid](q, k, v, o, sm_scale, *q.stride(), *k.stride(), *v.stride(),
+                          *o.stride(), h, n_ctx, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn,
+                          CAUSAL=causal, num_warps=num_warps, num_stages=num_stages)

@@ -218,7 +218,8 @@ impl From<bool> for Arg {
     }
 }
 
-/// Tuples of arguments: `.args((&x, &y, out_like(&x), n))`.
+/// Tuples of arguments: `.args((&x, &y, out_like(&x), n))`, up to 32 of them (more: a
+/// `Vec<Arg>` or repeated [`Launch::arg`]).
 pub trait IntoArgs {
     /// The arguments in order.
     fn into_args(self) -> Vec<Arg>;
@@ -247,6 +248,36 @@ tuple_args!(A, B, C, D, E, F, G, H, I);
 tuple_args!(A, B, C, D, E, F, G, H, I, J);
 tuple_args!(A, B, C, D, E, F, G, H, I, J, K);
 tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X, Y);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X, Y, Z);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X, Y, Z, A1);
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X, Y, Z, A1, B1);
+tuple_args!(
+    A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X, Y, Z, A1, B1, C1
+);
+tuple_args!(
+    A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X, Y, Z, A1, B1, C1, D1
+);
+tuple_args!(
+    A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X, Y, Z, A1, B1, C1, D1,
+    E1
+);
+tuple_args!(
+    A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R, S, T, U, V, W, X, Y, Z, A1, B1, C1, D1,
+    E1, F1
+);
 
 impl IntoArgs for Vec<Arg> {
     fn into_args(self) -> Vec<Arg> {
