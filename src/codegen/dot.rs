@@ -1,18 +1,34 @@
 //! `tl.dot`: `simdgroup_matrix` 8x8 tiles staged through threadgroup memory, or a scalar
 //! FMA loop for shapes and types the tiles cannot take.
 //!
-//! Tile path (2-D, M, N, K multiples of 8, f32/f16 operands and accumulator): the
-//! accumulator is staged as float and each SIMD-group loads its C tiles into fragments;
-//! A and B then reuse the same scratch (converted to float, so half operands still
-//! accumulate in fp32), each SIMD-group runs `simdgroup_multiply_accumulate` over K, stores
-//! its tiles back, and every thread reads its own elements of C. Scratch is
-//! `max(M*N, M*K + K*N)` floats. When the accumulator is carried by a `for` loop and used
-//! only by the dot (the usual matmul main loop), the fragments live across the loop and C
-//! goes through threadgroup memory only before and after it.
+//! Tile path (2-D, M, N, K multiples of 8, f32/f16 operands and accumulator): each
+//! SIMD-group holds its C tiles in float fragments. A and B are staged through threadgroup
+//! memory in their own dtype when both are half (the fragments multiply half tiles and
+//! accumulate in float) and as float otherwise; when both do not fit the threadgroup memory
+//! left, K goes in slices (a power of two, at least 8). Each SIMD-group then runs
+//! `simdgroup_multiply_accumulate` over K. C moves between fragments and the blocked layout
+//! through threadgroup memory in row bands: all rows at once when they fit in the float
+//! scratch the kernel already reserves (or 16 KB), else bands of that size. When the
+//! accumulator is carried by a `for` loop and used only by the dot (the usual matmul main
+//! loop), the fragments live across the loop and C goes through threadgroup memory only
+//! before (not at all for a constant start) and after it.
 
 use super::layout::{MATRIX_TILE, SIMD_WIDTH};
 use super::lower::{unsupported_on, Lowering, Repr};
 use super::LayoutChoice;
+
+/// Bytes of threadgroup memory a float accumulator may always take per conversion pass
+/// (more when the kernel already reserves more float scratch).
+const BAND_BYTES: usize = 16 * 1024;
+
+/// `stmt` under `if (c0 && c1 ...)`, or alone when there is no condition.
+fn guarded(conds: &[String], stmt: &str) -> String {
+    if conds.is_empty() {
+        stmt.to_string()
+    } else {
+        format!("if ({}) {stmt}", conds.join(" && "))
+    }
+}
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Value;
@@ -205,7 +221,35 @@ impl Lowering<'_> {
         self.line(format!("const uint tm_tn = (tm_t % {}u) * 8u;", n / t8));
     }
 
-    /// Declares this SIMD-group's C fragments and loads them from block `acc` `[m, n]`.
+    /// Threadgroup-memory bytes a new scratch request of `dtype` may use without taking
+    /// space from another dtype's array: the profile's budget less the other arrays so far.
+    fn scratch_room(&self, dtype: DType) -> usize {
+        let others: usize = self
+            .scratch
+            .iter()
+            .filter(|(d, _)| **d != dtype)
+            .map(|(d, e)| (e * d.size_bytes()).next_multiple_of(16))
+            .sum();
+        (self.opts.target.threadgroup_memory_bytes as usize).saturating_sub(others)
+    }
+
+    /// Rows of an `[m, n]` float accumulator moved between fragments and the blocked layout
+    /// per pass: all of them when they fit in the float scratch the kernel already reserves
+    /// (or in [`BAND_BYTES`]), else the largest multiple of 8 rows (a power of two) that does.
+    fn c_band_rows(&self, m: usize, n: usize) -> usize {
+        let reserved = self.scratch.get(&DType::F32).map_or(0, |e| e * 4);
+        let cap = reserved
+            .max(BAND_BYTES)
+            .min(self.scratch_room(DType::F32).max(BAND_BYTES));
+        let mut rows = m;
+        while rows > MATRIX_TILE && rows * n * 4 > cap {
+            rows /= 2;
+        }
+        rows
+    }
+
+    /// Declares this SIMD-group's C fragments and loads them from block `acc` `[m, n]`
+    /// (through threadgroup memory in bands of [`Self::c_band_rows`] rows).
     pub(super) fn frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
         if self.d.mma_m16n8k16 {
             return self.mma_frags_from(acc, m, n);
@@ -223,20 +267,72 @@ impl Lowering<'_> {
             self.close();
             return Ok(c);
         }
-        let s = self.scratch_array(DType::F32, m * n)?;
+        let rows = self.c_band_rows(m, n);
+        let s = self.scratch_array(DType::F32, rows * n)?;
+        let band = self.open_band(m, rows);
         self.smem_write_begin();
-        self.stage(acc, &s, 0, &|l| l.to_string())?;
+        let lay = self.layout(acc);
+        let x = self.el(acc, "tm_i");
+        self.open_regs(lay, true);
+        let mut conds = Vec::new();
+        if lay.has_idle_threads() {
+            conds.push(format!("tm_l < {}u", lay.n));
+        }
+        if band {
+            conds.push(format!("tm_l / {n}u - tm_band < {rows}u"));
+        }
+        let at = if band {
+            format!("tm_l - tm_band * {n}u")
+        } else {
+            "tm_l".into()
+        };
+        self.line(guarded(&conds, &format!("{s}[{at}] = float({x});")));
+        self.close();
         self.smem_write_end();
         self.open_tiles(m, n);
-        self.line(format!(
-            "simdgroup_load({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"
-        ));
+        let load = format!(
+            "simdgroup_load({c}[tm_q], {s} + (tm_tm{}) * {n}u + tm_tn, {n});",
+            if band { " - tm_band" } else { "" }
+        );
+        let cond = band.then(|| format!("tm_tm - tm_band < {rows}u"));
+        self.line(guarded(&cond.into_iter().collect::<Vec<_>>(), &load));
         self.close();
         self.smem_read_done();
+        if band {
+            self.close();
+        }
         Ok(c)
     }
 
-    /// `frag += a @ b`: A and B staged (as float) through threadgroup memory.
+    /// Opens `for (tm_band ...)` over row bands of `rows` rows when `rows < m` (the caller
+    /// closes it when this returns true). Each pass starts with the previous one's reads
+    /// pending.
+    fn open_band(&mut self, m: usize, rows: usize) -> bool {
+        if rows >= m {
+            return false;
+        }
+        self.open(format!(
+            "for (uint tm_band = 0; tm_band < {m}u; tm_band += {rows}u)"
+        ));
+        self.hazard.reads_pending = true;
+        true
+    }
+
+    /// The K step of one staging of A (`[m, k]`) and B (`[k, n]`) of `dtype`: all of K when
+    /// both fit the threadgroup memory left, else the largest power of two (at least 8)
+    /// that does; the dot then stages and multiplies K in that many slices.
+    fn k_slice(&self, m: usize, n: usize, k: usize, dtype: DType) -> usize {
+        let room = self.scratch_room(dtype);
+        let mut kc = k;
+        while kc > MATRIX_TILE && (m + n) * kc * dtype.size_bytes() > room {
+            kc /= 2;
+        }
+        kc
+    }
+
+    /// `frag += a @ b`: A and B staged through threadgroup memory in their own dtype when
+    /// both are half (the tiles multiply in half and accumulate in float), else as float; K
+    /// in slices of [`Self::k_slice`] when the whole of both does not fit.
     fn frag_mma(
         &mut self,
         c: &str,
@@ -249,23 +345,61 @@ impl Lowering<'_> {
         if self.d.mma_m16n8k16 {
             return self.mma_accumulate(c, a, b, m, n, k);
         }
-        let s = self.scratch_array(DType::F32, m * k + k * n)?;
+        let st = if self.edt(a) == DType::F16 && self.edt(b) == DType::F16 {
+            DType::F16
+        } else {
+            DType::F32
+        };
+        let sct = self.cty(st)?;
+        let kc = self.k_slice(m, n, k, st);
+        let s = self.scratch_array(st, (m + n) * kc)?;
+        let sliced = kc < k;
+        if sliced {
+            self.open(format!(
+                "for (uint tm_kc = 0; tm_kc < {k}u; tm_kc += {kc}u)"
+            ));
+            self.hazard.reads_pending = true;
+        }
         self.smem_write_begin();
-        self.stage(a, &s, 0, &|l| l.to_string())?;
-        self.stage(b, &s, m * k, &|l| l.to_string())?;
+        for (v, is_a) in [(a, true), (b, false)] {
+            let lay = self.layout(v);
+            let x = match self.el(v, "tm_i") {
+                x if self.edt(v) == st => x,
+                x => format!("{sct}({x})"),
+            };
+            self.open_regs(lay, true);
+            let mut conds = Vec::new();
+            if lay.has_idle_threads() {
+                conds.push(format!("tm_l < {}u", lay.n));
+            }
+            let at = match (is_a, sliced) {
+                (true, false) => "tm_l".to_string(),
+                (false, false) => format!("{}u + tm_l", m * k),
+                (true, true) => {
+                    conds.push(format!("tm_l % {k}u - tm_kc < {kc}u"));
+                    format!("(tm_l / {k}u) * {kc}u + tm_l % {k}u - tm_kc")
+                }
+                (false, true) => {
+                    conds.push(format!("tm_l / {n}u - tm_kc < {kc}u"));
+                    format!("{}u + tm_l - tm_kc * {n}u", m * kc)
+                }
+            };
+            self.line(guarded(&conds, &format!("{s}[{at}] = {x};")));
+            self.close();
+        }
         self.smem_write_end();
         self.line("{");
         self.indent += 1;
-        self.line("simdgroup_matrix<float, 8, 8> tm_fa;");
-        self.line("simdgroup_matrix<float, 8, 8> tm_fb;");
-        self.open(format!("for (uint tm_kk = 0; tm_kk < {k}u; tm_kk += 8u)"));
+        self.line(format!("simdgroup_matrix<{sct}, 8, 8> tm_fa;"));
+        self.line(format!("simdgroup_matrix<{sct}, 8, 8> tm_fb;"));
+        self.open(format!("for (uint tm_kk = 0; tm_kk < {kc}u; tm_kk += 8u)"));
         self.open_tiles(m, n);
         self.line(format!(
-            "simdgroup_load(tm_fa, {s} + tm_tm * {k}u + tm_kk, {k});"
+            "simdgroup_load(tm_fa, {s} + tm_tm * {kc}u + tm_kk, {kc});"
         ));
         self.line(format!(
             "simdgroup_load(tm_fb, {s} + {}u + tm_kk * {n}u + tm_tn, {n});",
-            m * k
+            m * kc
         ));
         self.line(format!(
             "simdgroup_multiply_accumulate({c}[tm_q], tm_fa, tm_fb, {c}[tm_q]);"
@@ -274,35 +408,72 @@ impl Lowering<'_> {
         self.close();
         self.close();
         self.smem_read_done();
+        if sliced {
+            self.close();
+        }
         let warps = self.threads / SIMD_WIDTH;
         let tiles = (m / MATRIX_TILE) * (n / MATRIX_TILE);
+        let slices = if sliced {
+            format!(" in K slices of {kc}")
+        } else {
+            String::new()
+        };
         self.layouts.push(LayoutChoice {
             op: format!("dot {m}x{n}x{k}"),
             layout: format!(
-                "simdgroup_matrix<float, 8, 8>: {tiles} C tile(s), {} per SIMD-group, A and B staged through threadgroup memory",
+                "simdgroup_matrix<float, 8, 8>: {tiles} C tile(s), {} per SIMD-group, A and B staged as {sct} through threadgroup memory{slices}",
                 tiles.div_ceil(warps)
             ),
         });
         Ok(())
     }
 
-    /// Stores fragments `c` (`[m, n]`) back into a block in the blocked layout as `res`.
+    /// Stores fragments `c` (`[m, n]`) back into a block in the blocked layout as `res`,
+    /// through threadgroup memory in bands of [`Self::c_band_rows`] rows.
     pub(super) fn frags_to_block(&mut self, res: Value, c: &str, m: usize, n: usize) -> Result<()> {
         if self.d.mma_m16n8k16 {
             return self.mma_frags_to_block(res, c, m, n);
         }
-        let s = self.scratch_array(DType::F32, m * n)?;
+        let rows = self.c_band_rows(m, n);
+        let s = self.scratch_array(DType::F32, rows * n)?;
+        let dacc = self.edt(res);
+        let ct = self.cty(dacc)?;
+        let lay = self.layout_of(m * n);
+        if rows >= m {
+            self.smem_write_begin();
+            self.open_tiles(m, n);
+            self.line(format!(
+                "simdgroup_store({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"
+            ));
+            self.close();
+            self.smem_write_end();
+            let name = self.gather("dot", dacc, m * n, &|l| format!("{ct}({s}[{l}])"))?;
+            self.smem_read_done();
+            self.set(res, Repr::Block(name));
+            return Ok(());
+        }
+        let name = self.declare_block("dot", dacc, m * n)?;
+        if lay.has_idle_threads() {
+            self.open_regs(lay, false);
+            self.line(format!("{name}[tm_i] = {ct}(0);"));
+            self.close();
+        }
+        self.open_band(m, rows);
         self.smem_write_begin();
         self.open_tiles(m, n);
         self.line(format!(
-            "simdgroup_store({c}[tm_q], {s} + tm_tm * {n}u + tm_tn, {n});"
+            "if (tm_tm - tm_band < {rows}u) simdgroup_store({c}[tm_q], {s} + (tm_tm - tm_band) * {n}u + tm_tn, {n});"
         ));
         self.close();
         self.smem_write_end();
-        let dacc = self.edt(res);
-        let ct = self.cty(dacc)?;
-        let name = self.gather("dot", dacc, m * n, &|l| format!("{ct}({s}[{l}])"))?;
+        self.open_regs(lay, true);
+        self.line(format!(
+            "if (tm_l - tm_band * {n}u < {}u) {name}[tm_i] = {ct}({s}[tm_l - tm_band * {n}u]);",
+            rows * n
+        ));
+        self.close();
         self.smem_read_done();
+        self.close();
         self.set(res, Repr::Block(name));
         Ok(())
     }
@@ -369,5 +540,67 @@ impl Lowering<'_> {
                 .into(),
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{build, matmul};
+    use super::super::{metal, LaunchOptions};
+    use crate::dtype::DType::{F16, F32};
+
+    fn metal_mm(
+        dtype: crate::DType,
+        blocks: [i64; 3],
+        warps: u32,
+    ) -> crate::Result<metal::MetalProgram> {
+        let k = build(
+            "mm",
+            &[("BM", blocks[0]), ("BN", blocks[1]), ("BK", blocks[2])],
+            matmul(dtype),
+        );
+        metal::compile(&k, &LaunchOptions::default().num_warps(warps))
+    }
+
+    #[test]
+    fn half_operands_stage_as_half_and_large_accumulators_leave_in_bands() {
+        let p = metal_mm(F16, [128, 128, 32], 4).unwrap();
+        // A and B: 16 KB of half; C: two bands of 32 rows in the other 16 KB.
+        assert_eq!(p.threadgroup_mem_bytes, 32 * 1024);
+        assert!(
+            p.source.contains("threadgroup half tm_smem_f16[8192]"),
+            "{}",
+            p.source
+        );
+        assert!(p.source.contains("simdgroup_matrix<half, 8, 8> tm_fa;"));
+        assert!(p.source.contains("tm_band += 32u"), "{}", p.source);
+        // Float operands take the whole 32 KB for A and B, and C reuses it in two bands.
+        let p = metal_mm(F32, [128, 128, 32], 8).unwrap();
+        assert_eq!(p.threadgroup_mem_bytes, 32 * 1024);
+        assert!(p.source.contains("tm_band += 64u"), "{}", p.source);
+        // Small accumulators move in one pass.
+        let p = metal_mm(F32, [32, 32, 16], 4).unwrap();
+        assert!(!p.source.contains("tm_band"), "{}", p.source);
+    }
+
+    #[test]
+    fn operands_too_large_for_one_staging_go_in_k_slices() {
+        let p = metal_mm(F32, [128, 128, 64], 4).unwrap();
+        assert_eq!(p.threadgroup_mem_bytes, 32 * 1024);
+        assert!(p.source.contains("tm_kc += 32u"), "{}", p.source);
+        assert!(p
+            .layouts
+            .iter()
+            .any(|l| l.layout.ends_with("in K slices of 32")));
+    }
+
+    #[test]
+    fn a_dot_that_cannot_fit_is_refused_with_its_size_and_line() {
+        // Even 8-deep slices of a 256x1024 product need 40 KB.
+        let e = metal_mm(F32, [256, 1024, 16], 4).unwrap_err().to_string();
+        assert!(e.contains("needs 40960 bytes of threadgroup memory"), "{e}");
+        assert!(e.contains("allows 32768"), "{e}");
+        assert!(e.contains("by `dot` at src/codegen/tests.rs:"), "{e}");
+        assert!(e.contains("smaller BLOCK_SIZE_M/N/K"), "{e}");
     }
 }

@@ -60,6 +60,10 @@ pub(super) struct Lowering<'k> {
     pub indent: usize,
     /// Scratch elements needed per element type.
     pub scratch: BTreeMap<DType, usize>,
+    /// Per element type: the op whose request set the scratch array's size.
+    pub scratch_by: BTreeMap<DType, OpId>,
+    /// The op being lowered.
+    pub cur_op: Option<OpId>,
     pub hazard: Hazard,
     pub helpers: BTreeSet<&'static str>,
     pub layouts: Vec<LayoutChoice>,
@@ -196,6 +200,8 @@ impl<'k> Lowering<'k> {
             lines: Vec::new(),
             indent: 1,
             scratch: BTreeMap::new(),
+            scratch_by: BTreeMap::new(),
+            cur_op: None,
             hazard: Hazard::default(),
             helpers: BTreeSet::new(),
             layouts: Vec::new(),
@@ -437,11 +443,48 @@ impl<'k> Lowering<'k> {
 
     // ---- threadgroup memory -----------------------------------------------------------
 
+    /// Bytes of the scratch arrays (each rounded up to 16), and why they are that big: an
+    /// error naming the largest array's op and its source line when the total is over
+    /// `limit` on `chip`.
+    pub fn scratch_bytes_within(&self, limit: usize, chip: &str) -> Result<usize> {
+        let size = |(dt, e): (&DType, &usize)| (e * dt.size_bytes()).next_multiple_of(16);
+        let total: usize = self.scratch.iter().map(size).sum();
+        if total <= limit {
+            return Ok(total);
+        }
+        let (dt, bytes) = self
+            .scratch
+            .iter()
+            .map(|x| (*x.0, size(x)))
+            .max_by_key(|x| x.1)
+            .unwrap_or((DType::F32, 0));
+        let by = match self.scratch_by.get(&dt) {
+            Some(&op) => {
+                let o = self.k.op(op);
+                format!(" by `{}` at {}", o.op.name(), o.loc)
+            }
+            None => String::new(),
+        };
+        Err(Error::Launch {
+            kernel: self.k.name.clone(),
+            msg: format!(
+                "needs {total} bytes of threadgroup memory; {chip} allows {limit}. The largest \
+                 use is {bytes} bytes of {dt}{by}: use smaller BLOCK sizes there (for `tl.dot`, \
+                 a smaller BLOCK_SIZE_M/N/K), fewer stages or fewer layout conversions"
+            ),
+        })
+    }
+
     /// A scratch array of `dtype` with at least `elems` elements.
     pub fn scratch_array(&mut self, dtype: DType, elems: usize) -> Result<String> {
         self.cty(dtype)?;
         let e = self.scratch.entry(dtype).or_insert(0);
-        *e = (*e).max(elems);
+        if elems > *e {
+            *e = elems;
+            if let Some(op) = self.cur_op {
+                self.scratch_by.insert(dtype, op);
+            }
+        }
         Ok(format!("tm_smem_{}", dtype.short_name()))
     }
 
@@ -721,6 +764,13 @@ impl<'k> Lowering<'k> {
     }
 
     fn op(&mut self, id: OpId) -> Result<()> {
+        let outer = self.cur_op.replace(id);
+        let r = self.op_inner(id);
+        self.cur_op = outer;
+        r
+    }
+
+    fn op_inner(&mut self, id: OpId) -> Result<()> {
         let data = self.k.op(id);
         let res = data.results.start_value();
         if let Some(m) = self.d.op_marker {

@@ -113,7 +113,10 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
 
     let mut body = Vec::new();
     body.push(format!("  const uint tm_lid = {};", METAL.thread_index));
-    let mut tg_bytes = 0usize;
+    let tg_bytes = lw.scratch_bytes_within(
+        opts.target.threadgroup_memory_bytes as usize,
+        &opts.target.chip.to_string(),
+    )?;
     for (dt, elems) in &lw.scratch {
         let ct = lw.cty(*dt)?;
         body.push(format!(
@@ -121,14 +124,6 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
             METAL.shared_array,
             dt.short_name()
         ));
-        tg_bytes += (elems * dt.size_bytes()).next_multiple_of(16);
-    }
-    if tg_bytes > opts.target.threadgroup_memory_bytes as usize {
-        return Err(launch_err(format!(
-            "needs {tg_bytes} bytes of threadgroup memory; {} allows {} (smaller blocks or fewer \
-             layout conversions)",
-            opts.target.chip, opts.target.threadgroup_memory_bytes
-        )));
     }
     body.append(&mut lw.lines);
     let source = body.join("\n") + "\n";

@@ -332,10 +332,10 @@ fn limits_are_errors_before_launch() {
     assert!(e.to_string().contains("2048 threads"), "{e}");
     let e = metal::compile(&k, &LaunchOptions::default().num_warps(3)).unwrap_err();
     assert!(e.to_string().contains("power of two"), "{e}");
-    // A 64x64x128 f32 tile product stages 64 KB of operands: over the limit.
+    // A 256x1024x16 f32 tile product stages 40 KB of operands even in 8-deep K slices.
     let k = build(
         "matmul",
-        &[("BM", 64), ("BN", 64), ("BK", 128)],
+        &[("BM", 256), ("BN", 1024), ("BK", 16)],
         matmul(F32),
     );
     let e = metal::compile(&k, &LaunchOptions::default()).unwrap_err();

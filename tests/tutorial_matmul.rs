@@ -1,0 +1,287 @@
+//! Triton's tutorial matmul (examples/matmul.rs) at the block configurations Triton's own
+//! autotuner lists, f32 and f16, 4 and 8 warps, ragged M, N and K, plain and transposed
+//! operands (through strides, as a Triton user passes `a.T`), on every target: the CPU
+//! interpreter (the reference), the compiled CPU executor, emulated Metal in both lane
+//! orders, and CUDA (printed for sm_90 and compiled by NVRTC when it is installed).
+//!
+//! On Metal every configuration fits the 32 KB of threadgroup memory with the accumulator
+//! in `simdgroup_matrix` fragments across the K loop. Inputs hold edge values (zeros of
+//! both signs, a NaN in A, an infinity in B, tiny and large magnitudes); the output has
+//! padding columns that must stay poisoned.
+
+#[allow(dead_code)]
+#[path = "../examples/matmul.rs"]
+mod matmul;
+
+use triton_metal::codegen::{self, nvrtc::Nvrtc, LaunchOptions};
+use triton_metal::emu::{Emulator, LaneOrder};
+use triton_metal::opt::{Chip, HardwareProfile};
+use triton_metal::runtime::{out, Target};
+use triton_metal::tl::JitKernel;
+use triton_metal::{
+    Array,
+    DType::{self, F16, F32},
+};
+
+const M: usize = 150;
+const N: usize = 133;
+const K: usize = 75;
+/// Output row stride: the last `LDC - N` columns are never written.
+const LDC: usize = N + 3;
+const POISON: f64 = -777.0;
+
+/// Deterministic values in [-2, 2) with edge values mixed in.
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let r = (s >> 11) as f64 / (1u64 << 53) as f64;
+            match i % 29 {
+                3 => 0.0,
+                7 => -0.0,
+                11 => 1.0e-4 * (r - 0.5),
+                19 => 96.0 * (r - 0.5),
+                _ => 4.0 * r - 2.0,
+            }
+        })
+        .collect()
+}
+
+fn array(v: &[f64], dtype: DType, shape: &[usize]) -> Array {
+    match dtype {
+        F16 => {
+            let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f64(x)).collect();
+            Array::from_slice(&h, shape).unwrap()
+        }
+        _ => {
+            let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+            Array::from_slice(&f, shape).unwrap()
+        }
+    }
+}
+
+fn read(a: &Array) -> Vec<f64> {
+    match a.dtype() {
+        F16 => a
+            .to_vec::<half::f16>()
+            .unwrap()
+            .into_iter()
+            .map(|x| x.to_f64())
+            .collect(),
+        _ => a
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+    }
+}
+
+/// One problem: A `[M, K]` and B `[K, N]` as stored (rounded to the dtype), each either
+/// row-major or transposed in memory.
+struct Problem {
+    dtype: DType,
+    a: Vec<f64>,
+    b: Vec<f64>,
+    a_t: bool,
+    b_t: bool,
+}
+
+impl Problem {
+    fn new(dtype: DType, a_t: bool, b_t: bool) -> Problem {
+        let round = |v: Vec<f64>| read(&array(&v, dtype, &[v.len()]));
+        let mut a = round(values(M * K, 1));
+        let mut b = round(values(K * N, 2));
+        a[3 * K + 5] = f64::NAN;
+        b[7 * N + 9] = f64::INFINITY;
+        Problem {
+            dtype,
+            a,
+            b,
+            a_t,
+            b_t,
+        }
+    }
+
+    /// A `[M, K]` (or its transpose in memory), B `[K, N]` (or its transpose), and the
+    /// strides the kernel walks them with.
+    fn operands(&self) -> (Array, Array, [i32; 4]) {
+        let (m, n, k) = (M as i32, N as i32, K as i32);
+        let t = |v: &[f64], rows: usize, cols: usize| -> Vec<f64> {
+            (0..rows * cols)
+                .map(|i| v[(i % rows) * cols + i / rows])
+                .collect()
+        };
+        let (a, sa) = if self.a_t {
+            (array(&t(&self.a, M, K), self.dtype, &[K, M]), [1, m])
+        } else {
+            (array(&self.a, self.dtype, &[M, K]), [k, 1])
+        };
+        let (b, sb) = if self.b_t {
+            (array(&t(&self.b, K, N), self.dtype, &[N, K]), [1, k])
+        } else {
+            (array(&self.b, self.dtype, &[K, N]), [n, 1])
+        };
+        (a, b, [sa[0], sa[1], sb[0], sb[1]])
+    }
+
+    /// `sum_k |a_ik * b_kj|`, which bounds the rounding error of any summation order.
+    fn magnitude(&self, i: usize, j: usize) -> f64 {
+        (0..K)
+            .map(|p| (self.a[i * K + p] * self.b[p * N + j]).abs())
+            .filter(|x| x.is_finite())
+            .sum()
+    }
+
+    fn reference(&self, i: usize, j: usize) -> f64 {
+        (0..K).map(|p| self.a[i * K + p] * self.b[p * N + j]).sum()
+    }
+}
+
+fn run(
+    kernel: &JitKernel,
+    p: &Problem,
+    blocks: [usize; 3],
+    warps: usize,
+    target: Target,
+) -> Vec<f64> {
+    let (a, b, s) = p.operands();
+    let programs = M.div_ceil(blocks[0]) * N.div_ceil(blocks[1]);
+    let o = kernel
+        .launch()
+        .grid([programs])
+        .args((
+            &a,
+            &b,
+            out(&[M, LDC], p.dtype).fill(POISON),
+            M as i32,
+            N as i32,
+            K as i32,
+            s[0],
+            s[1],
+            s[2],
+            s[3],
+            LDC as i32,
+            1,
+        ))
+        .constexpr("BLOCK_SIZE_M", blocks[0] as i64)
+        .constexpr("BLOCK_SIZE_N", blocks[1] as i64)
+        .constexpr("BLOCK_SIZE_K", blocks[2] as i64)
+        .constexpr("GROUP_SIZE_M", 8)
+        .num_warps(warps)
+        .target(target)
+        .run()
+        .unwrap_or_else(|e| panic!("{target:?} {blocks:?} {warps} warps: {e}"));
+    read(&o[0])
+}
+
+/// Every valid element close to the f64 reference (same NaN/inf pattern), and the padding
+/// columns still poisoned.
+fn check(what: &str, p: &Problem, got: &[f64]) {
+    let half_ulp = if p.dtype == F16 { 1.0 / 1024.0 } else { 0.0 };
+    for i in 0..M {
+        for j in 0..LDC {
+            let g = got[i * LDC + j];
+            if j >= N {
+                assert_eq!(g, POISON, "{what}: padding C[{i}, {j}] was written");
+                continue;
+            }
+            let want = p.reference(i, j);
+            let ok = if want.is_nan() {
+                g.is_nan()
+            } else if want.is_infinite() {
+                g == want
+            } else {
+                (g - want).abs() <= 1e-5 * p.magnitude(i, j) + half_ulp * want.abs() + 1e-30
+            };
+            assert!(ok, "{what}: C[{i}, {j}] = {g}, want {want}");
+        }
+    }
+}
+
+/// The Metal program for one configuration: within the M1's 32 KB, the accumulator in
+/// fragments across the loop (loaded once as a constant, stored once after the last MMA).
+fn check_metal_plan(kernel: &JitKernel, blocks: [usize; 3], warps: u32) {
+    let k = kernel
+        .specialize_with(&[
+            ("BLOCK_SIZE_M", blocks[0] as i64),
+            ("BLOCK_SIZE_N", blocks[1] as i64),
+            ("BLOCK_SIZE_K", blocks[2] as i64),
+            ("GROUP_SIZE_M", 8),
+        ])
+        .unwrap();
+    let opts = LaunchOptions::default().num_warps(warps);
+    let prog = codegen::msl(&k, &opts).unwrap();
+    assert!(
+        prog.threadgroup_mem_bytes <= 32 * 1024,
+        "{blocks:?} on {warps} warps: {} bytes",
+        prog.threadgroup_mem_bytes
+    );
+    println!(
+        "{blocks:?} on {warps} warps: {} bytes of threadgroup memory",
+        prog.threadgroup_mem_bytes
+    );
+    let src = &prog.source;
+    let mma = src.rfind("simdgroup_multiply_accumulate").unwrap();
+    assert!(src.contains("make_filled_simdgroup_matrix<float, 8, 8>"));
+    assert_eq!(src.matches("simdgroup_store(").count(), 1, "{src}");
+    assert!(src.find("simdgroup_store(").unwrap() > mma, "{src}");
+
+    let cuda = LaunchOptions::default()
+        .num_warps(warps)
+        .target(HardwareProfile::of(Chip::Sm90));
+    let prog = codegen::cuda(&k, &cuda).unwrap();
+    if std::env::var_os(codegen::nvrtc::NVRTC_DIR_ENV).is_some() {
+        let nvrtc = Nvrtc::from_env().unwrap();
+        nvrtc
+            .compile(&prog.name, &prog.standalone(), "sm_90")
+            .unwrap_or_else(|e| panic!("NVRTC, {blocks:?} on {warps} warps: {e}"));
+    }
+}
+
+fn tutorial(blocks: [usize; 3], dtype: DType) {
+    let kernel = matmul::matmul_kernel_for(dtype).unwrap();
+    let emu = Emulator::should_run("tutorial_matmul").unwrap();
+    for (warps, a_t, b_t) in [(4, false, false), (8, true, true), (4, true, false)] {
+        check_metal_plan(&kernel, blocks, warps as u32);
+        let p = Problem::new(dtype, a_t, b_t);
+        let what = |t: &str| format!("{dtype} {blocks:?} {warps} warps, A^T {a_t}, B^T {b_t}, {t}");
+        let reference = run(&kernel, &p, blocks, warps, Target::Cpu);
+        check(&what("interpreter"), &p, &reference);
+        let mut targets = vec![("compiled CPU", Target::CpuCompiled)];
+        if emu {
+            targets.push(("Metal, lanes forward", Target::Emulated(LaneOrder::Forward)));
+            targets.push((
+                "Metal, lanes reversed",
+                Target::Emulated(LaneOrder::Reverse),
+            ));
+        }
+        for (name, t) in targets {
+            let got = run(&kernel, &p, blocks, warps, t);
+            check(&what(name), &p, &got);
+        }
+    }
+}
+
+#[test]
+fn tutorial_128x128x32_f32() {
+    tutorial([128, 128, 32], F32);
+}
+
+#[test]
+fn tutorial_128x128x32_f16() {
+    tutorial([128, 128, 32], F16);
+}
+
+#[test]
+fn tutorial_64x64x64_f32() {
+    tutorial([64, 64, 64], F32);
+}
+
+#[test]
+fn tutorial_64x64x64_f16() {
+    tutorial([64, 64, 64], F16);
+}
