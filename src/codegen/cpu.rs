@@ -35,7 +35,7 @@ struct tm_uint4 {
 };
 inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {
 ",
-    super::metal::philox_rounds!(),
+    super::dialect::philox_rounds!("mulhi"),
     "  return tm_uint4{{c0, c1, c2, c3}};\n}\n"
 );
 

@@ -413,26 +413,17 @@ __device__ inline float tm_atomic_fmin(float* p, float v) {
 "#;
 
 /// Philox-4x32 as Triton computes it (`philox_impl`).
-pub(super) const PHILOX: &str = r#"
+pub(super) const PHILOX: &str = concat!(
+    "
 struct tm_uint4 {
   uint v[4];
   __device__ uint operator[](int i) const { return v[i]; }
 };
 __device__ inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {
-  for (uint r = 0; r < rounds; ++r) {
-    const uint a0 = c0;
-    const uint a2 = c2;
-    c0 = __umulhi(0xCD9E8D57u, a2) ^ c1 ^ k0;
-    c2 = __umulhi(0xD2511F53u, a0) ^ c3 ^ k1;
-    c1 = 0xCD9E8D57u * a2;
-    c3 = 0xD2511F53u * a0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  tm_uint4 out = {{c0, c1, c2, c3}};
-  return out;
-}
-"#;
+",
+    super::dialect::philox_rounds!("tm_mulhi"),
+    "  tm_uint4 out = {{c0, c1, c2, c3}};\n  return out;\n}\n"
+);
 
 /// Chunk loads and stores. CUDA's wide accesses need natural alignment, which contiguity
 /// alone does not give (a row may start at any element), so each access checks the address

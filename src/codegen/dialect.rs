@@ -11,6 +11,32 @@
 use crate::dtype::DType;
 
 /// Spellings of one target language.
+/// The rounds of Philox-4x32 as Triton computes them (`philox_impl`), on `uint` counters
+/// `c0..c3` and keys `k0, k1`, with the dialect's spelling of the high half of a 32-bit
+/// product (every dialect's helper differs only in that and in how it returns four `uint`s).
+macro_rules! philox_rounds {
+    ($mulhi:literal) => {
+        concat!(
+            "  for (uint r = 0; r < rounds; ++r) {
+    const uint a0 = c0;
+    const uint a2 = c2;
+    c0 = ",
+            $mulhi,
+            "(0xCD9E8D57u, a2) ^ c1 ^ k0;
+    c2 = ",
+            $mulhi,
+            "(0xD2511F53u, a0) ^ c3 ^ k1;
+    c1 = 0xCD9E8D57u * a2;
+    c3 = 0xD2511F53u * a0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+"
+        )
+    };
+}
+pub(super) use philox_rounds;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dialect {
     /// Short name (`metal`, `cuda`).

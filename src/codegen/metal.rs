@@ -245,30 +245,10 @@ inline float tm_atomic_fmin(device atomic<float>* p, float v) {
 }
 "#;
 
-/// The rounds of Philox-4x32 as Triton computes them (`philox_impl`), on `uint` counters
-/// `c0..c3` and keys `k0, k1` (shared by the Metal and CPU helpers, which differ only in
-/// how they return four `uint`s).
-macro_rules! philox_rounds {
-    () => {
-        "  for (uint r = 0; r < rounds; ++r) {
-    const uint a0 = c0;
-    const uint a2 = c2;
-    c0 = mulhi(0xCD9E8D57u, a2) ^ c1 ^ k0;
-    c2 = mulhi(0xD2511F53u, a0) ^ c3 ^ k1;
-    c1 = 0xCD9E8D57u * a2;
-    c3 = 0xD2511F53u * a0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-"
-    };
-}
-pub(super) use philox_rounds;
-
 /// Philox-4x32 as Triton computes it (`philox_impl`).
 pub(super) const PHILOX: &str = concat!(
     "\ninline uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0, uint k1, uint rounds) {\n",
-    philox_rounds!(),
+    super::dialect::philox_rounds!("mulhi"),
     "  return uint4(c0, c1, c2, c3);\n}\n"
 );
 

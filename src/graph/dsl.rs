@@ -11,6 +11,7 @@
 
 use std::sync::OnceLock;
 
+use super::activation;
 use super::fusion::{FusedGroup, Operand, PatternParams};
 use super::runner::{FusedKernel, KernelProvider};
 use crate::array::Array;
@@ -114,15 +115,9 @@ fn elementwise_kernel(name: &'static str) -> Result<&'static JitKernel> {
     let all = KERNELS.get_or_init(|| {
         let ops: [(&'static str, Ternary); 4] = [
             ("fma", |a, b, c| tl::fma(a, b, c)),
-            ("gelu", |x, _, _| {
-                x * 0.5 * (tl::erf(x * std::f32::consts::FRAC_1_SQRT_2) + 1.0)
-            }),
-            ("gelu_tanh", |x, _, _| {
-                // tanh(u) = 2 sigmoid(2u) - 1
-                let u = (x + x * x * x * 0.044715) * 0.797_884_6;
-                x * 0.5 * (tl::sigmoid(u * 2.0) * 2.0)
-            }),
-            ("swiglu", |g, u, _| g * tl::sigmoid(g) * u),
+            ("gelu", |x, _, _| activation::gelu(x)),
+            ("gelu_tanh", |x, _, _| activation::gelu_tanh(x)),
+            ("swiglu", |g, u, _| activation::silu(g) * u),
         ];
         ops.into_iter()
             .filter_map(|(name, f)| {

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::activation;
 use super::fusion::{Activation, FusedGroup, PatternParams};
 use super::ops::{OpCategory, OpKind, ReduceOp};
 use super::runner::{attention_formula, sdpa, swap_last_two, FusedKernel, KernelProvider};
@@ -155,12 +156,9 @@ impl Ew {
             Ew::Sigmoid => tl::sigmoid(x),
             Ew::Tanh => libdevice::tanh(x),
             Ew::Relu => tl::maximum(x, 0.0f32),
-            Ew::Gelu => x * 0.5f32 * (tl::erf(x * std::f32::consts::FRAC_1_SQRT_2) + 1.0f32),
-            Ew::GeluTanh => {
-                let u = (x + x * x * x * 0.044715f32) * 0.797_884_6f32;
-                x * 0.5f32 * (libdevice::tanh(u) + 1.0f32)
-            }
-            Ew::Silu => x * tl::sigmoid(x),
+            Ew::Gelu => activation::gelu(x),
+            Ew::GeluTanh => activation::gelu_tanh(x),
+            Ew::Silu => activation::silu(x),
         }
     }
 }

@@ -14,6 +14,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::activation::{GELU_TANH_CUBIC, SQRT_2_OVER_PI};
 use super::ops::{OpCategory, OpKind, ReduceOp};
 use super::pattern::{dsl::*, Bindings, Matcher, P};
 use super::spec::{Graph, GraphInput, OpNode, TensorType};
@@ -595,15 +596,12 @@ fn gelu_pattern() -> P {
         bin(OpKind::Mul, v("x"), bin(OpKind::Mul, v("x"), v("x"))),
         bin(OpKind::Mul, v("x"), un(OpKind::Square, v("x"))),
     ]);
-    let inner = bin(OpKind::Add, v("x"), sc(OpKind::Mul, cube, 0.044715));
+    let inner = bin(OpKind::Add, v("x"), sc(OpKind::Mul, cube, GELU_TANH_CUBIC));
     let tanh_branch = at(
         "tanh",
         sc(
             OpKind::Add,
-            un(
-                OpKind::Tanh,
-                sc(OpKind::Mul, inner, 0.797_884_560_802_865_4),
-            ),
+            un(OpKind::Tanh, sc(OpKind::Mul, inner, SQRT_2_OVER_PI)),
             1.0,
         ),
     );

@@ -26,6 +26,7 @@
 //! # Ok::<(), triton_metal::Error>(())
 //! ```
 
+mod activation;
 pub mod dsl;
 pub mod dsl_build;
 pub mod fusion;

@@ -14,6 +14,7 @@ use std::f64::consts::FRAC_1_SQRT_2;
 
 use serde::Serialize;
 
+use super::activation::{GELU_TANH_CUBIC, SQRT_2_OVER_PI};
 use super::fusion::{Activation, FusedGraph, FusedGroup, Node, Operand, PatternParams};
 use super::ops::{OpKind, ReduceOp};
 use super::spec::{Graph, GraphInput, OpNode, TensorType};
@@ -311,11 +312,8 @@ pub fn activate(x: &Array, act: Activation) -> Result<Array> {
         }
         Activation::GeluTanh => {
             let x3 = mlx::multiply(&mlx::square(x)?, x)?;
-            let inner = mlx::add(x, &mlx::multiply(&x3, &scalar(0.044715, dt)?)?)?;
-            let t = mlx::tanh(&mlx::multiply(
-                &inner,
-                &scalar((2.0 / std::f64::consts::PI).sqrt(), dt)?,
-            )?)?;
+            let inner = mlx::add(x, &mlx::multiply(&x3, &scalar(GELU_TANH_CUBIC, dt)?)?)?;
+            let t = mlx::tanh(&mlx::multiply(&inner, &scalar(SQRT_2_OVER_PI, dt)?)?)?;
             mlx::multiply(&mlx::multiply(x, &half()?)?, &mlx::add(&t, &one()?)?)
         }
     }
