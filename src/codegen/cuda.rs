@@ -19,12 +19,13 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use super::dialect::CUDA;
-use super::lower::{check_block_shapes, unsupported_on, Lowering};
+use super::lower::{check_block_shapes, printer_of, unsupported_on, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::device::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, ParamKind};
+use crate::opt::plan::KernelPlan;
 
 /// Static shared memory a CUDA block may declare (more needs dynamic shared memory).
 pub const STATIC_SHARED_LIMIT: usize = 48 * 1024;
@@ -207,6 +208,21 @@ fn mlx_cuda_type(dt: DType) -> &'static str {
 /// before anything is launched: blocks over 1024 threads, static shared memory over 48 KB,
 /// unsupported ops (named with the kernel), parameter names that would break the signature.
 pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<CudaProgram> {
+    compile_with(kernel, opts, &plan(kernel, opts))
+}
+
+/// The layout plan [`compile`] prints `kernel` with under `opts`.
+pub fn plan(kernel: &Kernel, opts: &LaunchOptions) -> KernelPlan {
+    crate::opt::plan::plan(kernel, opts, printer_of(&CUDA, opts))
+}
+
+/// [`compile`] with the decisions of `plan` (e.g. [`plan`]'s, with overrides set), which
+/// must be a plan for this kernel and options that [`KernelPlan::verify`] accepts.
+pub fn compile_with(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    plan: &KernelPlan,
+) -> Result<CudaProgram> {
     let launch_err = |msg: String| Error::Launch {
         kernel: kernel.name.clone(),
         msg,
@@ -235,7 +251,17 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<CudaProgram> {
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     let idents = abi::param_idents(&kernel.name, &names)?;
 
-    let mut lw = Lowering::new(kernel, &CUDA, opts);
+    if plan.printer != printer_of(&CUDA, opts) || plan.kernel != kernel.name {
+        return Err(crate::Error::InvalidArgument(format!(
+            "layout plan of `{}` for {:?} given for kernel `{}` on {:?}",
+            plan.kernel,
+            plan.printer,
+            kernel.name,
+            printer_of(&CUDA, opts)
+        )));
+    }
+    plan.verify(kernel)?;
+    let mut lw = Lowering::with_plan(kernel, &CUDA, opts, plan.clone());
     lw.compute_provenance()?;
     // Scalars arrive as 0-d arrays, i.e. pointers: read once, under a local name.
     for (p, id) in kernel.params.iter().zip(&idents) {

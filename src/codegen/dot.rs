@@ -32,6 +32,7 @@ fn guarded(conds: &[String], stmt: &str) -> String {
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Value;
+use crate::opt::plan::DotLowering;
 
 /// The shape of one `tl.dot`: `batch` products of `[m, k] x [k, n]`.
 struct Dims {
@@ -44,24 +45,6 @@ struct Dims {
 }
 
 impl Lowering<'_> {
-    /// True when `dot(a, b, acc)` with these types takes the `simdgroup_matrix` path.
-    pub(super) fn dot_tiles_ok(&self, a: Value, b: Value, acc: Value) -> bool {
-        if self.d.mma_m16n8k16 {
-            return self.mma_ok(a, b, acc);
-        }
-        let (sa, sb) = (&self.ty(a).shape, &self.ty(b).shape);
-        let (din, dacc) = (self.edt(a), self.edt(acc));
-        let t8 = MATRIX_TILE;
-        sa.len() == 2
-            && self.d.matrix_8x8
-            && self.opts.target.simdgroup_matrix
-            && sa[0] % t8 == 0
-            && sa[1] % t8 == 0
-            && sb[1] % t8 == 0
-            && matches!(din, DType::F32 | DType::F16)
-            && matches!(dacc, DType::F32 | DType::F16)
-    }
-
     pub(super) fn dot(&mut self, res: Value, a: Value, b: Value, acc: Value) -> Result<()> {
         let (sa, sb, sc) = (
             self.ty(a).shape.clone(),
@@ -76,19 +59,22 @@ impl Lowering<'_> {
             self.frags.insert(res, frag);
             return Ok(());
         }
-        let tiles_ok = self.dot_tiles_ok(a, b, acc);
+        let lowering = match self.cur_op {
+            Some(op) => self.plan.dot(op),
+            None => DotLowering::Fma,
+        };
         for v in [a, b, acc] {
             self.materialize(v)?;
         }
-        if tiles_ok {
-            let (m, n, k) = (sa[0], sb[1], sa[1]);
-            let frag = self.frags_from(acc, m, n)?;
-            self.frag_mma(&frag, a, b, m, n, k)?;
-            self.frags_to_block(res, &frag, m, n)
-        } else if self.threads == 1 {
-            self.dot_rows(res, a, b, acc, &sa, &sb, &sc)
-        } else {
-            self.dot_scalar(res, a, b, acc, &sa, &sb, &sc)
+        match lowering {
+            DotLowering::Simdgroup { .. } | DotLowering::Mma(_) => {
+                let (m, n, k) = (sa[0], sb[1], sa[1]);
+                let frag = self.frags_from(acc, m, n)?;
+                self.frag_mma(&frag, a, b, m, n, k)?;
+                self.frags_to_block(res, &frag, m, n)
+            }
+            DotLowering::Rows => self.dot_rows(res, a, b, acc, &sa, &sb, &sc),
+            DotLowering::Fma => self.dot_scalar(res, a, b, acc, &sa, &sb, &sc),
         }
     }
 
@@ -345,10 +331,9 @@ impl Lowering<'_> {
         if self.d.mma_m16n8k16 {
             return self.mma_accumulate(c, a, b, m, n, k);
         }
-        let st = if self.edt(a) == DType::F16 && self.edt(b) == DType::F16 {
-            DType::F16
-        } else {
-            DType::F32
+        let st = match self.cur_op.map(|op| self.plan.dot(op)) {
+            Some(DotLowering::Simdgroup { stage }) => stage,
+            _ => DType::F32,
         };
         let sct = self.cty(st)?;
         let kc = self.k_slice(m, n, k, st);

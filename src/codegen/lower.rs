@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::ir::{
     AtomicOp, BinaryOp, CmpPred, Const, Kernel, Op, OpId, ParamKind, RegionId, Type, UnaryOp, Value,
 };
+use crate::opt::plan::{plan, KernelPlan, MatrixUnit, Printer};
 
 /// How a value is held by each thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,8 +80,6 @@ pub(super) struct Lowering<'k> {
     pub axis: Vec<AxisInfo>,
     /// Accumulators held in `simdgroup_matrix` fragments across a loop: value -> array.
     pub frags: HashMap<Value, String>,
-    /// Number of operand uses of each value.
-    pub uses: Vec<u32>,
     /// Per value, for dialects with [`Dialect::lazy_recipes`]: it has one use, by an op
     /// of its own region that reads each element once, so it may be computed where that
     /// op reads it instead of stored (see [`Lowering::elementwise`]).
@@ -101,6 +100,23 @@ pub(super) struct Lowering<'k> {
     pub splits: Vec<Vec<super::unswitch::Split>>,
     /// Masks whose reads go through a split's compile-time flag (`flag || mask[i]`).
     pub flags: HashMap<Value, String>,
+    /// The decisions this printer spells.
+    pub plan: KernelPlan,
+}
+
+/// What `d` offers the planner for a program of `opts.num_warps` warps.
+pub(super) fn printer_of(d: &Dialect, opts: &LaunchOptions) -> Printer {
+    let matrix = if d.mma_m16n8k16 {
+        MatrixUnit::MmaM16N8K16
+    } else if d.matrix_8x8 && opts.target.simdgroup_matrix {
+        MatrixUnit::Simdgroup8x8
+    } else {
+        MatrixUnit::None
+    };
+    Printer {
+        threads: opts.num_warps as usize * d.simd_width,
+        matrix,
+    }
 }
 
 /// Placeholder for the flat element index in a recipe.
@@ -173,7 +189,19 @@ fn chunk_elems(k: &Kernel, d: &Dialect, opts: &LaunchOptions, axis: &[AxisInfo])
 }
 
 impl<'k> Lowering<'k> {
+    /// The printer for `k` with the planner's default plan.
     pub fn new(k: &'k Kernel, d: &'static Dialect, opts: &'k LaunchOptions) -> Lowering<'k> {
+        let p = plan(k, opts, printer_of(d, opts));
+        Lowering::with_plan(k, d, opts, p)
+    }
+
+    /// The printer for `k` spelling `plan` (verified by the caller).
+    pub fn with_plan(
+        k: &'k Kernel,
+        d: &'static Dialect,
+        opts: &'k LaunchOptions,
+        plan: KernelPlan,
+    ) -> Lowering<'k> {
         let threads = opts.num_warps as usize * d.simd_width;
         let wide = k.ops.iter().any(
             |o| matches!(o.op, Op::AddPtr { offset, .. } if k.ty(offset).dtype.size_bytes() == 8),
@@ -214,13 +242,6 @@ impl<'k> Lowering<'k> {
             recipes: vec![None; k.values.len()],
             axis,
             frags: HashMap::new(),
-            uses: {
-                let mut u = vec![0u32; k.values.len()];
-                for o in &k.ops {
-                    o.op.for_each_operand(|v| u[v.index()] += 1);
-                }
-                u
-            },
             local_bytes: 0,
             fusable: if d.lazy_recipes {
                 fusable_values(k)
@@ -236,6 +257,7 @@ impl<'k> Lowering<'k> {
             },
             splits: Vec::new(),
             flags: HashMap::new(),
+            plan,
         }
     }
 
@@ -2164,11 +2186,13 @@ impl<'k> Lowering<'k> {
     ) -> Result<()> {
         let args = self.k.region(body).args.clone();
         let results: Vec<Value> = self.k.op(id).results.iter().collect();
-        let resident = self.resident_accumulators(body, &args[1..]);
+        let resident = self.plan.resident(id).to_vec();
         let mut vars = Vec::new();
         let mut frag_of = vec![None; init.len()];
         for (k, v) in init.iter().enumerate() {
-            if let Some((m, n)) = resident[k] {
+            if resident.contains(&k) {
+                let sh = &self.ty(*v).shape;
+                let (m, n) = (sh[0], sh[1]);
                 let f = self.frags_from(*v, m, n)?;
                 self.frags.insert(args[k + 1], f.clone());
                 frag_of[k] = Some((f, m, n));
@@ -2272,38 +2296,6 @@ impl<'k> Lowering<'k> {
             }
         }
         Ok(())
-    }
-
-    /// For each carried value of a `for` body: `Some((M, N))` when it is a `tl.dot`
-    /// accumulator that can live in `simdgroup_matrix` fragments for the whole loop (its
-    /// only use is the dot's `acc`, the dot is in the body itself and takes the tile path,
-    /// and the dot's result is only yielded back in the same slot).
-    fn resident_accumulators(&self, body: RegionId, args: &[Value]) -> Vec<Option<(usize, usize)>> {
-        let ops = &self.k.region(body).ops;
-        let yields: Vec<Value> = ops
-            .last()
-            .and_then(|&l| match &self.k.op(l).op {
-                Op::Yield { values } => Some(values.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
-        args.iter()
-            .enumerate()
-            .map(|(k, &arg)| {
-                let y = *yields.get(k)?;
-                let def = self.k.def_op(y)?;
-                if !ops.contains(&def) || self.uses[arg.index()] != 1 || self.uses[y.index()] != 1 {
-                    return None;
-                }
-                match self.k.op(def).op {
-                    Op::Dot { a, b, acc } if acc == arg && self.dot_tiles_ok(a, b, acc) => {
-                        let sh = &self.ty(acc).shape;
-                        Some((sh[0], sh[1]))
-                    }
-                    _ => None,
-                }
-            })
-            .collect()
     }
 
     fn while_loop(

@@ -4,10 +4,11 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use super::dialect::METAL;
-use super::lower::{check_block_shapes, unsupported, Lowering};
+use super::lower::{check_block_shapes, printer_of, unsupported, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, ParamKind};
+use crate::opt::plan::KernelPlan;
 
 /// A kernel ready for `fast::metal_kernel`.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +75,21 @@ impl MetalProgram {
 /// threads than the target allows, threadgroup memory over its limit, unsupported ops
 /// (named), parameter names that would change MLX's signature.
 pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
+    compile_with(kernel, opts, &plan(kernel, opts))
+}
+
+/// The layout plan [`compile`] prints `kernel` with under `opts`.
+pub fn plan(kernel: &Kernel, opts: &LaunchOptions) -> KernelPlan {
+    crate::opt::plan::plan(kernel, opts, printer_of(&METAL, opts))
+}
+
+/// [`compile`] with the decisions of `plan` (e.g. [`plan`]'s, with overrides set), which
+/// must be a plan for this kernel and options that [`KernelPlan::verify`] accepts.
+pub fn compile_with(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    plan: &KernelPlan,
+) -> Result<MetalProgram> {
     let launch_err = |msg: String| Error::Launch {
         kernel: kernel.name.clone(),
         msg,
@@ -107,7 +123,17 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     let idents = abi::param_idents(&kernel.name, &names)?;
 
-    let mut lw = Lowering::new(kernel, &METAL, opts);
+    if plan.printer != printer_of(&METAL, opts) || plan.kernel != kernel.name {
+        return Err(crate::Error::InvalidArgument(format!(
+            "layout plan of `{}` for {:?} given for kernel `{}` on {:?}",
+            plan.kernel,
+            plan.printer,
+            kernel.name,
+            printer_of(&METAL, opts)
+        )));
+    }
+    plan.verify(kernel)?;
+    let mut lw = Lowering::with_plan(kernel, &METAL, opts, plan.clone());
     lw.compute_provenance()?;
     lw.region(kernel.body)?;
 

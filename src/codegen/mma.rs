@@ -18,6 +18,7 @@ use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Value;
+use crate::opt::plan::WarpGrid;
 
 /// Elements of padding per shared-memory row (16 bytes of 16-bit elements).
 const PAD: usize = 8;
@@ -32,89 +33,18 @@ const BAND_BYTES: usize = 16 * 1024;
 /// fragment store touches collide at most 2-way.
 const C_PAD: usize = 4;
 
-/// How the warps of a program split an `[M, N]` accumulator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct WarpGrid {
-    /// Warps along M.
-    pub wm: usize,
-    /// Warps along N.
-    pub wn: usize,
-    /// 16-row MMA tiles per warp.
-    pub fm: usize,
-    /// 8-column MMA tiles per warp.
-    pub fn_: usize,
-}
-
 impl WarpGrid {
-    /// The grid for `[m, n]` with at most `warps` warps: every active warp gets the same
-    /// whole number of tiles; among the grids using the most warps, the squarest warp tile
-    /// (fewest fragment loads per MMA). `None` when `m`/`n` are not multiples of 16/8.
-    pub fn choose(m: usize, n: usize, warps: usize) -> Option<WarpGrid> {
-        if m == 0 || n == 0 || m % 16 != 0 || n % 8 != 0 {
-            return None;
-        }
-        let (tm, tn) = (m / 16, n / 8);
-        let mut active = warps.max(1);
-        while active >= 1 {
-            let mut best: Option<WarpGrid> = None;
-            let mut wm = 1;
-            while wm <= active {
-                let wn = active / wm;
-                if wm * wn == active && tm % wm == 0 && tn % wn == 0 {
-                    let g = WarpGrid {
-                        wm,
-                        wn,
-                        fm: tm / wm,
-                        fn_: tn / wn,
-                    };
-                    if best.is_none_or(|b| g.perimeter() < b.perimeter()) {
-                        best = Some(g);
-                    }
-                }
-                wm *= 2;
-            }
-            if best.is_some() {
-                return best;
-            }
-            active /= 2;
-        }
-        None
-    }
-
-    /// Warps that hold tiles.
-    pub fn active(&self) -> usize {
-        self.wm * self.wn
-    }
-
-    fn perimeter(&self) -> usize {
-        self.fm * 16 + self.fn_ * 8
-    }
-
     fn regs(&self) -> usize {
         self.fm * self.fn_ * 4
     }
 }
 
 impl Lowering<'_> {
-    /// True when `dot(a, b, acc)` takes the tensor-core path.
-    pub(super) fn mma_ok(&self, a: Value, b: Value, acc: Value) -> bool {
-        let (sa, sb) = (&self.ty(a).shape, &self.ty(b).shape);
-        let din = self.edt(a);
-        sa.len() == 2
-            && sb.len() == 2
-            && self.d.mma_m16n8k16
-            && matches!(din, DType::F16 | DType::BF16)
-            && self.edt(b) == din
-            && self.edt(acc) == DType::F32
-            && sa[1] % 16 == 0
-            && self.warp_grid(sa[0], sb[1]).is_some()
-    }
-
     fn warp_grid(&self, m: usize, n: usize) -> Option<WarpGrid> {
         WarpGrid::choose(m, n, self.threads / 32)
     }
 
-    /// The warp grid of an accumulator that [`Lowering::mma_ok`] accepted; an error (not a
+    /// The warp grid of an accumulator the plan put on tensor cores; an error (not a
     /// panic) should a caller ever reach the tensor-core path without that check.
     fn mma_grid(&self, m: usize, n: usize) -> Result<WarpGrid> {
         self.warp_grid(m, n).ok_or_else(|| {
@@ -361,8 +291,8 @@ mod tests {
     use super::super::cuda_tests::check_cuda;
     use super::super::tests::{build, matmul};
     use super::super::LaunchOptions;
-    use super::WarpGrid;
     use crate::dtype::DType::{BF16, F16, F32};
+    use crate::opt::plan::WarpGrid;
 
     fn dot_layout(dtype: crate::DType, blocks: [i64; 3], warps: u32) -> String {
         let k = build(

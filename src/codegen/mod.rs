@@ -26,9 +26,13 @@
 //! # Ok::<(), triton_metal::Error>(())
 //! ```
 //!
+//! The decisions the printer spells (dot lowering, reduction strategy, accumulators kept in
+//! fragments across loops) come from the optimizer's layout plan ([`crate::opt::plan`]);
+//! [`metal::compile_with`] and [`cuda::compile_with`] take a plan with overrides.
+//!
 //! Conventions: scalar parameters are inputs passed as 0-d MLX arrays; pointers that are
-//! stored to are outputs (see [`abi`]). `TRITON_METAL_DEBUG=1` prints the IR, the layouts
-//! chosen, the MSL and the launch shape to stderr at compile time. Compiled programs are
+//! stored to are outputs (see [`abi`]). `TRITON_METAL_DEBUG=1` prints the IR, the layout
+//! plan, the layouts chosen, the MSL and the launch shape to stderr at compile time. Compiled programs are
 //! cached in process ([`msl`]); with `TRITON_METAL_CACHE_DIR=<dir>` the generated sources
 //! are also written there as `<name>.metal` (header + body) for inspection.
 
@@ -57,123 +61,12 @@ pub use metal::MetalProgram;
 
 use crate::error::Result;
 use crate::ir::Kernel;
-use crate::opt::{Chip, HardwareProfile, MemoryLayout};
+pub use crate::opt::options::{LaunchOptions, ReductionLayout};
 
 /// Environment variable that turns on compile-time dumps to stderr.
 pub const DEBUG_ENV: &str = "TRITON_METAL_DEBUG";
 /// Environment variable naming a folder where generated sources are written.
 pub const CACHE_DIR_ENV: &str = "TRITON_METAL_CACHE_DIR";
-
-/// How a reduction is laid out (see `reduce.rs` for what each prints).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ReductionLayout {
-    /// Thread-local partials, then one pass over them in threadgroup memory.
-    Default,
-    /// Staged row-major; each output's owner walks its row.
-    RowMajor,
-    /// Staged with the reduced axis outermost; each owner walks its column.
-    ColumnMajor,
-    /// Staged row-major, then a pairwise tree in threadgroup memory.
-    Tiled,
-    /// Thread, then SIMD-group collectives, then threadgroup memory.
-    Coalesced,
-}
-
-impl ReductionLayout {
-    /// Every variant.
-    pub const ALL: [ReductionLayout; 5] = [
-        ReductionLayout::Default,
-        ReductionLayout::RowMajor,
-        ReductionLayout::ColumnMajor,
-        ReductionLayout::Tiled,
-        ReductionLayout::Coalesced,
-    ];
-
-    /// The optimizer's flag name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReductionLayout::Default => "DEFAULT",
-            ReductionLayout::RowMajor => "ROW_MAJOR",
-            ReductionLayout::ColumnMajor => "COLUMN_MAJOR",
-            ReductionLayout::Tiled => "TILED",
-            ReductionLayout::Coalesced => "COALESCED",
-        }
-    }
-}
-
-impl From<MemoryLayout> for ReductionLayout {
-    /// The strongest flag wins: COALESCED, then TILED, COLUMN_MAJOR, ROW_MAJOR.
-    fn from(l: MemoryLayout) -> ReductionLayout {
-        if l.contains(MemoryLayout::COALESCED) {
-            ReductionLayout::Coalesced
-        } else if l.contains(MemoryLayout::TILED) {
-            ReductionLayout::Tiled
-        } else if l.contains(MemoryLayout::COLUMN_MAJOR) {
-            ReductionLayout::ColumnMajor
-        } else if l.contains(MemoryLayout::ROW_MAJOR) {
-            ReductionLayout::RowMajor
-        } else {
-            ReductionLayout::Default
-        }
-    }
-}
-
-/// Options of one compiled variant.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LaunchOptions {
-    /// SIMD-groups per program (power of two); threads = `num_warps x 32`.
-    pub num_warps: u32,
-    /// Forces every reduction of the kernel into one layout; `None` lets the code
-    /// generator choose (COALESCED).
-    pub reduction_layout: Option<ReductionLayout>,
-    /// The device generated code is for (limits, `simdgroup_matrix`, vector width).
-    pub target: HardwareProfile,
-}
-
-impl Default for LaunchOptions {
-    /// 4 warps, layouts chosen by the code generator, an M1-class Apple GPU (the most
-    /// constrained Metal target: any program valid there is valid on later chips).
-    fn default() -> Self {
-        LaunchOptions {
-            num_warps: 4,
-            reduction_layout: None,
-            target: HardwareProfile::of(Chip::M1),
-        }
-    }
-}
-
-impl LaunchOptions {
-    /// Threads per program.
-    pub fn threads(&self) -> usize {
-        self.num_warps as usize * layout::SIMD_WIDTH
-    }
-
-    /// Elements per chunk of the blocked layout: one 16-byte vector of 32-bit words.
-    pub fn vector_elems(&self) -> usize {
-        (self.target.vector_bytes as usize / 4)
-            .clamp(1, 8)
-            .next_power_of_two()
-    }
-
-    /// Sets `num_warps`.
-    pub fn num_warps(mut self, n: u32) -> Self {
-        self.num_warps = n;
-        self
-    }
-
-    /// Sets the device the code is generated for.
-    pub fn target(mut self, target: HardwareProfile) -> Self {
-        self.target = target;
-        self
-    }
-
-    /// Forces a reduction layout.
-    pub fn reduction_layout(mut self, l: impl Into<ReductionLayout>) -> Self {
-        self.reduction_layout = Some(l.into());
-        self
-    }
-}
 
 /// One decision of the code generator, for debugging and tools.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -224,6 +117,7 @@ fn msl_with(
     }
     if debug {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
+        eprintln!("[triton-metal] layout plan:\n{}", metal::plan(kernel, opts));
     }
     let prog = Arc::new(metal::compile(kernel, opts)?);
     if debug {
@@ -270,6 +164,7 @@ pub fn cuda(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<CudaProgram>> {
     let debug = debug_enabled();
     if debug {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
+        eprintln!("[triton-metal] layout plan:\n{}", cuda::plan(kernel, opts));
     }
     let prog = Arc::new(cuda::compile(kernel, opts)?);
     if debug {
@@ -307,6 +202,8 @@ mod cpu_tests;
 mod cuda_tests;
 #[cfg(test)]
 mod diff_tests;
+#[cfg(test)]
+mod plan_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -179,27 +179,9 @@ impl Lowering<'_> {
             .next()
             .expect("reduce has a result");
         let shape = self.ty(x).shape.clone();
-        let dt = self.edt(x);
         let geo = Geo::new(&shape, axis);
         self.materialize(x)?;
-        let mut strategy = self
-            .opts
-            .reduction_layout
-            .unwrap_or(ReductionLayout::Coalesced);
-        let shuffles = matches!(
-            dt,
-            DType::F32
-                | DType::F16
-                | DType::I32
-                | DType::U32
-                | DType::I16
-                | DType::U16
-                | DType::I8
-                | DType::U8
-        );
-        if strategy == ReductionLayout::Coalesced && !shuffles {
-            strategy = ReductionLayout::Default;
-        }
+        let strategy = self.plan.reduction(id);
         let (r, how) = match strategy {
             ReductionLayout::Coalesced => self.reduce_coalesced(kind, x, res, geo)?,
             ReductionLayout::Default => self.reduce_partials(kind, x, res, geo)?,

@@ -19,7 +19,7 @@ pub(super) fn build(name: &str, cx: &[(&str, i64)], f: impl FnOnce(&mut KernelBu
 }
 
 /// Deterministic uniform values in `[lo, hi)`.
-fn rnd(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+pub(super) fn rnd(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
     let mut s = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
@@ -34,7 +34,7 @@ fn rnd(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
         .collect()
 }
 
-fn emu_ok(test: &str) -> bool {
+pub(super) fn emu_ok(test: &str) -> bool {
     match Emulator::should_run(test) {
         Ok(run) => run,
         Err(e) => panic!("{e}"),
@@ -58,7 +58,7 @@ fn run(
     run_prog(&prog, args, outs, programs)
 }
 
-fn run_prog(
+pub(super) fn run_prog(
     prog: &MetalProgram,
     args: &[EmuBuffer],
     outs: &[OutputSpec],
@@ -119,7 +119,7 @@ fn emu_launch(
     l
 }
 
-fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
+pub(super) fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let err = (*g as f64 - w).abs();
@@ -413,7 +413,7 @@ fn emulated_softmax() {
     }
 }
 
-fn matmul_ref(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
+pub(super) fn matmul_ref(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
     let mut c = vec![0.0f64; m * n];
     for i in 0..m {
         for j in 0..n {

@@ -20,6 +20,8 @@
 
 pub mod hardware;
 pub mod layout;
+pub mod options;
+pub mod plan;
 
 pub use hardware::{Chip, HardwareProfile, TileShape, HW_ENV_VAR};
 pub use layout::{

@@ -1,0 +1,275 @@
+//! The layout plan as the printers consume it: its text round-trips, the verifier refuses
+//! plans the kernel cannot take, and for each kind of decision an override changes the
+//! printed code but not the results (emulated Metal in both lane orders against an f64
+//! reference; CUDA printed and NVRTC-compiled).
+
+use super::cuda_tests::nvrtc;
+use super::tests::{
+    assert_close, build, emu_ok, matmul, matmul_ref, rnd, run_prog, tile_reductions,
+};
+use super::*;
+use crate::dtype::DType::{F16, F32, I32};
+use crate::emu::{EmuBuffer, OutputSpec};
+use crate::ir::{Kernel, Op, OpId};
+use crate::opt::plan::{Decision, DotLowering, KernelPlan};
+use crate::opt::{Chip, HardwareProfile};
+
+fn op_where(k: &Kernel, f: impl Fn(&Op) -> bool) -> OpId {
+    let i = k.ops.iter().position(|o| f(&o.op)).expect("op present");
+    OpId(i as u32)
+}
+
+fn mm(dtype: crate::DType) -> Kernel {
+    build("mm", &[("BM", 32), ("BN", 32), ("BK", 16)], matmul(dtype))
+}
+
+#[test]
+fn plan_text_round_trips_on_every_printer() {
+    let k = mm(F16);
+    let r = build("tiles", &[("BM", 16), ("BN", 64)], tile_reductions);
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    for p in [
+        metal::plan(&k, &LaunchOptions::default()),
+        cuda::plan(&k, &sm90),
+        metal::plan(
+            &r,
+            &LaunchOptions::default().reduction_layout(ReductionLayout::Tiled),
+        ),
+    ] {
+        let text = p.to_string();
+        assert_eq!(KernelPlan::parse(&text).unwrap(), p, "{text}");
+    }
+    let text = metal::plan(&k, &LaunchOptions::default()).to_string();
+    assert!(
+        text.contains("dot simdgroup stage=f16 ; profile simdgroup_matrix"),
+        "{text}"
+    );
+    assert!(text.contains("for resident=0 ;"), "{text}");
+    assert!(cuda::plan(&k, &sm90)
+        .to_string()
+        .contains("dot mma wm=2 wn=2 fm=1 fn=2"));
+    assert!(KernelPlan::parse("plan @x threads=128 matrix=none\n  op1 dot wide ; no").is_err());
+}
+
+#[test]
+fn verifier_refuses_plans_the_kernel_cannot_take() {
+    let k = mm(F32);
+    let opts = LaunchOptions::default();
+    let dot = op_where(&k, |o| matches!(o, Op::Dot { .. }));
+    let for_ = op_where(&k, |o| matches!(o, Op::For { .. }));
+    let refuse = |p: &KernelPlan, what: &str| {
+        let e = metal::compile_with(&k, &opts, p).unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
+    };
+    // f32 operands cannot be staged as half.
+    let mut p = metal::plan(&k, &opts);
+    p.set(
+        dot,
+        Decision::Dot(DotLowering::Simdgroup { stage: F16 }),
+        "test",
+    );
+    refuse(&p, "dot as Simdgroup");
+    // Rows of C are for one-thread programs.
+    let mut p = metal::plan(&k, &opts);
+    p.set(dot, Decision::Dot(DotLowering::Rows), "test");
+    refuse(&p, "one-thread program");
+    // A scalar dot leaves nothing to keep in fragments.
+    let mut p = metal::plan(&k, &opts);
+    p.set(dot, Decision::Dot(DotLowering::Fma), "test");
+    refuse(&p, "carried slot 0 cannot stay in fragments");
+    // A decision on an op of another kind.
+    let mut p = metal::plan(&k, &opts);
+    p.set(for_, Decision::Reduce(ReductionLayout::Tiled), "test");
+    refuse(&p, "on a `for`");
+    // A plan made for other options.
+    let p = metal::plan(&k, &opts.clone().num_warps(8));
+    refuse(&p, "given for kernel");
+}
+
+/// Runs the 32x32x16 matmul on emulated Metal (both lane orders) with `plan`.
+fn run_mm(k: &Kernel, plan: &KernelPlan, a: &[f32], b: &[f32], half: bool) -> Vec<f32> {
+    let (m, n, kk) = (37usize, 45usize, 50usize);
+    let p = metal::compile_with(k, &LaunchOptions::default(), plan).unwrap();
+    let buf = |name: &str, shape: &[usize], v: &[f32]| {
+        if half {
+            let h: Vec<half::f16> = v.iter().map(|x| half::f16::from_f32(*x)).collect();
+            EmuBuffer::new(name, shape, &h)
+        } else {
+            EmuBuffer::new(name, shape, v)
+        }
+    };
+    let out = run_prog(
+        &p,
+        &[
+            buf("a_ptr", &[m, kk], a),
+            buf("b_ptr", &[kk, n], b),
+            EmuBuffer::scalar("M", m as i32),
+            EmuBuffer::scalar("N", n as i32),
+            EmuBuffer::scalar("K", kk as i32),
+        ],
+        &[OutputSpec::new("c_ptr", F32, &[m, n])],
+        [2, 2, 1],
+    );
+    out[0].to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn dot_decisions_change_the_code_not_the_result() {
+    let k = mm(F16);
+    let opts = LaunchOptions::default();
+    let dot = op_where(&k, |o| matches!(o, Op::Dot { .. }));
+    let for_ = op_where(&k, |o| matches!(o, Op::For { .. }));
+    let default = metal::plan(&k, &opts);
+    let mut as_float = default.clone();
+    as_float.set(
+        dot,
+        Decision::Dot(DotLowering::Simdgroup { stage: F32 }),
+        "override",
+    );
+    let mut not_resident = default.clone();
+    not_resident.set(for_, Decision::Resident(vec![]), "override");
+    let mut scalar = not_resident.clone();
+    scalar.set(dot, Decision::Dot(DotLowering::Fma), "override");
+    let plans = [&default, &as_float, &not_resident, &scalar];
+    let srcs: Vec<String> = plans
+        .iter()
+        .map(|p| metal::compile_with(&k, &opts, p).unwrap().source)
+        .collect();
+    assert!(srcs[0].contains("simdgroup_matrix<half, 8, 8> tm_fa"));
+    assert!(srcs[1].contains("simdgroup_matrix<float, 8, 8> tm_fa"));
+    assert!(!srcs[1].contains("tm_smem_f16"));
+    // Not resident: the accumulator goes through threadgroup memory on every iteration.
+    assert!(srcs[2].matches("simdgroup_store(").count() == 1);
+    assert!(!srcs[0].contains("simdgroup_load(frag_c"));
+    assert!(srcs[2].contains("simdgroup_load(frag_c"));
+    assert!(!srcs[3].contains("simdgroup_matrix"));
+    for (i, s) in srcs.iter().enumerate() {
+        assert!(
+            !srcs[..i].contains(s),
+            "plan {i} printed the same code as an earlier one"
+        );
+    }
+    // CUDA: tensor cores by default, the scalar loop on override; both compile.
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let mut cuda_scalar = cuda::plan(&k, &sm90);
+    cuda_scalar.set(for_, Decision::Resident(vec![]), "override");
+    cuda_scalar.set(dot, Decision::Dot(DotLowering::Fma), "override");
+    let progs =
+        [cuda::plan(&k, &sm90), cuda_scalar].map(|p| cuda::compile_with(&k, &sm90, &p).unwrap());
+    assert!(progs[0].source.contains("mma.sync"));
+    assert!(!progs[1].source.contains("mma.sync"));
+    if let Some(nv) = nvrtc() {
+        for p in &progs {
+            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+        }
+    }
+    if !emu_ok("dot_decisions_change_the_code_not_the_result") {
+        return;
+    }
+    let (m, n, kk) = (37usize, 45usize, 50usize);
+    let round = |v: Vec<f32>| -> Vec<f32> {
+        v.into_iter()
+            .map(|x| half::f16::from_f32(x).to_f32())
+            .collect()
+    };
+    let a = round(rnd(m * kk, 11, -1.0, 1.0));
+    let b = round(rnd(kk * n, 12, -1.0, 1.0));
+    let want = matmul_ref(&a, &b, m, n, kk);
+    for (i, p) in plans.iter().enumerate() {
+        let got = run_mm(&k, p, &a, &b, true);
+        assert_close(&got, &want, 1e-5, &format!("plan {i}"));
+    }
+}
+
+#[test]
+fn reduction_decisions_change_the_code_not_the_result() {
+    let k = build("tiles", &[("BM", 16), ("BN", 64)], tile_reductions);
+    let opts = LaunchOptions::default();
+    let default = metal::plan(&k, &opts);
+    let reduces: Vec<OpId> = default
+        .decisions()
+        .filter(|(_, d, _)| matches!(d, Decision::Reduce(_)))
+        .map(|(o, _, _)| o)
+        .collect();
+    assert_eq!(reduces.len(), 3);
+    for (_, d, why) in default.decisions() {
+        if let Decision::Reduce(r) = d {
+            assert_eq!(
+                (*r, why),
+                (
+                    ReductionLayout::Coalesced,
+                    "default: SIMD-group collectives"
+                )
+            );
+        }
+    }
+    // The option and a per-op override both reach the plan.
+    let tiled = metal::plan(&k, &opts.clone().reduction_layout(ReductionLayout::Tiled));
+    assert!(tiled
+        .decisions()
+        .all(|(_, d, w)| *d == Decision::Reduce(ReductionLayout::Tiled)
+            && w == "LaunchOptions::reduction_layout"));
+    let mut one = default.clone();
+    one.set(
+        reduces[1],
+        Decision::Reduce(ReductionLayout::ColumnMajor),
+        "override",
+    );
+    let plans = [&default, &tiled, &one];
+    let progs: Vec<_> = plans
+        .iter()
+        .map(|p| metal::compile_with(&k, &opts, p).unwrap())
+        .collect();
+    assert_ne!(progs[0].source, progs[1].source);
+    assert_ne!(progs[0].source, progs[2].source);
+    assert_ne!(progs[1].source, progs[2].source);
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let mut cuda_one = cuda::plan(&k, &sm90);
+    cuda_one.set(
+        reduces[1],
+        Decision::Reduce(ReductionLayout::ColumnMajor),
+        "override",
+    );
+    let cu = [cuda::plan(&k, &sm90), cuda_one].map(|p| cuda::compile_with(&k, &sm90, &p).unwrap());
+    assert_ne!(cu[0].source, cu[1].source);
+    if let Some(nv) = nvrtc() {
+        for p in &cu {
+            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+        }
+    }
+    if !emu_ok("reduction_decisions_change_the_code_not_the_result") {
+        return;
+    }
+    let (m, n) = (20usize, 50usize);
+    let x = rnd(m * n, 21, -3.0, 3.0);
+    let mut results = Vec::new();
+    for p in &progs {
+        let out = run_prog(
+            p,
+            &[
+                EmuBuffer::new("x_ptr", &[m, n], &x),
+                EmuBuffer::scalar("M", m as i32),
+                EmuBuffer::scalar("N", n as i32),
+            ],
+            &[
+                OutputSpec::new("row_sum", F32, &[32]),
+                OutputSpec::new("col_max", F32, &[128]),
+                OutputSpec::new("row_argmax", I32, &[32]),
+            ],
+            [2, 1, 1],
+        );
+        let rows = out[0].to_vec::<f32>().unwrap();
+        let want: Vec<f64> = (0..m)
+            .map(|i| x[i * n..(i + 1) * n].iter().map(|v| *v as f64).sum())
+            .collect();
+        assert_close(&rows[..m], &want, 1e-5, "row sums");
+        let cols = out[1].to_vec::<f32>().unwrap();
+        let cols: Vec<u32> = (0..2)
+            .flat_map(|p| cols[p * 64..p * 64 + n].iter().map(|v| v.to_bits()))
+            .collect();
+        let amax = out[2].to_vec::<i32>().unwrap()[..m].to_vec();
+        results.push((cols, amax));
+    }
+    // Max and argmax are exact: every plan gives the same bits.
+    assert!(results.windows(2).all(|w| w[0] == w[1]));
+}

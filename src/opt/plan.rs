@@ -1,0 +1,564 @@
+//! The layout plan of one kernel: the decisions the printers spell, each with the fact or
+//! profile field that drove it.
+//!
+//! [`plan`] reads the kernel IR, the [`LaunchOptions`] (warps, profile, overrides) and what
+//! the printer's dialect offers ([`Printer`]), and decides, per op:
+//! - `tl.dot`: its lowering ([`DotLowering`]: `simdgroup_matrix` 8x8 tiles with A and B
+//!   staged in a chosen dtype, `mma.sync` m16n8k16 with a warp grid, rows of C on a
+//!   one-thread program, or a scalar FMA per element);
+//! - reductions: the strategy ([`ReductionLayout`], the seeds' DEFAULT / ROW_MAJOR /
+//!   COLUMN_MAJOR / TILED / COALESCED);
+//! - `for` loops: which carried `tl.dot` accumulators stay in matrix fragments across
+//!   the loop.
+//!
+//! A user override changes the plan, never the printer: [`LaunchOptions::reduction_layout`],
+//! or [`KernelPlan::set`] on a plan given to `codegen::metal::compile_with` (or the CUDA
+//! and C++ counterparts). [`KernelPlan::verify`] checks a plan against its kernel; its text
+//! form (printed with `TRITON_METAL_DEBUG=1`) parses back with [`KernelPlan::parse`].
+//!
+//! ```
+//! use triton_metal::opt::plan::{plan, Decision, Printer, MatrixUnit};
+//! use triton_metal::opt::options::LaunchOptions;
+//! use triton_metal::{tl, DType::F32};
+//! let k = tl::jit("rowmax", |k| {
+//!     let x = k.ptr(F32, "x");
+//!     let o = k.ptr(F32, "o");
+//!     let offs = tl::arange(0, 256);
+//!     tl::store(o + tl::program_id(0), tl::load(x + offs).max(0));
+//! })?.specialize_with(&[])?;
+//! let printer = Printer { threads: 128, matrix: MatrixUnit::Simdgroup8x8 };
+//! let p = plan(&k, &LaunchOptions::default(), printer);
+//! assert!(p.decisions().any(|(_, d, _)| matches!(d, Decision::Reduce(_))));
+//! assert_eq!(triton_metal::opt::plan::KernelPlan::parse(&p.to_string())?, p);
+//! # Ok::<(), triton_metal::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::options::{LaunchOptions, ReductionLayout};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ir::{Kernel, Op, OpId, RegionId, Value};
+
+/// The matrix unit the printer's dialect can spell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatrixUnit {
+    /// None: `tl.dot` is scalar code.
+    None,
+    /// Metal `simdgroup_matrix<T, 8, 8>` (Apple7+).
+    Simdgroup8x8,
+    /// NVIDIA `mma.sync.m16n8k16` (sm80+).
+    MmaM16N8K16,
+}
+
+impl MatrixUnit {
+    fn name(self) -> &'static str {
+        match self {
+            MatrixUnit::None => "none",
+            MatrixUnit::Simdgroup8x8 => "simdgroup8x8",
+            MatrixUnit::MmaM16N8K16 => "mma16816",
+        }
+    }
+
+    fn parse(s: &str) -> Option<MatrixUnit> {
+        [
+            MatrixUnit::None,
+            MatrixUnit::Simdgroup8x8,
+            MatrixUnit::MmaM16N8K16,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
+    }
+}
+
+/// What the printer's dialect offers the planner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Printer {
+    /// Threads of one program (1 on the CPU).
+    pub threads: usize,
+    /// Its matrix unit.
+    pub matrix: MatrixUnit,
+}
+
+/// How the warps of a program split an `[M, N]` accumulator on `mma.sync` m16n8k16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WarpGrid {
+    /// Warps along M.
+    pub wm: usize,
+    /// Warps along N.
+    pub wn: usize,
+    /// 16-row MMA tiles per warp.
+    pub fm: usize,
+    /// 8-column MMA tiles per warp.
+    pub fn_: usize,
+}
+
+impl WarpGrid {
+    /// The grid for `[m, n]` with at most `warps` warps: every active warp gets the same
+    /// whole number of tiles; among the grids using the most warps, the squarest warp tile
+    /// (fewest fragment loads per MMA). `None` when `m`/`n` are not multiples of 16/8.
+    pub fn choose(m: usize, n: usize, warps: usize) -> Option<WarpGrid> {
+        if m == 0 || n == 0 || m % 16 != 0 || n % 8 != 0 {
+            return None;
+        }
+        let (tm, tn) = (m / 16, n / 8);
+        let mut active = warps.max(1);
+        while active >= 1 {
+            let mut best: Option<WarpGrid> = None;
+            let mut wm = 1;
+            while wm <= active {
+                let wn = active / wm;
+                if wm * wn == active && tm % wm == 0 && tn % wn == 0 {
+                    let g = WarpGrid {
+                        wm,
+                        wn,
+                        fm: tm / wm,
+                        fn_: tn / wn,
+                    };
+                    if best.is_none_or(|b| g.perimeter() < b.perimeter()) {
+                        best = Some(g);
+                    }
+                }
+                wm *= 2;
+            }
+            if best.is_some() {
+                return best;
+            }
+            active /= 2;
+        }
+        None
+    }
+
+    /// Warps that hold tiles.
+    pub fn active(&self) -> usize {
+        self.wm * self.wn
+    }
+
+    fn perimeter(&self) -> usize {
+        self.fm * 16 + self.fn_ * 8
+    }
+}
+
+/// How one `tl.dot` is lowered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DotLowering {
+    /// `simdgroup_matrix` 8x8 fragments accumulating in float; A and B staged through
+    /// threadgroup memory as `stage`.
+    Simdgroup {
+        /// The staging (and fragment) dtype of A and B: f16 or f32.
+        stage: DType,
+    },
+    /// `mma.sync` m16n8k16 (f16/bf16 operands, f32 accumulator) on this warp grid.
+    Mma(WarpGrid),
+    /// One thread per program: rows of C accumulate along rows of B.
+    Rows,
+    /// One C element per register, a scalar FMA loop over K with A and B staged.
+    Fma,
+}
+
+/// One decision of the plan.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// A `tl.dot`'s lowering.
+    Dot(DotLowering),
+    /// A reduction's strategy.
+    Reduce(ReductionLayout),
+    /// A `for` loop's carried slots (indices into its init values) whose `tl.dot`
+    /// accumulators stay in matrix fragments across the loop.
+    Resident(Vec<usize>),
+}
+
+/// The plan of one kernel: decisions per op, each with the reason it was taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelPlan {
+    /// The kernel's name.
+    pub kernel: String,
+    /// What the printer offered.
+    pub printer: Printer,
+    decisions: BTreeMap<OpId, (Decision, String)>,
+}
+
+/// `dot(a, b, acc)`'s operand dims `(m, n, k)` when 2-D.
+fn dims(k: &Kernel, a: Value, b: Value) -> Option<(usize, usize, usize)> {
+    let (sa, sb) = (&k.ty(a).shape, &k.ty(b).shape);
+    (sa.len() == 2 && sb.len() == 2).then(|| (sa[0], sb[1], sa[1]))
+}
+
+/// Why `dot(a, b, acc)` cannot take `unit`'s tiles, or `Ok` with the lowering it takes.
+fn tiles(
+    k: &Kernel,
+    unit: MatrixUnit,
+    warps: usize,
+    (a, b, acc): (Value, Value, Value),
+) -> std::result::Result<(DotLowering, String), String> {
+    let (din, dacc) = (k.ty(a).dtype, k.ty(acc).dtype);
+    let Some((m, n, kk)) = dims(k, a, b) else {
+        return Err("batched (3-D) operands".into());
+    };
+    match unit {
+        MatrixUnit::None => Err("the printer has no matrix unit".into()),
+        MatrixUnit::Simdgroup8x8 => {
+            if m % 8 != 0 || n % 8 != 0 || kk % 8 != 0 {
+                return Err(format!("{m}x{n}x{kk} is not a multiple of 8x8x8"));
+            }
+            let ok = |d: DType| matches!(d, DType::F32 | DType::F16);
+            if !ok(din) || !ok(dacc) {
+                return Err(format!("{din} operands into {dacc} (tiles take f32/f16)"));
+            }
+            let half = din == DType::F16 && k.ty(b).dtype == DType::F16;
+            let stage = if half { DType::F16 } else { DType::F32 };
+            Ok((
+                DotLowering::Simdgroup { stage },
+                format!(
+                    "profile simdgroup_matrix; {m}x{n}x{kk} in 8x8 tiles; {din} operands staged as {}",
+                    stage.short_name()
+                ),
+            ))
+        }
+        MatrixUnit::MmaM16N8K16 => {
+            if !matches!(din, DType::F16 | DType::BF16) || k.ty(b).dtype != din {
+                return Err(format!("{din} operands (tensor cores take f16/bf16)"));
+            }
+            if dacc != DType::F32 || kk % 16 != 0 {
+                return Err(format!(
+                    "{dacc} accumulator, K = {kk} (needs f32, K % 16 == 0)"
+                ));
+            }
+            let g = WarpGrid::choose(m, n, warps)
+                .ok_or(format!("{m}x{n} does not split into 16x8 tiles"))?;
+            Ok((
+                DotLowering::Mma(g),
+                format!(
+                    "sm80+ mma.sync; {}x{} warps of {}x{} (all {warps} warps or the most that split {m}x{n} evenly)",
+                    g.wm,
+                    g.wn,
+                    g.fm * 16,
+                    g.fn_ * 8
+                ),
+            ))
+        }
+    }
+}
+
+/// The plan the printers use for `kernel` under `opts` on `printer`'s dialect.
+pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPlan {
+    let mut p = KernelPlan {
+        kernel: kernel.name.clone(),
+        printer,
+        decisions: BTreeMap::new(),
+    };
+    let warps = (printer.threads / 32).max(1);
+    for (i, o) in kernel.ops.iter().enumerate() {
+        let id = OpId(i as u32);
+        match &o.op {
+            Op::Dot { a, b, acc } => {
+                let (d, why) = match tiles(kernel, printer.matrix, warps, (*a, *b, *acc)) {
+                    Ok(t) => t,
+                    Err(_) if printer.threads == 1 => {
+                        (DotLowering::Rows, "one thread per program".to_string())
+                    }
+                    Err(e) => (DotLowering::Fma, format!("no tiles: {e}")),
+                };
+                p.decisions.insert(id, (Decision::Dot(d), why));
+            }
+            Op::Reduce { kind, srcs, .. } if *kind != crate::ir::ReduceKind::Custom => {
+                let dt = kernel.ty(srcs[0]).dtype;
+                let (r, why) = match opts.reduction_layout {
+                    Some(l) => (l, "LaunchOptions::reduction_layout".to_string()),
+                    None => (
+                        ReductionLayout::Coalesced,
+                        "default: SIMD-group collectives".to_string(),
+                    ),
+                };
+                let (r, why) = if r == ReductionLayout::Coalesced && !shuffles(dt) {
+                    (
+                        ReductionLayout::Default,
+                        format!("{dt} has no SIMD shuffles (asked: {why})"),
+                    )
+                } else {
+                    (r, why)
+                };
+                p.decisions.insert(id, (Decision::Reduce(r), why));
+            }
+            _ => {}
+        }
+    }
+    for (i, o) in kernel.ops.iter().enumerate() {
+        if let Op::For { body, .. } = &o.op {
+            let slots = p.resident_candidates(kernel, *body);
+            if !slots.is_empty() {
+                let why = "the accumulator's only use is the loop's tiled tl.dot".to_string();
+                p.decisions
+                    .insert(OpId(i as u32), (Decision::Resident(slots), why));
+            }
+        }
+    }
+    p
+}
+
+/// Element types the SIMD-group shuffles and collectives take.
+fn shuffles(dt: DType) -> bool {
+    matches!(
+        dt,
+        DType::F32
+            | DType::F16
+            | DType::I32
+            | DType::U32
+            | DType::I16
+            | DType::U16
+            | DType::I8
+            | DType::U8
+    )
+}
+
+fn use_counts(k: &Kernel) -> Vec<u32> {
+    let mut u = vec![0u32; k.values.len()];
+    for o in &k.ops {
+        o.op.for_each_operand(|v| u[v.index()] += 1);
+    }
+    u
+}
+
+impl KernelPlan {
+    /// Every decision: the op, what was decided and why.
+    pub fn decisions(&self) -> impl Iterator<Item = (OpId, &Decision, &str)> {
+        self.decisions.iter().map(|(o, (d, w))| (*o, d, w.as_str()))
+    }
+
+    /// The decision for `op`, if it has one.
+    pub fn get(&self, op: OpId) -> Option<&Decision> {
+        self.decisions.get(&op).map(|(d, _)| d)
+    }
+
+    /// Replaces (or adds) the decision for `op`, recording `why`; [`Self::verify`] tells
+    /// whether the kernel admits it.
+    pub fn set(&mut self, op: OpId, d: Decision, why: impl Into<String>) {
+        self.decisions.insert(op, (d, why.into()));
+    }
+
+    /// The lowering of the `tl.dot` at `op` (scalar FMA when the plan has none).
+    pub fn dot(&self, op: OpId) -> DotLowering {
+        match self.get(op) {
+            Some(Decision::Dot(d)) => *d,
+            _ => DotLowering::Fma,
+        }
+    }
+
+    /// The strategy of the reduction at `op`.
+    pub fn reduction(&self, op: OpId) -> ReductionLayout {
+        match self.get(op) {
+            Some(Decision::Reduce(r)) => *r,
+            _ => ReductionLayout::Default,
+        }
+    }
+
+    /// The carried slots of the `for` at `op` held in matrix fragments.
+    pub fn resident(&self, op: OpId) -> &[usize] {
+        match self.get(op) {
+            Some(Decision::Resident(s)) => s,
+            _ => &[],
+        }
+    }
+
+    /// Carried slots of a `for` body whose value is only the `acc` of a dot in the body
+    /// itself that this plan puts on tiles, and whose result is only yielded back there.
+    fn resident_candidates(&self, k: &Kernel, body: RegionId) -> Vec<usize> {
+        let uses = use_counts(k);
+        let region = k.region(body);
+        let yields = match region.ops.last().map(|&l| &k.op(l).op) {
+            Some(Op::Yield { values }) => values.clone(),
+            _ => return Vec::new(),
+        };
+        region.args[1..]
+            .iter()
+            .enumerate()
+            .filter(|&(s, &arg)| {
+                let Some(&y) = yields.get(s) else {
+                    return false;
+                };
+                let Some(def) = k.def_op(y) else { return false };
+                region.ops.contains(&def)
+                    && uses[arg.index()] == 1
+                    && uses[y.index()] == 1
+                    && matches!(k.op(def).op, Op::Dot { acc, .. } if acc == arg)
+                    && matches!(
+                        self.dot(def),
+                        DotLowering::Simdgroup { .. } | DotLowering::Mma(_)
+                    )
+            })
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    /// Checks every decision against `kernel`: the op exists and is of the decision's
+    /// kind, and the kernel and printer admit the choice.
+    pub fn verify(&self, kernel: &Kernel) -> Result<()> {
+        let bad = |op: OpId, msg: String| {
+            Err(Error::InvalidArgument(format!(
+                "layout plan of `{}`: {op}: {msg}",
+                self.kernel
+            )))
+        };
+        let warps = (self.printer.threads / 32).max(1);
+        // Dots first: whether an accumulator may stay in fragments depends on its dot.
+        let mut order: Vec<_> = self.decisions.iter().collect();
+        order.sort_by_key(|(_, (d, _))| matches!(d, Decision::Resident(_)));
+        for (&op, (d, _)) in order {
+            let Some(o) = kernel.ops.get(op.index()) else {
+                return bad(op, "no such op".into());
+            };
+            match (d, &o.op) {
+                (Decision::Dot(l), Op::Dot { a, b, acc }) => {
+                    let ok = match l {
+                        DotLowering::Fma => Ok(()),
+                        DotLowering::Rows if self.printer.threads == 1 => Ok(()),
+                        DotLowering::Rows => Err("rows of C need a one-thread program".into()),
+                        _ => tiles(kernel, self.printer.matrix, warps, (*a, *b, *acc)).and_then(
+                            |(t, _)| match (t, *l) {
+                                (
+                                    DotLowering::Simdgroup { .. },
+                                    DotLowering::Simdgroup { stage },
+                                ) if matches!(stage, DType::F32)
+                                    || kernel.ty(*a).dtype == stage
+                                        && kernel.ty(*b).dtype == stage =>
+                                {
+                                    Ok(())
+                                }
+                                (t, l) if t == l => Ok(()),
+                                (t, l) => Err(format!("{l:?} where the tiles admit {t:?}")),
+                            },
+                        ),
+                    };
+                    if let Err(e) = ok {
+                        return bad(op, format!("dot as {l:?}: {e}"));
+                    }
+                }
+                (Decision::Reduce(r), Op::Reduce { srcs, .. }) => {
+                    let dt = kernel.ty(srcs[0]).dtype;
+                    if *r == ReductionLayout::Coalesced && !shuffles(dt) {
+                        return bad(op, format!("COALESCED on {dt}, which has no SIMD shuffles"));
+                    }
+                }
+                (Decision::Resident(slots), Op::For { body, .. }) => {
+                    let ok = self.resident_candidates(kernel, *body);
+                    if let Some(s) = slots.iter().find(|s| !ok.contains(s)) {
+                        return bad(op, format!("carried slot {s} cannot stay in fragments"));
+                    }
+                }
+                (d, op_) => return bad(op, format!("{d:?} on a `{}`", op_.name())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses the text form written by `Display`.
+    pub fn parse(text: &str) -> Result<KernelPlan> {
+        let err =
+            |l: &str, what: &str| Error::InvalidArgument(format!("layout plan: {what} in `{l}`"));
+        let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+        let head = lines.next().ok_or_else(|| err("", "empty text"))?;
+        let h: Vec<&str> = head.split_whitespace().collect();
+        let (kernel, threads, matrix) = match h.as_slice() {
+            ["plan", name, t, m] => (
+                name.strip_prefix('@')
+                    .ok_or_else(|| err(head, "kernel name"))?,
+                t.strip_prefix("threads=")
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| err(head, "threads"))?,
+                m.strip_prefix("matrix=")
+                    .and_then(MatrixUnit::parse)
+                    .ok_or_else(|| err(head, "matrix unit"))?,
+            ),
+            _ => return Err(err(head, "header")),
+        };
+        let mut p = KernelPlan {
+            kernel: kernel.to_string(),
+            printer: Printer { threads, matrix },
+            decisions: BTreeMap::new(),
+        };
+        for l in lines {
+            let (body, why) = l.split_once(" ; ").ok_or_else(|| err(l, "reason"))?;
+            let w: Vec<&str> = body.split_whitespace().collect();
+            let op = w
+                .first()
+                .and_then(|o| o.strip_prefix("op"))
+                .and_then(|o| o.parse().ok())
+                .map(OpId)
+                .ok_or_else(|| err(l, "op id"))?;
+            let num = |s: &str, key: &str| -> Result<usize> {
+                s.strip_prefix(key)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| err(l, key))
+            };
+            let d = match &w[1..] {
+                ["dot", "simdgroup", s] => Decision::Dot(DotLowering::Simdgroup {
+                    stage: s
+                        .strip_prefix("stage=")
+                        .and_then(DType::parse)
+                        .ok_or_else(|| err(l, "stage dtype"))?,
+                }),
+                ["dot", "mma", wm, wn, fm, fnn] => Decision::Dot(DotLowering::Mma(WarpGrid {
+                    wm: num(wm, "wm=")?,
+                    wn: num(wn, "wn=")?,
+                    fm: num(fm, "fm=")?,
+                    fn_: num(fnn, "fn=")?,
+                })),
+                ["dot", "rows"] => Decision::Dot(DotLowering::Rows),
+                ["dot", "fma"] => Decision::Dot(DotLowering::Fma),
+                ["reduce", r] => Decision::Reduce(
+                    ReductionLayout::ALL
+                        .into_iter()
+                        .find(|x| x.name() == *r)
+                        .ok_or_else(|| err(l, "reduction layout"))?,
+                ),
+                ["for", slots] => Decision::Resident(
+                    slots
+                        .strip_prefix("resident=")
+                        .ok_or_else(|| err(l, "resident slots"))?
+                        .split(',')
+                        .map(|s| s.parse().map_err(|_| err(l, "slot")))
+                        .collect::<Result<_>>()?,
+                ),
+                _ => return Err(err(l, "decision")),
+            };
+            p.decisions.insert(op, (d, why.to_string()));
+        }
+        Ok(p)
+    }
+}
+
+impl fmt::Display for KernelPlan {
+    /// `plan @name threads=T matrix=U`, then one line per decision: `opN what ; why`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "plan @{} threads={} matrix={}",
+            self.kernel,
+            self.printer.threads,
+            self.printer.matrix.name()
+        )?;
+        for (op, (d, why)) in &self.decisions {
+            let what = match d {
+                Decision::Dot(DotLowering::Simdgroup { stage }) => {
+                    format!("dot simdgroup stage={}", stage.short_name())
+                }
+                Decision::Dot(DotLowering::Mma(g)) => {
+                    format!("dot mma wm={} wn={} fm={} fn={}", g.wm, g.wn, g.fm, g.fn_)
+                }
+                Decision::Dot(DotLowering::Rows) => "dot rows".into(),
+                Decision::Dot(DotLowering::Fma) => "dot fma".into(),
+                Decision::Reduce(r) => format!("reduce {}", r.name()),
+                Decision::Resident(s) => format!(
+                    "for resident={}",
+                    s.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            };
+            writeln!(f, "  {op} {what} ; {}", why.replace('\n', " "))?;
+        }
+        Ok(())
+    }
+}
