@@ -13,7 +13,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::axis::AxisInfo;
 use super::dialect::Dialect;
 use super::layout::BlockedLayout;
 use super::{LaunchOptions, LayoutChoice};
@@ -22,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::ir::{
     AtomicOp, BinaryOp, CmpPred, Const, Kernel, Op, OpId, ParamKind, RegionId, Type, UnaryOp, Value,
 };
+use crate::opt::axis::AxisInfo;
 use crate::opt::plan::{plan, KernelPlan, MatrixUnit, Printer};
 
 /// How a value is held by each thread.
@@ -116,6 +116,7 @@ pub(super) fn printer_of(d: &Dialect, opts: &LaunchOptions) -> Printer {
     Printer {
         threads: opts.num_warps as usize * d.simd_width,
         matrix,
+        widest_vector: d.widest_vector(),
     }
 }
 
@@ -156,38 +157,6 @@ pub(super) fn unsupported_on(d: &Dialect, k: &Kernel, what: impl std::fmt::Displ
     Error::Unsupported(format!("kernel `{}`: {what} on {}", k.name, d.title))
 }
 
-/// Elements per chunk of the kernel's blocked layout. Where the dialect has packed accesses
-/// wider than the profile's 32-bit-word chunk, a load or store proven contiguous (`axis`)
-/// over one full vector of the target's width asks for that many elements (8 halves or 4
-/// floats in 16 bytes, as Triton's `sizePerThread`); the widest such request wins. Accesses
-/// that cannot be packed (runtime strides) ask nothing: wider chunks would only spread a
-/// warp's scalar accesses further apart. One width for the whole kernel keeps layouts a
-/// function of the element count (see `layout`), so mixed f16/f32 kernels move no data.
-fn chunk_elems(k: &Kernel, d: &Dialect, opts: &LaunchOptions, axis: &[AxisInfo]) -> usize {
-    let base = opts.vector_elems();
-    let widest = d.widest_vector();
-    if widest <= base {
-        return base;
-    }
-    let want = |bytes: usize| {
-        (opts.target.vector_bytes as usize / bytes.max(1))
-            .next_power_of_two()
-            .clamp(base, widest)
-    };
-    k.ops
-        .iter()
-        .filter_map(|o| match o.op {
-            Op::Load { ptr, .. } => Some((ptr, o.result()?)),
-            Op::Store { ptr, value, .. } => Some((ptr, value)),
-            _ => None,
-        })
-        .map(|(ptr, v)| (ptr, want(k.ty(v).dtype.size_bytes())))
-        .filter(|&(ptr, w)| axis[ptr.index()].contig >= w as u64)
-        .map(|(_, w)| w)
-        .max()
-        .unwrap_or(base)
-}
-
 impl<'k> Lowering<'k> {
     /// The printer for `k` with the planner's default plan.
     pub fn new(k: &'k Kernel, d: &'static Dialect, opts: &'k LaunchOptions) -> Lowering<'k> {
@@ -213,9 +182,9 @@ impl<'k> Lowering<'k> {
             .collect();
         let mut names: HashSet<String> = idents.iter().cloned().collect();
         names.insert(k.name.clone());
-        let axis = super::axis::analyse(k);
+        let axis = crate::opt::axis::analyse(k);
         Lowering {
-            vec: chunk_elems(k, d, opts, &axis),
+            vec: plan.vec,
             k,
             d,
             opts,

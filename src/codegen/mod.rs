@@ -37,7 +37,6 @@
 //! are also written there as `<name>.metal` (header + body) for inspection.
 
 pub mod abi;
-mod axis;
 pub mod cpu;
 pub mod cuda;
 pub mod dialect;

@@ -273,3 +273,62 @@ fn reduction_decisions_change_the_code_not_the_result() {
     // Max and argmax are exact: every plan gives the same bits.
     assert!(results.windows(2).all(|w| w[0] == w[1]));
 }
+
+#[test]
+fn chunk_width_decision_changes_the_code_not_the_result() {
+    let k = build(
+        "add_kernel",
+        &[("BLOCK_SIZE", 1024)],
+        super::tests::vector_add,
+    );
+    let opts = LaunchOptions::default();
+    let default = metal::plan(&k, &opts);
+    assert_eq!(default.vec, 4);
+    assert!(
+        default.vec_why.contains("vector_bytes 16"),
+        "{}",
+        default.vec_why
+    );
+    let mut narrow = default.clone();
+    narrow.vec = 1;
+    narrow.vec_why = "override".into();
+    let mut wide = default.clone();
+    wide.vec = 16;
+    let e = metal::compile_with(&k, &opts, &wide)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("chunks of 16 elements"), "{e}");
+    let progs = [&default, &narrow].map(|p| metal::compile_with(&k, &opts, p).unwrap());
+    assert!(progs[0].source.contains("packed_float4"));
+    assert!(!progs[1].source.contains("packed_float4"));
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let mut cuda_narrow = cuda::plan(&k, &sm90);
+    cuda_narrow.vec = 1;
+    let cu =
+        [cuda::plan(&k, &sm90), cuda_narrow].map(|p| cuda::compile_with(&k, &sm90, &p).unwrap());
+    assert_ne!(cu[0].source, cu[1].source);
+    if let Some(nv) = nvrtc() {
+        for p in &cu {
+            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+        }
+    }
+    if !emu_ok("chunk_width_decision_changes_the_code_not_the_result") {
+        return;
+    }
+    let n = 3000usize;
+    let (x, y) = (rnd(n, 31, -5.0, 5.0), rnd(n, 32, -5.0, 5.0));
+    let want: Vec<f64> = x.iter().zip(&y).map(|(a, b)| (a + b) as f64).collect();
+    for p in &progs {
+        let out = run_prog(
+            p,
+            &[
+                EmuBuffer::new("x_ptr", &[n], &x),
+                EmuBuffer::new("y_ptr", &[n], &y),
+                EmuBuffer::scalar("n_elements", n as i32),
+            ],
+            &[OutputSpec::new("out_ptr", F32, &[n])],
+            [n.div_ceil(1024), 1, 1],
+        );
+        assert_close(&out[0].to_vec::<f32>().unwrap(), &want, 0.0, "add");
+    }
+}

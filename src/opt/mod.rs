@@ -18,6 +18,7 @@
 //! # Ok::<(), triton_metal::Error>(())
 //! ```
 
+pub(crate) mod axis;
 pub mod hardware;
 pub mod layout;
 pub mod options;

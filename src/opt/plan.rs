@@ -9,7 +9,9 @@
 //! - reductions: the strategy ([`ReductionLayout`], the seeds' DEFAULT / ROW_MAJOR /
 //!   COLUMN_MAJOR / TILED / COALESCED);
 //! - `for` loops: which carried `tl.dot` accumulators stay in matrix fragments across
-//!   the loop.
+//!   the loop;
+//! - the kernel: elements per chunk of the blocked layout ([`KernelPlan::vec`]), from the
+//!   profile's vector width and the contiguity of its loads and stores.
 //!
 //! A user override changes the plan, never the printer: [`LaunchOptions::reduction_layout`],
 //! or [`KernelPlan::set`] on a plan given to `codegen::metal::compile_with` (or the CUDA
@@ -26,7 +28,7 @@
 //!     let offs = tl::arange(0, 256);
 //!     tl::store(o + tl::program_id(0), tl::load(x + offs).max(0));
 //! })?.specialize_with(&[])?;
-//! let printer = Printer { threads: 128, matrix: MatrixUnit::Simdgroup8x8 };
+//! let printer = Printer { threads: 128, matrix: MatrixUnit::Simdgroup8x8, widest_vector: 4 };
 //! let p = plan(&k, &LaunchOptions::default(), printer);
 //! assert!(p.decisions().any(|(_, d, _)| matches!(d, Decision::Reduce(_))));
 //! assert_eq!(triton_metal::opt::plan::KernelPlan::parse(&p.to_string())?, p);
@@ -79,6 +81,8 @@ pub struct Printer {
     pub threads: usize,
     /// Its matrix unit.
     pub matrix: MatrixUnit,
+    /// Elements of its widest packed load or store.
+    pub widest_vector: usize,
 }
 
 /// How the warps of a program split an `[M, N]` accumulator on `mma.sync` m16n8k16.
@@ -176,7 +180,57 @@ pub struct KernelPlan {
     pub kernel: String,
     /// What the printer offered.
     pub printer: Printer,
+    /// Elements per chunk of every block's blocked layout (see `codegen::layout`): one
+    /// width for the whole kernel, so layouts depend on element counts only.
+    pub vec: usize,
+    /// Why [`Self::vec`].
+    pub vec_why: String,
     decisions: BTreeMap<OpId, (Decision, String)>,
+}
+
+/// Elements per chunk of the kernel's blocked layout, and why. Where the dialect has packed
+/// accesses wider than the profile's 32-bit-word chunk, a load or store proven contiguous
+/// (the axis analysis) over one full vector of the target's width asks for that many
+/// elements (8 halves or 4 floats in 16 bytes, as Triton's `sizePerThread`); the widest such
+/// request wins. Accesses that cannot be packed (runtime strides) ask nothing: wider chunks
+/// would only spread a warp's scalar accesses further apart.
+fn chunk_elems(k: &Kernel, opts: &LaunchOptions, printer: Printer) -> (usize, String) {
+    let base = opts.vector_elems();
+    let why_base = format!(
+        "profile vector_bytes {} / 4-byte words",
+        opts.target.vector_bytes
+    );
+    let widest = printer.widest_vector;
+    if widest <= base {
+        return (base, why_base);
+    }
+    let axis = super::axis::analyse(k);
+    let want = |bytes: usize| {
+        (opts.target.vector_bytes as usize / bytes.max(1))
+            .next_power_of_two()
+            .clamp(base, widest)
+    };
+    k.ops
+        .iter()
+        .filter_map(|o| match o.op {
+            Op::Load { ptr, .. } => Some((ptr, o.result()?)),
+            Op::Store { ptr, value, .. } => Some((ptr, value)),
+            _ => None,
+        })
+        .map(|(ptr, v)| (ptr, want(k.ty(v).dtype.size_bytes()), k.ty(v).dtype))
+        .filter(|&(ptr, w, _)| axis[ptr.index()].contig >= w as u64)
+        .max_by_key(|&(_, w, _)| w)
+        .filter(|&(_, w, _)| w > base)
+        .map(|(ptr, w, dt)| {
+            (
+                w,
+                format!(
+                    "{dt} access through {ptr} contiguous over {w} elements (profile vector_bytes {})",
+                    opts.target.vector_bytes
+                ),
+            )
+        })
+        .unwrap_or((base, why_base))
 }
 
 /// `dot(a, b, acc)`'s operand dims `(m, n, k)` when 2-D.
@@ -243,9 +297,12 @@ fn tiles(
 
 /// The plan the printers use for `kernel` under `opts` on `printer`'s dialect.
 pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPlan {
+    let (vec, vec_why) = chunk_elems(kernel, opts, printer);
     let mut p = KernelPlan {
         kernel: kernel.name.clone(),
         printer,
+        vec,
+        vec_why,
         decisions: BTreeMap::new(),
     };
     let warps = (printer.threads / 32).max(1);
@@ -400,6 +457,12 @@ impl KernelPlan {
                 self.kernel
             )))
         };
+        if !self.vec.is_power_of_two() || self.vec > 8 {
+            return Err(Error::InvalidArgument(format!(
+                "layout plan of `{}`: chunks of {} elements (a power of two up to 8)",
+                self.kernel, self.vec
+            )));
+        }
         let warps = (self.printer.threads / 32).max(1);
         // Dots first: whether an accumulator may stay in fragments depends on its dot.
         let mut order: Vec<_> = self.decisions.iter().collect();
@@ -459,8 +522,8 @@ impl KernelPlan {
         let mut lines = text.lines().filter(|l| !l.trim().is_empty());
         let head = lines.next().ok_or_else(|| err("", "empty text"))?;
         let h: Vec<&str> = head.split_whitespace().collect();
-        let (kernel, threads, matrix) = match h.as_slice() {
-            ["plan", name, t, m] => (
+        let (kernel, threads, matrix, widest) = match h.as_slice() {
+            ["plan", name, t, m, w] => (
                 name.strip_prefix('@')
                     .ok_or_else(|| err(head, "kernel name"))?,
                 t.strip_prefix("threads=")
@@ -469,12 +532,30 @@ impl KernelPlan {
                 m.strip_prefix("matrix=")
                     .and_then(MatrixUnit::parse)
                     .ok_or_else(|| err(head, "matrix unit"))?,
+                w.strip_prefix("widest_vector=")
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| err(head, "widest vector"))?,
             ),
             _ => return Err(err(head, "header")),
         };
+        let vline = lines
+            .next()
+            .ok_or_else(|| err(head, "no chunk width line"))?;
+        let (vec, vec_why) = vline
+            .trim()
+            .strip_prefix("kernel vec=")
+            .and_then(|r| r.split_once(" ; "))
+            .and_then(|(v, w)| Some((v.parse().ok()?, w.to_string())))
+            .ok_or_else(|| err(vline, "chunk width"))?;
         let mut p = KernelPlan {
             kernel: kernel.to_string(),
-            printer: Printer { threads, matrix },
+            printer: Printer {
+                threads,
+                matrix,
+                widest_vector: widest,
+            },
+            vec,
+            vec_why,
             decisions: BTreeMap::new(),
         };
         for l in lines {
@@ -529,15 +610,18 @@ impl KernelPlan {
 }
 
 impl fmt::Display for KernelPlan {
-    /// `plan @name threads=T matrix=U`, then one line per decision: `opN what ; why`.
+    /// `plan @name threads=T matrix=U widest_vector=W`, the kernel's chunk width
+    /// (`kernel vec=V ; why`), then one line per decision: `opN what ; why`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "plan @{} threads={} matrix={}",
+            "plan @{} threads={} matrix={} widest_vector={}",
             self.kernel,
             self.printer.threads,
-            self.printer.matrix.name()
+            self.printer.matrix.name(),
+            self.printer.widest_vector
         )?;
+        writeln!(f, "  kernel vec={} ; {}", self.vec, self.vec_why)?;
         for (op, (d, why)) in &self.decisions {
             let what = match d {
                 Decision::Dot(DotLowering::Simdgroup { stage }) => {
