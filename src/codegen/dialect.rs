@@ -290,11 +290,12 @@ pub const METAL: Dialect = Dialect {
     mulhi: "mulhi({a}, {b})",
     matrix_8x8: true,
     mma_m16n8k16: false,
-    // Metal has no `erf`; the header defines one.
-    overrides: &[("erf", "tm_erf({x})")],
+    // Metal has no `erf`; the header defines one. `libdevice` math: see `math.rs`.
+    overrides: super::math::METAL_OVERRIDES,
     prelude: "#include <metal_stdlib>\nusing namespace metal;\n",
     helpers: &[
         ("erf", super::metal::ERF),
+        ("math", super::math::METAL_MATH),
         ("atomic_cas", super::metal::ATOMIC_CAS),
         ("atomic_fminmax", super::metal::ATOMIC_FMINMAX),
         ("philox", super::metal::PHILOX),
@@ -366,7 +367,7 @@ pub const CUDA: Dialect = Dialect {
     mulhi: "tm_mulhi({a}, {b})",
     matrix_8x8: false,
     mma_m16n8k16: true,
-    overrides: &[],
+    overrides: super::math::CUDA_OVERRIDES,
     prelude: super::cuda::PRELUDE,
     helpers: &[
         ("atomic", super::cuda::ATOMIC),
@@ -446,13 +447,14 @@ pub const CPU: Dialect = Dialect {
     mulhi: "mulhi({a}, {b})",
     matrix_8x8: false,
     mma_m16n8k16: false,
-    overrides: &[("erf", "tm_erf({x})")],
+    overrides: super::math::CPU_OVERRIDES,
     prelude: concat!(
         include_str!("../emu/metal_core.h"),
         include_str!("cpu_runtime.h")
     ),
     helpers: &[
         ("erf", super::metal::ERF),
+        ("math", super::math::CPU_MATH),
         ("philox", super::cpu::PHILOX),
         ("minmax", CPU_VALUES.0),
         ("f2i", CPU_VALUES.1),

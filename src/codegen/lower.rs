@@ -1135,6 +1135,7 @@ impl<'k> Lowering<'k> {
                     "{x}".into()
                 });
             }
+            k => return self.math_unary(k, dt),
         };
         let call = match self.d.override_for(func) {
             Some(t) => {
@@ -1234,6 +1235,7 @@ impl<'k> Lowering<'k> {
                 format!("{ct}({m})")
             }
             BinaryOp::MulHi => self.d.mulhi.into(),
+            k => return self.math_binary(k, dt),
         };
         Ok(match dt {
             // bfloat arithmetic runs in float and rounds once per op.

@@ -43,6 +43,7 @@ pub mod dialect;
 mod dot;
 pub mod layout;
 mod lower;
+mod math;
 pub mod metal;
 mod mma;
 pub mod nvrtc;

@@ -151,6 +151,10 @@ macro_rules! float_unary {
                 UnaryOp::Floor => map_into(a, o, <$t>::floor),
                 UnaryOp::Ceil => map_into(a, o, <$t>::ceil),
                 UnaryOp::Abs => map_into(a, o, <$t>::abs),
+                k => {
+                    let f = super::libdevice::unary_fn(k);
+                    map_into(a, o, |x| f(x as f64) as $t)
+                }
             }
         }
     };
@@ -249,7 +253,10 @@ macro_rules! float_binary {
                         $min(x, y)
                     }
                 }),
-                _ => Err(kind_err(kind.name(), d)),
+                k => match super::libdevice::binary_fn(k) {
+                    Some(f) => zip2(a, b, o, |x, y| f(x as f64, y as f64) as $t),
+                    None => Err(kind_err(kind.name(), d)),
+                },
             }
         }
     };
@@ -299,6 +306,7 @@ fn binary_i32(kind: BinaryOp, d: DType, a: &[i32], b: &[i32], o: &mut Vec<i32>) 
         BinaryOp::MulHi => zip2(a, b, o, |x, y| {
             ((x as u32 as u64 * y as u32 as u64) >> 32) as i32
         }),
+        BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Hypot => Err(kind_err(kind.name(), d)),
     }
 }
 
@@ -336,6 +344,7 @@ fn binary_i64(kind: BinaryOp, d: DType, a: &[i64], b: &[i64], o: &mut Vec<i64>) 
         BinaryOp::MulHi => zip2(a, b, o, |x, y| {
             ((x as u64 as u128 * y as u64 as u128) >> 64) as i64
         }),
+        BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Hypot => Err(kind_err(kind.name(), d)),
     }
 }
 
@@ -352,7 +361,9 @@ fn binary_bool(kind: BinaryOp, d: DType, a: &[bool], b: &[bool], o: &mut Vec<boo
         BinaryOp::Div => zip2(a, b, o, |x, y| x | !y),
         BinaryOp::Rem => zip2(a, b, o, |x, y| x & !y),
         BinaryOp::Shl | BinaryOp::Shr => zip2(a, b, o, |x, y| x & !y),
-        BinaryOp::MulHi => Err(kind_err(kind.name(), d)),
+        BinaryOp::MulHi | BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Hypot => {
+            Err(kind_err(kind.name(), d))
+        }
     }
 }
 

@@ -71,6 +71,7 @@ mod dot;
 mod elementwise;
 mod interp;
 mod lazy;
+mod libdevice;
 mod memops;
 mod memory;
 mod native;

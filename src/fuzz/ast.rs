@@ -65,6 +65,21 @@ pub enum Un {
     Cos,
     Erf,
     Sigmoid,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Log1p,
+    Expm1,
+    Log10,
+    Exp10,
+    Cbrt,
+    Erfinv,
 }
 
 impl Un {
@@ -81,6 +96,21 @@ impl Un {
                 | Un::Cos
                 | Un::Erf
                 | Un::Sigmoid
+                | Un::Tan
+                | Un::Asin
+                | Un::Acos
+                | Un::Atan
+                | Un::Sinh
+                | Un::Cosh
+                | Un::Asinh
+                | Un::Acosh
+                | Un::Atanh
+                | Un::Log1p
+                | Un::Expm1
+                | Un::Log10
+                | Un::Exp10
+                | Un::Cbrt
+                | Un::Erfinv
         )
     }
 }
@@ -107,6 +137,16 @@ pub enum Bin {
     MaxNan,
     MinNan,
     Umulhi,
+    Pow,
+    Atan2,
+    Hypot,
+}
+
+impl Bin {
+    /// Results compared within a tolerance (and never used as operands).
+    pub fn inexact(self) -> bool {
+        matches!(self, Bin::Pow | Bin::Atan2 | Bin::Hypot)
+    }
 }
 
 /// Comparisons.
@@ -347,7 +387,11 @@ impl Node {
 
     /// Results compared within a tolerance rather than bit for bit.
     pub fn inexact(&self) -> bool {
-        matches!(self, Node::Unary(u, _) if u.inexact())
+        match self {
+            Node::Unary(u, _) => u.inexact(),
+            Node::Binary(b, ..) => b.inexact(),
+            _ => false,
+        }
     }
 }
 
@@ -525,6 +569,21 @@ fn unary(u: Un, a: Tensor) -> Tensor {
         Un::Cos => tl::cos(a),
         Un::Erf => tl::erf(a),
         Un::Sigmoid => tl::sigmoid(a),
+        Un::Tan => tl::libdevice::tan(a),
+        Un::Asin => tl::libdevice::asin(a),
+        Un::Acos => tl::libdevice::acos(a),
+        Un::Atan => tl::libdevice::atan(a),
+        Un::Sinh => tl::libdevice::sinh(a),
+        Un::Cosh => tl::libdevice::cosh(a),
+        Un::Asinh => tl::libdevice::asinh(a),
+        Un::Acosh => tl::libdevice::acosh(a),
+        Un::Atanh => tl::libdevice::atanh(a),
+        Un::Log1p => tl::libdevice::log1p(a),
+        Un::Expm1 => tl::libdevice::expm1(a),
+        Un::Log10 => tl::libdevice::log10(a),
+        Un::Exp10 => tl::libdevice::exp10(a),
+        Un::Cbrt => tl::libdevice::cbrt(a),
+        Un::Erfinv => tl::libdevice::erfinv(a),
     }
 }
 
@@ -575,6 +634,9 @@ fn binary(op: Bin, a: Tensor, b: Operand) -> Tensor {
         Bin::MaxNan => tl::maximum_nan(a, b),
         Bin::MinNan => tl::minimum_nan(a, b),
         Bin::Umulhi => tl::umulhi(a, b),
+        Bin::Pow => tl::libdevice::pow(a, b),
+        Bin::Atan2 => tl::libdevice::atan2(a, b),
+        Bin::Hypot => tl::libdevice::hypot(a, b),
     }
 }
 

@@ -73,7 +73,7 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-const ALL_UN: [Un; 15] = [
+const ALL_UN: [Un; 30] = [
     Un::Neg,
     Un::Abs,
     Un::Not,
@@ -89,9 +89,24 @@ const ALL_UN: [Un; 15] = [
     Un::Cos,
     Un::Erf,
     Un::Sigmoid,
+    Un::Tan,
+    Un::Asin,
+    Un::Acos,
+    Un::Atan,
+    Un::Sinh,
+    Un::Cosh,
+    Un::Asinh,
+    Un::Acosh,
+    Un::Atanh,
+    Un::Log1p,
+    Un::Expm1,
+    Un::Log10,
+    Un::Exp10,
+    Un::Cbrt,
+    Un::Erfinv,
 ];
 
-const ALL_BIN: [Bin; 16] = [
+const ALL_BIN: [Bin; 19] = [
     Bin::Add,
     Bin::Sub,
     Bin::Mul,
@@ -108,6 +123,9 @@ const ALL_BIN: [Bin; 16] = [
     Bin::MaxNan,
     Bin::MinNan,
     Bin::Umulhi,
+    Bin::Pow,
+    Bin::Atan2,
+    Bin::Hypot,
 ];
 
 fn is_num(d: DType) -> bool {
@@ -138,6 +156,8 @@ fn bin_ok(op: Bin, a: DType, b: DType) -> bool {
         Bin::Max | Bin::Min => ints || floats,
         Bin::MaxNan | Bin::MinNan => floats,
         Bin::Umulhi => a == b && matches!(a, DType::I32 | DType::U32 | DType::I64 | DType::U64),
+        // Triton's libdevice takes fp32 and fp64 (after promotion).
+        Bin::Pow | Bin::Atan2 | Bin::Hypot => a == b && is_math(a),
     }
 }
 

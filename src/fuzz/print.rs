@@ -32,6 +32,21 @@ fn un(u: Un, a: &str) -> String {
         Un::Cos => format!("tl::cos({a})"),
         Un::Erf => format!("tl::erf({a})"),
         Un::Sigmoid => format!("tl::sigmoid({a})"),
+        Un::Tan => format!("tl::libdevice::tan({a})"),
+        Un::Asin => format!("tl::libdevice::asin({a})"),
+        Un::Acos => format!("tl::libdevice::acos({a})"),
+        Un::Atan => format!("tl::libdevice::atan({a})"),
+        Un::Sinh => format!("tl::libdevice::sinh({a})"),
+        Un::Cosh => format!("tl::libdevice::cosh({a})"),
+        Un::Asinh => format!("tl::libdevice::asinh({a})"),
+        Un::Acosh => format!("tl::libdevice::acosh({a})"),
+        Un::Atanh => format!("tl::libdevice::atanh({a})"),
+        Un::Log1p => format!("tl::libdevice::log1p({a})"),
+        Un::Expm1 => format!("tl::libdevice::expm1({a})"),
+        Un::Log10 => format!("tl::libdevice::log10({a})"),
+        Un::Exp10 => format!("tl::libdevice::exp10({a})"),
+        Un::Cbrt => format!("tl::libdevice::cbrt({a})"),
+        Un::Erfinv => format!("tl::libdevice::erfinv({a})"),
     }
 }
 
@@ -64,6 +79,9 @@ fn bin(op: Bin, a: &str, ad: DType, b: &str, bd: Option<DType>) -> String {
         Bin::MaxNan => format!("tl::maximum_nan({a}, {b})"),
         Bin::MinNan => format!("tl::minimum_nan({a}, {b})"),
         Bin::Umulhi => format!("tl::umulhi({a}, {b})"),
+        Bin::Pow => format!("tl::libdevice::pow({a}, {b})"),
+        Bin::Atan2 => format!("tl::libdevice::atan2({a}, {b})"),
+        Bin::Hypot => format!("tl::libdevice::hypot({a}, {b})"),
     }
 }
 

@@ -35,6 +35,36 @@ pub enum UnaryOp {
     Ceil,
     /// Absolute value (float: clears the sign bit; signed int: wrapping `abs`; unsigned: identity).
     Abs,
+    /// Tangent (float).
+    Tan,
+    /// Arcsine (float; NaN outside [-1, 1]).
+    Asin,
+    /// Arccosine (float; NaN outside [-1, 1]).
+    Acos,
+    /// Arctangent (float).
+    Atan,
+    /// Hyperbolic sine (float).
+    Sinh,
+    /// Hyperbolic cosine (float).
+    Cosh,
+    /// Inverse hyperbolic sine (float).
+    Asinh,
+    /// Inverse hyperbolic cosine (float; NaN below 1).
+    Acosh,
+    /// Inverse hyperbolic tangent (float; ±inf at ±1, NaN outside [-1, 1]).
+    Atanh,
+    /// `ln(1 + x)`, accurate for small `x` (float).
+    Log1p,
+    /// `e^x - 1`, accurate for small `x` (float).
+    Expm1,
+    /// Base-10 log (float).
+    Log10,
+    /// `10^x` (float).
+    Exp10,
+    /// Cube root (float; odd: `cbrt(-x) = -cbrt(x)`).
+    Cbrt,
+    /// Inverse error function (float; ±inf at ±1, NaN outside [-1, 1]).
+    Erfinv,
 }
 
 impl UnaryOp {
@@ -53,6 +83,21 @@ impl UnaryOp {
             UnaryOp::Floor => "floor",
             UnaryOp::Ceil => "ceil",
             UnaryOp::Abs => "abs",
+            UnaryOp::Tan => "tan",
+            UnaryOp::Asin => "asin",
+            UnaryOp::Acos => "acos",
+            UnaryOp::Atan => "atan",
+            UnaryOp::Sinh => "sinh",
+            UnaryOp::Cosh => "cosh",
+            UnaryOp::Asinh => "asinh",
+            UnaryOp::Acosh => "acosh",
+            UnaryOp::Atanh => "atanh",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Expm1 => "expm1",
+            UnaryOp::Log10 => "log10",
+            UnaryOp::Exp10 => "exp10",
+            UnaryOp::Cbrt => "cbrt",
+            UnaryOp::Erfinv => "erfinv",
         }
     }
 
@@ -61,8 +106,31 @@ impl UnaryOp {
         !matches!(self, UnaryOp::Abs)
     }
 
+    /// True for the math functions of Triton's `libdevice` beyond the core set (printed by
+    /// `codegen::math`).
+    pub fn is_libdevice(self) -> bool {
+        matches!(
+            self,
+            UnaryOp::Tan
+                | UnaryOp::Asin
+                | UnaryOp::Acos
+                | UnaryOp::Atan
+                | UnaryOp::Sinh
+                | UnaryOp::Cosh
+                | UnaryOp::Asinh
+                | UnaryOp::Acosh
+                | UnaryOp::Atanh
+                | UnaryOp::Log1p
+                | UnaryOp::Expm1
+                | UnaryOp::Log10
+                | UnaryOp::Exp10
+                | UnaryOp::Cbrt
+                | UnaryOp::Erfinv
+        )
+    }
+
     /// Every unary op.
-    pub const ALL: [UnaryOp; 12] = [
+    pub const ALL: [UnaryOp; 27] = [
         UnaryOp::Exp,
         UnaryOp::Exp2,
         UnaryOp::Log,
@@ -75,6 +143,21 @@ impl UnaryOp {
         UnaryOp::Floor,
         UnaryOp::Ceil,
         UnaryOp::Abs,
+        UnaryOp::Tan,
+        UnaryOp::Asin,
+        UnaryOp::Acos,
+        UnaryOp::Atan,
+        UnaryOp::Sinh,
+        UnaryOp::Cosh,
+        UnaryOp::Asinh,
+        UnaryOp::Acosh,
+        UnaryOp::Atanh,
+        UnaryOp::Log1p,
+        UnaryOp::Expm1,
+        UnaryOp::Log10,
+        UnaryOp::Exp10,
+        UnaryOp::Cbrt,
+        UnaryOp::Erfinv,
     ];
 }
 
@@ -113,6 +196,15 @@ pub enum BinaryOp {
     /// High half of the full-width *unsigned* product of two 32- or 64-bit integers
     /// (Triton's `umulhi`, whatever the operands' signedness).
     MulHi,
+    /// `x^y` (float), with C99's special cases (`pow(x, ±0) = 1` even for NaN `x`,
+    /// `pow(1, y) = 1`, `pow(-1, ±inf) = 1`, a negative `x` with an integral `y` is defined).
+    Pow,
+    /// `atan2(y, x)`: the angle of the point `(x, y)` in `[-pi, pi]` (float), C99's signed
+    /// zeros and infinities.
+    Atan2,
+    /// `sqrt(x^2 + y^2)` without undue overflow or underflow (float); an infinite operand
+    /// gives +inf even if the other is NaN.
+    Hypot,
 }
 
 impl BinaryOp {
@@ -134,6 +226,9 @@ impl BinaryOp {
             BinaryOp::MaxNan => "max_nan",
             BinaryOp::MinNan => "min_nan",
             BinaryOp::MulHi => "mulhi",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Atan2 => "atan2",
+            BinaryOp::Hypot => "hypot",
         }
     }
 
@@ -151,7 +246,22 @@ impl BinaryOp {
                 | BinaryOp::MaxNan
                 | BinaryOp::MinNan
                 | BinaryOp::MulHi
+                | BinaryOp::Hypot
         )
+    }
+
+    /// True if the op is only defined on floats (the `libdevice` functions and the
+    /// NaN-propagating max/min).
+    pub fn float_only(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::MaxNan | BinaryOp::MinNan
+        )
+    }
+
+    /// True for the math functions of Triton's `libdevice` (printed by `codegen::math`).
+    pub fn is_libdevice(self) -> bool {
+        matches!(self, BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Hypot)
     }
 
     /// True if the op is only defined on integers (and `bool`).
@@ -168,7 +278,7 @@ impl BinaryOp {
     }
 
     /// Every binary op.
-    pub const ALL: [BinaryOp; 15] = [
+    pub const ALL: [BinaryOp; 18] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -184,6 +294,9 @@ impl BinaryOp {
         BinaryOp::MaxNan,
         BinaryOp::MinNan,
         BinaryOp::MulHi,
+        BinaryOp::Pow,
+        BinaryOp::Atan2,
+        BinaryOp::Hypot,
     ];
 }
 

@@ -339,10 +339,9 @@ impl<'k> Verifier<'k> {
                 ensure(!kind.int_only() || !a.dtype.is_float(), || {
                     format!("{} needs integer operands, got {a}", kind.name())
                 })?;
-                ensure(
-                    !matches!(kind, BinaryOp::MaxNan | BinaryOp::MinNan) || a.dtype.is_float(),
-                    || format!("{} needs float operands, got {a}", kind.name()),
-                )?;
+                ensure(!kind.float_only() || a.dtype.is_float(), || {
+                    format!("{} needs float operands, got {a}", kind.name())
+                })?;
                 ensure(
                     *kind != BinaryOp::MulHi || matches!(a.dtype.bits(), 32 | 64),
                     || format!("umulhi needs 32- or 64-bit integers, got {a}"),

@@ -525,7 +525,23 @@ impl Builder {
             BinaryOp::Max | BinaryOp::MaxNan => self.max_min(a, b, true, kind == BinaryOp::MaxNan),
             BinaryOp::Min | BinaryOp::MinNan => self.max_min(a, b, false, kind == BinaryOp::MinNan),
             BinaryOp::MulHi => self.umulhi(a, b),
+            BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Hypot => self.libdevice2(kind, a, b),
         }
+    }
+
+    /// A binary `libdevice` function: the operands promoted to one type (Triton's
+    /// arithmetic promotion), which must be fp32 or fp64.
+    pub(crate) fn libdevice2(&mut self, kind: BinaryOp, a: Opnd, b: Opnd) -> Res<Value> {
+        let (a, b) = self.binary_prep(a, b, false, false, true, false)?;
+        let d = self.ty(a).dtype;
+        if !matches!(d, DType::F32 | DType::F64) {
+            return Err(format!(
+                "{}: expected dtype fp32 or fp64 but got {} (cast with .to(F32) first)",
+                kind.name(),
+                dts(d)
+            ));
+        }
+        Ok(self.bin(kind, a, b))
     }
 
     pub(crate) fn add(&mut self, a: Opnd, b: Opnd) -> Res<Value> {
