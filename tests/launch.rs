@@ -250,3 +250,21 @@ fn optimising_a_launch_twice_runs_the_passes_once() {
     assert_eq!(max_abs_diff(&y[0], &want).unwrap(), 0.0);
     assert_eq!(k.cached_optimized(), 3);
 }
+
+#[test]
+fn a_grid_reading_an_unknown_constexpr_is_an_error() {
+    let k = scale();
+    let x = Array::from_slice(&[1.0f32; 8], &[8]).unwrap();
+    let e = launch_err(
+        k.launch()
+            .grid(grid(|m| [cdiv(8, m["BLOCK_SIZE"])]))
+            .constexpr("BLOCK", 8)
+            .args((&x, out_like(&x), 8, 1.0f32))
+            .target(Target::Cpu)
+            .run(),
+    );
+    assert!(
+        e.contains("meta[\"BLOCK_SIZE\"]") && e.contains("BLOCK"),
+        "{e}"
+    );
+}

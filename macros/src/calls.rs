@@ -23,7 +23,7 @@ pub fn tl_name(func: &Expr) -> Option<(String, Span)> {
 const SPECS: &[(&str, &[&str])] = &[
     ("load", &["pointer", "mask", "other"]),
     ("store", &["pointer", "value", "mask"]),
-    ("sum", &["input", "axis", "keep_dims"]),
+    ("sum", &["input", "axis", "keep_dims", "dtype"]),
     ("max", &["input", "axis", "return_indices", "keep_dims"]),
     ("min", &["input", "axis", "return_indices", "keep_dims"]),
     ("argmax", &["input", "axis", "keep_dims"]),
@@ -31,7 +31,10 @@ const SPECS: &[(&str, &[&str])] = &[
     ("xor_sum", &["input", "axis", "keep_dims"]),
     ("dot", &["input", "other", "acc", "out_dtype"]),
     ("cumsum", &["input", "axis", "reverse"]),
-    ("cumprod", &["input", "axis"]),
+    ("cumprod", &["input", "axis", "reverse"]),
+    ("sort", &["x", "dim", "descending"]),
+    ("flip", &["x", "dim"]),
+    ("cat", &["input", "other", "can_reorder"]),
     ("program_id", &["axis"]),
     ("num_programs", &["axis"]),
     ("arange", &["start", "end"]),
@@ -238,7 +241,12 @@ pub fn call(c: &syn::ExprCall) -> syn::Result<Option<TokenStream>> {
     };
     let args: Vec<Expr> = c.args.iter().cloned().collect();
     // Calls already in the builder's own form are left alone.
-    if !has_kw && args.len() == params.len() && !matches!(name.as_str(), "load" | "store") {
+    let tuple_axes = name == "expand_dims" && matches!(args.get(1), Some(Expr::Tuple(_)));
+    if !has_kw
+        && args.len() == params.len()
+        && !matches!(name.as_str(), "load" | "store")
+        && !tuple_axes
+    {
         return Ok(None);
     }
     let b = bind(&name, span, params, args)?;
@@ -299,6 +307,11 @@ fn emit(b: &Bound) -> syn::Result<TokenStream> {
             let (p, v) = (b.required("pointer")?, b.required("value")?);
             masked(quote_spanned!(span=> #tl::store(#p, #v)))
         }
+        "sum" if b.get("dtype").is_some() => {
+            let (x, d) = (b.required("input")?, b.required("dtype")?);
+            let axis = b.axis()?;
+            quote_spanned!(span=> #tl::sum_dtype(#x, #axis, #d))
+        }
         "sum" | "argmax" | "argmin" | "xor_sum" | "max" | "min" => {
             let x = b.required("input")?;
             let indices = b.params.contains(&"return_indices") && b.flag("return_indices")?;
@@ -331,7 +344,32 @@ fn emit(b: &Bound) -> syn::Result<TokenStream> {
         "cumprod" => {
             let x = b.required("input")?;
             let axis = b.or("axis", quote!(0));
-            quote_spanned!(span=> #tl::cumprod(#x, #axis))
+            let func = f(if b.flag("reverse")? {
+                "cumprod_reverse"
+            } else {
+                "cumprod"
+            });
+            quote_spanned!(span=> #tl::#func(#x, #axis))
+        }
+        "sort" => {
+            let x = b.required("x")?;
+            let dim = b.or("dim", quote!(-1));
+            let desc = b.or("descending", quote!(false));
+            quote_spanned!(span=> #tl::sort(#x, #dim, #desc))
+        }
+        "flip" => {
+            let x = b.required("x")?;
+            let dim = b.or("dim", quote!(-1));
+            quote_spanned!(span=> #tl::flip(#x, #dim))
+        }
+        "cat" => {
+            let (x, y) = (b.required("input")?, b.required("other")?);
+            let r = b.or("can_reorder", quote!(false));
+            quote_spanned!(span=> #tl::cat(#x, #y, #r))
+        }
+        "expand_dims" if matches!(b.get("axis"), Some(Expr::Tuple(_))) => {
+            let (x, axes) = (b.required("input")?, b.shape("axis")?);
+            quote_spanned!(span=> #tl::expand_dims_axes(#x, #axes))
         }
         "zeros" => {
             let (shape, d) = (b.shape("shape")?, b.required("dtype")?);

@@ -122,6 +122,35 @@ fn helpers_return_values_from_branches() {
 }
 
 #[test]
+fn standard_library_keywords() {
+    let out = expand_src(
+        "fn k(p: Ptr<F32>) {
+            let a = tl::sort(x, descending = true);
+            let b = tl::sort(x, dim = 0);
+            let c = tl::flip(x);
+            let d = tl::cat(x, y, can_reorder = true);
+            let e = tl::cumprod(x, 1, reverse = true);
+            let f = tl::sum(x, axis = 0, dtype = F32);
+            let g = tl::expand_dims(x, (0, 2));
+            let h = tl::expand_dims(x, 1);
+        }",
+    )
+    .unwrap();
+    for want in [
+        "tl :: sort (x , - 1 , true)",
+        "tl :: sort (x , 0 , false)",
+        "tl :: flip (x , - 1)",
+        "tl :: cat (x , y , true)",
+        "tl :: cumprod_reverse (x , 1)",
+        "tl :: sum_dtype (x , 0 , F32)",
+        "tl :: expand_dims_axes (x , [0 , 2])",
+        "tl :: expand_dims (x , 1)",
+    ] {
+        assert!(out.contains(want), "{want} not in {out}");
+    }
+}
+
+#[test]
 fn keyword_arguments_become_the_builder_form() {
     let out = expand_src(
         "fn k(p: Ptr<F32>) {

@@ -34,7 +34,7 @@ pub fn cdiv(x: impl TryInto<i64>, d: impl TryInto<i64>) -> usize {
 
 /// The constexprs of a launch, as a grid function sees them (`meta["BLOCK_SIZE"]`).
 #[derive(Clone, Debug, Default)]
-pub struct Meta(BTreeMap<String, i64>);
+pub struct Meta(BTreeMap<String, i64>, std::cell::RefCell<Vec<String>>);
 
 impl Meta {
     /// The value of a constexpr, if given.
@@ -45,10 +45,13 @@ impl Meta {
 
 impl Index<&str> for Meta {
     type Output = i64;
-    /// Missing names read as 1 here; the launch itself then fails with a clear error
-    /// naming the missing constexpr, so a grid lambda never panics.
+    /// A name the launch does not give reads as 1 here, so a grid lambda never panics; the
+    /// launch then fails with an error naming it.
     fn index(&self, name: &str) -> &i64 {
-        self.0.get(name).unwrap_or(&1)
+        self.0.get(name).unwrap_or_else(|| {
+            self.1.borrow_mut().push(name.to_string());
+            &1
+        })
     }
 }
 
@@ -450,12 +453,19 @@ impl<'k> Launch<'k> {
             )));
         }
         let kernel = self.specialize()?;
-        let meta = Meta(self.constexprs.clone());
+        let meta = Meta(self.constexprs.clone(), Default::default());
         let grid = match &self.grid {
             None => return Err(self.err("no grid given: call .grid([programs, ...])")),
             Some(Grid::Fixed(g)) => *g,
             Some(Grid::Dynamic(f)) => f(&meta),
         };
+        if let Some(name) = meta.1.borrow().first() {
+            let given: Vec<&String> = self.constexprs.keys().collect();
+            return Err(self.err(format!(
+                "the grid function reads meta[\"{name}\"], which this launch does not give \
+                 (constexprs given: {given:?})"
+            )));
+        }
         check_grid(grid).map_err(|m| self.err(m))?;
         let plan = self.bind(&kernel)?;
         let target = match self.target {

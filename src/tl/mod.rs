@@ -43,6 +43,12 @@
 //! | `for i in tl.static_range(4)` | `for i in tl::static_range(0, 4, 1)` (plain Rust, unrolled) |
 //! | `tl.reduce(x, 0, combine)`, `tl.associative_scan(x, 0, combine)` | `tl::reduce(x, 0, \|a, b\| ..)`, `tl::associative_scan(x, 0, false, \|a, b\| ..)` |
 //! | `tl.float32`, `tl.int1` | `DType::F32` (or `tl::float32`), `DType::Bool` (`tl::int1`) |
+//! | `libdevice.asin(x)`, `libdevice.pow(x, y)` (`from triton.language.extra import libdevice`) | `tl::libdevice::asin(x)`, `tl::libdevice::pow(x, y)` |
+//! | `tl.sort(x, dim, descending=True)`, `tl.flip(x, dim)` | `tl::sort(x, dim, true)`, `tl::flip(x, dim)` |
+//! | `tl.cat(a, b, can_reorder=True)`, `x.view(shape)` | `tl::cat(a, b, true)`, `tl::view(x, shape)` |
+//! | `tl.expand_dims(x, (0, 2))`, `tl.trans(x, 2, 0, 1)` | `tl::expand_dims_axes(x, [0, 2])`, `tl::trans_dims(x, [2, 0, 1])` |
+//! | `tl.cumsum(x, 0, reverse=True)`, `tl.cumprod(x, 0, reverse=True)` | `tl::cumsum_reverse(x, 0)`, `tl::cumprod_reverse(x, 0)` |
+//! | `tl.sum(x, 1, dtype=tl.float32)` | `tl::sum_dtype(x, 1, F32)` |
 //!
 //! Semantics follow Triton 3.x (promotion, broadcasting, `/` vs [`floordiv`], reductions,
 //! Philox random numbers); `semantics.rs` holds the rules. Mistakes never panic: the first
@@ -56,6 +62,7 @@ pub mod expand;
 mod jit;
 mod ops;
 mod semantics;
+mod standard;
 mod tensor;
 
 pub use crate::ir::MAX_NESTING;
@@ -65,6 +72,9 @@ pub use control::{
 pub use jit::{build, jit, JitKernel, KernelBuilder};
 pub use ops::*;
 pub use semantics::{computation_type, integer_promote, scalar_dtype};
+pub use standard::{
+    cat, cumprod_reverse, expand_dims_axes, flip, sort, sum_dtype, trans_dims, view,
+};
 pub use tensor::{Operand, Scalar, Tensor};
 
 pub use crate::dtype::DType::{

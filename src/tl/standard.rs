@@ -1,0 +1,248 @@
+//! Triton's standard-library shape functions and sorting (`flip`, `cat`, `view`, `sort`,
+//! `expand_dims` over several axes, `trans` with an order, `cumprod(reverse=)`,
+//! `sum(dtype=)`), written with the core ops so that every target runs them as it runs
+//! those (`reshape`, `permute`, `join`/`split`, `where`).
+
+use super::builder::op;
+use super::builder::{Builder, Res};
+use super::ops::IntoShape;
+use super::semantics::Opnd;
+use super::tensor::{Scalar, Tensor};
+use crate::dtype::DType;
+use crate::error::SourceLoc;
+use crate::ir::{BinaryOp, CmpPred, ReduceKind, ScanKind, Value};
+
+/// The log2 of `n` if `n` is a power of two.
+fn log2_exact(n: usize) -> Option<u32> {
+    n.is_power_of_two().then(|| n.trailing_zeros())
+}
+
+fn int(n: i64) -> Opnd {
+    Opnd::Weak(Scalar::Int(n as i128))
+}
+
+/// `v` (of `numel` elements) as `[a, 2, c]`, split into the halves `[a, c]` at index 0 and
+/// 1 of the middle dim.
+fn halves(b: &mut Builder, v: Value, a: usize, c: usize) -> Res<(Value, Value)> {
+    let y = b.reshape(v, &[a, 2, c])?;
+    let y = b.permute(y, &[0, 2, 1])?;
+    b.split(y)
+}
+
+/// The inverse of [`halves`]: `[a, 2, c]` from the two halves, reshaped to `shape`.
+fn unhalves(b: &mut Builder, l: Value, r: Value, shape: &[usize]) -> Res<Value> {
+    let y = b.join(l, r)?;
+    let y = b.permute(y, &[0, 2, 1])?;
+    b.reshape(y, shape)
+}
+
+/// `(size of the dims before `axis`, size of `axis`, size of the dims after)`.
+fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+fn axis_of(b: &Builder, v: Value, axis: i64, what: &str) -> Res<(Vec<usize>, usize)> {
+    let t = b.ty(v).clone();
+    if !t.is_block() || t.ptr {
+        return Err(format!("{what} needs a block of numbers, got {t}"));
+    }
+    let r = t.rank() as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if !(0..r).contains(&a) {
+        return Err(format!("{what}: axis {axis} is out of range for {t}"));
+    }
+    if log2_exact(t.shape[a as usize]).is_none() {
+        return Err(format!(
+            "{what}: the size of axis {axis} must be a power of two, got {t}"
+        ));
+    }
+    Ok((t.shape.clone(), a as usize))
+}
+
+/// `flip(x, dim)`: the elements of `x` in reverse order along `dim` (any axis; Triton's
+/// own only flips the last). The axis' size must be a power of two, as in Triton. The
+/// halves of every power-of-two segment are swapped, from the whole axis down to pairs.
+#[track_caller]
+pub fn flip(x: Tensor, dim: i64) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("flip", loc, |b| {
+        let v = b.value(x)?;
+        let (shape, axis) = axis_of(b, v, dim, "flip")?;
+        let (pre, n, post) = around(&shape, axis);
+        let mut v = v;
+        let mut seg = n;
+        while seg > 1 {
+            let (a, c) = (pre * (n / seg), (seg / 2) * post);
+            let (l, r) = halves(b, v, a, c)?;
+            v = unhalves(b, r, l, &shape)?;
+            seg /= 2;
+        }
+        Ok(v)
+    })
+}
+
+/// `cat(a, b, can_reorder=True)`: `a` and `b` (one shape) concatenated along the first
+/// dim. Triton allows only `can_reorder=True`, which lets the result's order be any
+/// permutation; here it is always `a`'s elements then `b`'s, which both values permit.
+#[track_caller]
+pub fn cat(a: Tensor, b: Tensor, can_reorder: bool) -> Tensor {
+    let loc = SourceLoc::caller();
+    let _ = can_reorder;
+    op("cat", loc, |bd| {
+        let (x, y) = (bd.value(a)?, bd.value(b)?);
+        let (tx, ty) = (bd.ty(x).clone(), bd.ty(y).clone());
+        if tx != ty || !tx.is_block() {
+            return Err(format!(
+                "cat needs two blocks of one type and shape, got {tx} and {ty}"
+            ));
+        }
+        let j = bd.join(x, y)?;
+        let r = tx.rank() as i64;
+        let order: Vec<i64> = std::iter::once(r).chain(0..r).collect();
+        let j = bd.permute(j, &order)?;
+        let mut shape = tx.shape.clone();
+        shape[0] *= 2;
+        bd.reshape(j, &shape)
+    })
+}
+
+/// `view(x, shape)`: Triton's reshape that may reorder elements; here the order is kept
+/// (the same as [`reshape`](super::reshape)), which Triton permits.
+#[track_caller]
+pub fn view(x: Tensor, shape: impl IntoShape) -> Tensor {
+    super::reshape(x, shape)
+}
+
+/// `expand_dims(x, axes)` with several axes: each axis is a position in the result (of
+/// rank `rank(x) + axes.len()`, negative counting from its end), as Triton.
+#[track_caller]
+pub fn expand_dims_axes(x: Tensor, axes: impl IntoShape) -> Tensor {
+    let (loc, axes) = (SourceLoc::caller(), axes.into_shape());
+    op("expand_dims", loc, |b| {
+        let v = b.value(x)?;
+        let r = (b.ty(v).rank() + axes.len()) as i64;
+        let mut norm: Vec<i64> = Vec::with_capacity(axes.len());
+        for &a in &axes {
+            let n = if a < 0 { a + r } else { a };
+            if !(0..r).contains(&n) {
+                return Err(format!(
+                    "expand_dims axis {a} is out of range for a result of rank {r}"
+                ));
+            }
+            if norm.contains(&n) {
+                return Err(format!("expand_dims axes repeat axis {a}: {axes:?}"));
+            }
+            norm.push(n);
+        }
+        norm.sort_unstable();
+        let mut v = v;
+        for a in norm {
+            v = b.expand_dims(v, a)?;
+        }
+        Ok(v)
+    })
+}
+
+/// `trans(x, *dims)`: [`permute`](super::permute) by `dims` (Triton's `trans` with an
+/// order; [`trans`](super::trans) without one swaps the last two dims).
+#[track_caller]
+pub fn trans_dims(x: Tensor, dims: impl IntoShape) -> Tensor {
+    super::permute(x, dims)
+}
+
+/// `cumprod(x, axis, reverse=True)`: the running product from the end of `axis`.
+#[track_caller]
+pub fn cumprod_reverse(x: Tensor, axis: i64) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("cumprod", loc, |b| {
+        let v = b.value(x)?;
+        b.scan_builtin(ScanKind::Prod, v, axis, true)
+    })
+}
+
+/// `sum(x, axis, dtype=d)`: `x` cast to `d` (Triton casts before reducing), then summed
+/// in `d`: a result of `d` (an 8- or 16-bit integer sum wraps as Triton's does); `axis` as
+/// in [`sum`](super::sum).
+#[track_caller]
+pub fn sum_dtype(x: Tensor, axis: impl Into<super::Axis>, dtype: DType) -> Tensor {
+    let (loc, ax) = (SourceLoc::caller(), axis.into());
+    op("sum", loc, |b| {
+        if dtype.is_bool() {
+            return Err("sum with dtype=int1 is not supported (sum as int32)".into());
+        }
+        let v = b.value(x)?;
+        let v = b.cast(v, dtype)?;
+        // Narrow integers are summed in 32 bits, whose low bits are the wrapped sum.
+        let r = b.reduce_builtin(ReduceKind::Sum, v, ax.axis, ax.keep_dims)?;
+        b.cast(r, dtype)
+    })
+}
+
+/// `sort(x, dim, descending)`: `x` sorted along `dim` (any axis whose size is a power of
+/// two) by a bitonic network, the same network as Triton's: element pairs are compared
+/// with `>` and swapped where it (xor the pair's direction) holds, so where there is no
+/// NaN the result is Triton's. A NaN compares false both ways and stays where the network
+/// leaves it; the result is always a permutation of the input (Triton's own extracts the
+/// pairs by multiplying by 0 and 1, which turns a NaN or inf into NaN elsewhere).
+#[track_caller]
+pub fn sort(x: Tensor, dim: i64, descending: bool) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("sort", loc, |b| {
+        let v = b.value(x)?;
+        let (shape, axis) = axis_of(b, v, dim, "sort")?;
+        let (pre, n, post) = around(&shape, axis);
+        if pre * n * post > i32::MAX as usize {
+            return Err(format!("sort of {} elements is too large", pre * n * post));
+        }
+        let k = n.trailing_zeros();
+        let mut v = v;
+        for stage in 1..=k {
+            for i in (k - stage)..k {
+                // Partners differ in bit `k - 1 - i` of the index along the axis.
+                let (a, c) = (pre << i, (n >> (i + 1)) * post);
+                let (l, r) = halves(b, v, a, c)?;
+                let mut swap = b.compare(CmpPred::Gt, Opnd::Val(l), Opnd::Val(r))?;
+                let dir = if stage < k {
+                    // Runs of 2^stage alternate up and down: bit `stage` of the index
+                    // along the axis of the pair's left element.
+                    Some(direction(b, a, c, post, n, stage)?)
+                } else if descending {
+                    Some(b.full(
+                        &[a as i64, c as i64],
+                        Opnd::Weak(Scalar::Bool(true)),
+                        DType::Bool,
+                    )?)
+                } else {
+                    None
+                };
+                if let Some(d) = dir {
+                    swap = b.bitwise(BinaryOp::Xor, Opnd::Val(swap), Opnd::Val(d))?;
+                }
+                let nl = b.where_(Opnd::Val(swap), Opnd::Val(r), Opnd::Val(l))?;
+                let nr = b.where_(Opnd::Val(swap), Opnd::Val(l), Opnd::Val(r))?;
+                v = unhalves(b, nl, nr, &shape)?;
+            }
+        }
+        Ok(v)
+    })
+}
+
+/// For the left elements of the pairs laid out as `[a, c]` (element `(p, q)` at flat index
+/// `2cp + q` of `[pre, n, post]`): whether bit `stage` of its index along the axis is set.
+fn direction(b: &mut Builder, a: usize, c: usize, post: usize, n: usize, stage: u32) -> Res<Value> {
+    let rows = b.arange(0, a as i64)?;
+    let rows = b.expand_dims(rows, 1)?;
+    let cols = b.arange(0, c as i64)?;
+    let cols = b.expand_dims(cols, 0)?;
+    let rows = b.mul(Opnd::Val(rows), int(2 * c as i64))?;
+    let flat = b.add(Opnd::Val(rows), Opnd::Val(cols))?;
+    let idx = b.floordiv(Opnd::Val(flat), int(post as i64))?;
+    let idx = b.rem(Opnd::Val(idx), int(n as i64))?;
+    let bit = b.bitwise(BinaryOp::Shr, Opnd::Val(idx), int(stage as i64))?;
+    let bit = b.bitwise(BinaryOp::And, Opnd::Val(bit), int(1))?;
+    b.compare(CmpPred::Ne, Opnd::Val(bit), int(0))
+}
