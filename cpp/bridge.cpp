@@ -18,6 +18,7 @@
 #include <string>
 
 #include "mlx/backend/cpu/encoder.h"
+#include "mlx/memory.h"
 #include "mlx/primitives.h"
 #include "mlx/export.h"
 #include "mlx/version.h"
@@ -147,37 +148,6 @@ std::string dtype_text(mx::Dtype d) {
   std::ostringstream o;
   o << d;
   return o.str();
-}
-
-// Throws if evaluating `roots` would allocate an array larger than this machine's memory
-// (or one whose byte count overflows). Walks only arrays not computed yet.
-void check_eval_sizes(const std::vector<const mx::array*>& roots) {
-  static const size_t capacity = memory_capacity();
-  std::vector<const mx::array*> stack(roots.begin(), roots.end());
-  std::unordered_set<uintptr_t> seen;
-  auto check = [&](const mx::array& a) {
-    size_t n = a.itemsize();
-    bool overflow = false;
-    for (auto d : a.shape()) {
-      if (d < 0 || __builtin_mul_overflow(n, static_cast<size_t>(d), &n)) overflow = true;
-    }
-    if (overflow || n > capacity) {
-      std::string need = overflow ? "more bytes than a size_t holds" : std::to_string(n) + " bytes";
-      throw std::runtime_error("[triton_metal] evaluating an array of shape " + shape_text(a) + " and dtype " +
-                               dtype_text(a.dtype()) + " needs " + need + ", more than this machine's " +
-                               std::to_string(capacity >> 20) + " MiB of memory");
-    }
-  };
-  while (!stack.empty()) {
-    const mx::array* a = stack.back();
-    stack.pop_back();
-    if (!seen.insert(a->id()).second || a->is_available() || !a->has_primitive()) continue;
-    check(*a);
-    for (const auto& s : a->siblings()) check(s);
-    for (const auto& in : a->inputs()) {
-      if (!seen.count(in.id())) stack.push_back(&in);
-    }
-  }
 }
 
 // Freed outputs of CPU-executor launches, kept for the next output of the same size.
@@ -352,6 +322,103 @@ class StdoutCapture {
   int saved_ = -1;
 };
 
+// Bytes the machine can still give to new arrays: on Linux what the kernel reports as
+// available (MemAvailable, which counts reclaimable page cache) plus free swap, elsewhere the
+// physical memory; plus the freed buffers MLX's allocator and the output cache keep for reuse.
+size_t available_memory() {
+  size_t avail = 0;
+  bool found = false;
+#ifdef __linux__
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  size_t kb = 0;
+  while (f >> key >> kb) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:" || key == "SwapFree:") {
+      avail += kb * 1024;
+      found = true;
+    }
+  }
+#endif
+  if (!found) avail = memory_capacity();
+  return avail + mx::get_cache_memory() + OutputCache::get().bytes();
+}
+
+std::string mib(size_t n) { return std::to_string((n + (1 << 20) - 1) >> 20) + " MiB"; }
+
+// Throws if evaluating `roots` would allocate an array larger than this machine's memory
+// (or one whose byte count overflows), or if one step of the evaluation needs more memory at
+// once than is available: the outputs of one primitive all exist together, and so do its
+// inputs. Custom kernels (ours and MLX's `metal_kernel`/`cuda_kernel`) write fresh outputs
+// while their inputs are alive, so for them the two add up; other primitives may reuse an
+// input's buffer for an output, so only the larger of the two counts. Arrays computed
+// already are not counted: their memory is taken and no longer available. Walks only arrays
+// not computed yet.
+void check_eval_sizes(const std::vector<const mx::array*>& roots) {
+  static const size_t capacity = memory_capacity();
+  std::vector<const mx::array*> stack(roots.begin(), roots.end());
+  std::unordered_set<uintptr_t> seen;
+  auto bytes = [&](const mx::array& a) {
+    size_t n = a.itemsize();
+    bool overflow = false;
+    for (auto d : a.shape()) {
+      if (d < 0 || __builtin_mul_overflow(n, static_cast<size_t>(d), &n)) overflow = true;
+    }
+    if (overflow || n > capacity) {
+      std::string need = overflow ? "more bytes than a size_t holds" : std::to_string(n) + " bytes";
+      throw std::runtime_error("[triton_metal] evaluating an array of shape " + shape_text(a) + " and dtype " +
+                               dtype_text(a.dtype()) + " needs " + need + ", more than this machine's " +
+                               std::to_string(capacity >> 20) + " MiB of memory");
+    }
+    return n;
+  };
+  size_t worst = 0;
+  std::string worst_what;
+  while (!stack.empty()) {
+    const mx::array* a = stack.back();
+    stack.pop_back();
+    if (!seen.insert(a->id()).second || a->is_available() || !a->has_primitive()) continue;
+    size_t outs = bytes(*a), ins = 0;
+    size_t n_outs = 1, n_ins = 0;
+    for (const auto& s : a->siblings()) {
+      outs += bytes(s);
+      ++n_outs;
+    }
+    std::unordered_set<uintptr_t> distinct;
+    for (const auto& in : a->inputs()) {
+      if (!distinct.insert(in.id()).second) continue;
+      if (!in.is_available()) {
+        ins += bytes(in);
+        ++n_ins;
+      }
+      if (!seen.count(in.id())) stack.push_back(&in);
+    }
+    const auto& p = a->primitive();
+    bool fresh = dynamic_cast<const RustCpuKernel*>(&p) != nullptr || std::string(p.name()) == "CustomKernel";
+    size_t need = fresh ? outs + ins : std::max(outs, ins);
+#ifdef TRITON_METAL_HAS_METAL
+    bool host_memory = true;  // unified memory
+#else
+    bool host_memory = const_cast<mx::Primitive&>(p).stream().device.type == mx::Device::cpu;  // a CUDA GPU has its own
+#endif
+    if (host_memory && need > worst) {
+      worst = need;
+      worst_what = std::string(p.name()) + " (" + std::to_string(n_outs) + " output" + (n_outs == 1 ? "" : "s") +
+                   " of " + std::to_string(outs) + " bytes in all, first of shape " + shape_text(*a) + " and dtype " +
+                   dtype_text(a->dtype()) + "; " + std::to_string(n_ins) + " input" + (n_ins == 1 ? "" : "s") +
+                   " still to compute, " + std::to_string(ins) + " bytes)";
+    }
+  }
+  // Small evaluations need no look at the system's memory (reading it costs more than they do).
+  if (worst < (size_t(1) << 28)) return;
+  size_t avail = available_memory();
+  if (worst > avail) {
+    throw std::runtime_error("[triton_metal] evaluating " + worst_what + " needs " + mib(worst) +
+                             " at once, more than the " + mib(avail) +
+                             " of memory available now (evaluate in smaller pieces, or free arrays first)");
+  }
+}
+
 }  // namespace
 
 ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype) {
@@ -420,17 +487,29 @@ void array_eval_many(rust::Slice<const MlxArray* const> arrays) {
   mx::eval(to_arrays(arrays));
 }
 
-rust::Vec<uint8_t> array_to_bytes(const MlxArray& a) {
+ArrayPtr array_contiguous_cpu(const MlxArray& a) {
   auto c = mx::contiguous(a.a, false, mx::Device::cpu);
   check_eval_sizes({&c});
   c.eval();
-  rust::Vec<uint8_t> out;
-  size_t n = c.nbytes();
-  out.reserve(n);
-  const uint8_t* p = c.data<uint8_t>();
-  for (size_t i = 0; i < n; ++i) out.push_back(p[i]);
-  return out;
+  return wrap(std::move(c));
 }
+
+void array_copy_bytes(const MlxArray& a, uint8_t* dst, size_t len) {
+  const auto& c = a.a;
+  if (!c.is_available() || !c.flags().row_contiguous || c.nbytes() != len) {
+    throw std::invalid_argument("array_copy_bytes: expected an evaluated row-contiguous array of " +
+                                std::to_string(len) + " bytes");
+  }
+  if (len > 0) std::memcpy(dst, c.data<uint8_t>(), len);
+}
+
+size_t array_nbytes(const MlxArray& a) { return a.a.nbytes(); }
+
+size_t array_pending_bytes(const MlxArray& a) {
+  return a.a.is_available() || !a.a.has_primitive() ? 0 : a.a.nbytes();
+}
+
+size_t memory_available() { return available_memory(); }
 
 ArrayPtr op_unary(rust::Str op_, const MlxArray& a) {
   auto op = to_string(op_);

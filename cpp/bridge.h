@@ -37,7 +37,11 @@ size_t array_size(const MlxArray& a);
 uintptr_t array_id(const MlxArray& a);
 void array_eval(const MlxArray& a);
 void array_eval_many(rust::Slice<const MlxArray* const> arrays);
-rust::Vec<uint8_t> array_to_bytes(const MlxArray& a);
+ArrayPtr array_contiguous_cpu(const MlxArray& a);
+void array_copy_bytes(const MlxArray& a, uint8_t* dst, size_t len);
+size_t array_nbytes(const MlxArray& a);
+size_t array_pending_bytes(const MlxArray& a);
+size_t memory_available();
 
 ArrayPtr op_unary(rust::Str op, const MlxArray& a);
 ArrayPtr op_binary(rust::Str op, const MlxArray& a, const MlxArray& b);

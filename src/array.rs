@@ -11,6 +11,7 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::{self, MlxArray};
 use crate::runtime::cpu_primitive::ErrorSlot;
+use crate::runtime::mlx_kernel::name_programs;
 
 /// An MLX array: lazily computed, reference counted, owned by MLX.
 ///
@@ -185,7 +186,7 @@ impl Array {
     /// deferred inside MLX (for example an out-of-bounds access on the CPU executor) are
     /// returned here.
     pub fn eval(&self) -> Result<()> {
-        bridge::array_eval(self.raw())?;
+        bridge::array_eval(self.raw()).map_err(|e| name_programs(e.into()))?;
         self.check_pending()
     }
 
@@ -193,7 +194,7 @@ impl Array {
     pub fn eval_all(arrays: &[&Array]) -> Result<()> {
         let ptrs: Vec<*const MlxArray> = arrays.iter().map(|a| a.raw() as *const _).collect();
         // SAFETY: the pointers come from live `Array`s borrowed for this call.
-        unsafe { bridge::array_eval_many(&ptrs)? };
+        unsafe { bridge::array_eval_many(&ptrs).map_err(|e| name_programs(e.into()))? };
         arrays.iter().try_for_each(|a| a.check_pending())
     }
 
@@ -214,38 +215,65 @@ impl Array {
                 self.dtype()
             )));
         }
-        self.eval()?;
-        let mut bytes = bridge::array_to_bytes(self.raw())?;
+        let n = self.size();
+        let mut out: Vec<T> = Vec::new();
+        self.copy_out(&mut out, n * std::mem::size_of::<T>())?;
         if T::DTYPE == DType::Bool {
             // A bool output a kernel never wrote (uninitialised or a recycled buffer) may
             // hold any byte; only 0 and 1 are valid `bool`s.
-            for b in &mut bytes {
-                *b = (*b != 0) as u8;
+            let p = out.as_mut_ptr() as *mut u8;
+            for i in 0..n {
+                // SAFETY: `copy_out` initialised `n` bytes at `p` (one per bool element);
+                // they are read and written as bytes before any is read as a `bool`.
+                unsafe { *p.add(i) = (*p.add(i) != 0) as u8 };
             }
         }
-        let n = self.size();
-        if bytes.len() != n * std::mem::size_of::<T>() {
+        // SAFETY: `copy_out` initialised the first `n` elements' bytes; `Element` makes every
+        // bit pattern of a non-bool dtype a valid T, and bool bytes were mapped to 0/1 above.
+        unsafe { out.set_len(n) };
+        Ok(out)
+    }
+
+    /// Evaluates and copies the row-major bytes (`len` of them) into the spare capacity of
+    /// the empty `out`, which it first reserves without aborting: a copy larger than the
+    /// memory left is an `Err`. The caller sets the length.
+    fn copy_out<T>(&self, out: &mut Vec<T>, len: usize) -> Result<()> {
+        self.eval()?;
+        let c = bridge::array_contiguous_cpu(self.raw())?;
+        let c = c
+            .as_ref()
+            .ok_or_else(|| Error::Mlx("MLX returned no array".into()))?;
+        let got = bridge::array_nbytes(c);
+        if got != len {
             return Err(Error::Mlx(format!(
-                "MLX returned {} bytes for {n} elements of {}",
-                bytes.len(),
-                T::DTYPE
+                "MLX holds {got} bytes for {} elements of {}",
+                self.size(),
+                self.dtype()
             )));
         }
-        let mut out: Vec<T> = Vec::with_capacity(n);
-        // SAFETY: `Element` makes every bit pattern of a non-bool dtype a valid T, and bool
-        // bytes were mapped to 0/1 above; the destination has capacity for exactly
-        // `bytes.len()` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, bytes.len());
-            out.set_len(n);
-        }
-        Ok(out)
+        let elems = len.div_ceil(std::mem::size_of::<T>().max(1));
+        out.try_reserve_exact(elems).map_err(|_| {
+            Error::Mlx(format!(
+                "[triton_metal] unable to allocate {len} bytes to copy an array of shape {:?} \
+                 and dtype {} out of MLX (not enough memory)",
+                self.shape(),
+                self.dtype()
+            ))
+        })?;
+        // SAFETY: `out` has capacity for at least `len` bytes; C++ writes exactly `len`
+        // bytes there (after checking that the array holds that many) and nothing else.
+        unsafe { bridge::array_copy_bytes(c, out.as_mut_ptr() as *mut u8, len)? };
+        Ok(())
     }
 
     /// Evaluates and returns the raw row-major bytes (as MLX stores the dtype).
     pub(crate) fn to_bytes(&self) -> Result<Vec<u8>> {
-        self.eval()?;
-        Ok(bridge::array_to_bytes(self.raw())?)
+        let len = self.size() * self.dtype().size_bytes();
+        let mut out = Vec::new();
+        self.copy_out(&mut out, len)?;
+        // SAFETY: `copy_out` initialised `len` bytes.
+        unsafe { out.set_len(len) };
+        Ok(out)
     }
 
     /// Builds an array from raw row-major bytes of `dtype`.

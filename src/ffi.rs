@@ -32,7 +32,11 @@ pub(crate) mod bridge {
         fn array_id(a: &MlxArray) -> usize;
         fn array_eval(a: &MlxArray) -> Result<()>;
         unsafe fn array_eval_many(arrays: &[*const MlxArray]) -> Result<()>;
-        fn array_to_bytes(a: &MlxArray) -> Result<Vec<u8>>;
+        fn array_contiguous_cpu(a: &MlxArray) -> Result<UniquePtr<MlxArray>>;
+        unsafe fn array_copy_bytes(a: &MlxArray, dst: *mut u8, len: usize) -> Result<()>;
+        fn array_nbytes(a: &MlxArray) -> usize;
+        fn array_pending_bytes(a: &MlxArray) -> usize;
+        fn memory_available() -> usize;
 
         fn op_unary(op: &str, a: &MlxArray) -> Result<UniquePtr<MlxArray>>;
         fn op_binary(op: &str, a: &MlxArray, b: &MlxArray) -> Result<UniquePtr<MlxArray>>;

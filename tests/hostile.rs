@@ -603,3 +603,232 @@ fn keyword_parameter_names_work_on_every_target() {
     }
     nvrtc_compiles(&launch(Target::Cuda));
 }
+
+/// Kernel and parameter names in any script (valid Rust identifiers) work on every target:
+/// generated code spells them in ASCII, errors keep the user's names.
+#[test]
+fn unicode_kernel_and_parameter_names_work_on_every_target() {
+    let k = tl::jit("größe_π_数据", |k| {
+        let x = k.ptr(F32, "größe");
+        let s = k.scalar(F32, "π");
+        let n = k.scalar(I32, "数据");
+        let y = k.ptr(F32, "выход");
+        let offs = tl::arange(0, 16);
+        let m = offs.lt(n);
+        tl::store(y + offs, tl::load(x + offs).mask(m).other(0.0) * s).mask(m);
+    })
+    .unwrap();
+    let x: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let xa = Array::from_slice(&x, &[16]).unwrap();
+    let want: Vec<f32> = (0..16)
+        .map(|i| if i < 12 { i as f32 * 2.0 } else { -1.0 })
+        .collect();
+    let launch = |t: Target| {
+        k.launch()
+            .grid([1])
+            .args((&xa, 2.0f32, 12, out(&[16], F32).fill(-1.0)))
+            .target(t)
+    };
+    for t in targets("unicode_kernel_and_parameter_names_work_on_every_target") {
+        let y = launch(t).run().unwrap_or_else(|e| panic!("{t:?}: {e}"));
+        assert_eq!(vals(&y[0]), want, "{t:?}");
+    }
+    let p = launch(Target::Cuda).msl().unwrap();
+    assert!(p.name.is_ascii() && p.source.is_ascii(), "{}", p.name);
+    let c = launch(Target::Cuda).cuda().unwrap();
+    assert!(c.name.is_ascii() && c.standalone().is_ascii(), "{}", c.name);
+    nvrtc_compiles(&launch(Target::Cuda));
+    // Errors show the user's names.
+    let e = k
+        .launch()
+        .grid([1])
+        .args((&xa, 2.0f32, 12))
+        .run()
+        .expect_err("an argument is missing")
+        .to_string();
+    assert!(
+        e.contains("kernel `größe_π_数据`") && e.contains("выход"),
+        "{e}"
+    );
+    // A name that is no identifier at all is still refused.
+    let e = tl::jit("größe-1", |_| {})
+        .expect_err("`-` in a name")
+        .to_string();
+    assert!(e.contains("not a valid kernel name"), "{e}");
+}
+
+// ---- errors of generated programs ----------------------------------------------------
+
+/// Errors from running a generated Metal program name the user's kernel (not the
+/// generated program's hashed name) and the user's parameter names.
+#[test]
+fn errors_of_generated_programs_name_the_kernel() {
+    let k = tl::jit("overrun", |k| {
+        let y = k.ptr(F32, "ausgabe_ö");
+        let offs = tl::arange(0, 16);
+        tl::store(y + 16 + offs, tl::zeros([16], F32));
+    })
+    .unwrap();
+    let launch = |t: Target| k.launch().grid([1]).args((out(&[16], F32),)).target(t);
+    let program = launch(Target::Cpu).msl().unwrap().name.clone();
+    assert!(program.starts_with("overrun_") && program != "overrun");
+    let mut ts = vec![Target::Cpu, Target::Metal, Target::Cuda];
+    if Emulator::should_run("errors_of_generated_programs_name_the_kernel").unwrap() {
+        ts.extend([Target::CpuCompiled, Target::Emulated(LaneOrder::Forward)]);
+    }
+    for t in ts {
+        let e = match launch(t).run() {
+            Err(e) => e,
+            Ok(y) => y[0].eval().expect_err("a store past the end"),
+        }
+        .to_string();
+        assert!(
+            e.contains("kernel `overrun`") && !e.contains(&format!("kernel `{program}`")),
+            "{t:?}: {e}"
+        );
+        if matches!(t, Target::Emulated(_)) {
+            // The emulator names the program's output by its generated identifier: the
+            // error gives the user's name too.
+            assert!(
+                e.contains(&program) && e.contains("`ausgabe_ö`") && e.contains("wrote outside"),
+                "{e}"
+            );
+        }
+    }
+}
+
+// ---- very large kernels --------------------------------------------------------------
+
+/// A chain of `steps` multiply-adds on one block.
+fn chain(steps: usize) -> JitKernel {
+    tl::jit("long_chain", move |k| {
+        let x = k.ptr(F32, "x");
+        let y = k.ptr(F32, "y");
+        let offs = tl::arange(0, 16);
+        let mut v = tl::load(x + offs);
+        for _ in 0..steps {
+            v = v * 0.5 + 1.0;
+        }
+        tl::store(y + offs, v);
+    })
+    .unwrap()
+}
+
+fn ops_of(k: &JitKernel) -> usize {
+    let s = k.specialize_with(&[]).unwrap();
+    s.regions.iter().map(|r| r.ops.len()).sum()
+}
+
+/// The most steps of [`chain`] within `limit` ops, that kernel's op count, and the ops
+/// of one step.
+fn chain_within(limit: usize) -> (usize, usize, usize) {
+    let base = ops_of(&chain(0));
+    let per_step = ops_of(&chain(1)) - base;
+    let steps = (limit - base) / per_step;
+    (steps, base + steps * per_step, per_step)
+}
+
+/// Kernels over the compile limits are refused at launch, before anything is compiled,
+/// naming the kernel, its size, the limit and the way out; the interpreter runs them.
+#[test]
+fn kernels_over_the_size_limits_are_refused_before_compiling() {
+    use triton_metal::runtime::{MAX_COMPILED_OPS, MAX_EMULATED_OPS};
+    let x = Array::from_slice(&[1.0f32; 16], &[16]).unwrap();
+    let big = chain(MAX_COMPILED_OPS);
+    let n_big = ops_of(&big);
+    let (steps, n_emu, _) = chain_within(MAX_EMULATED_OPS + 1);
+    let over_emu = chain(steps + 1);
+    let cases = [
+        (&big, n_big, MAX_COMPILED_OPS, Target::CpuCompiled),
+        (&big, n_big, MAX_COMPILED_OPS, Target::Metal),
+        (&big, n_big, MAX_COMPILED_OPS, Target::Cuda),
+        (
+            &big,
+            n_big,
+            MAX_EMULATED_OPS,
+            Target::Emulated(LaneOrder::Forward),
+        ),
+        (
+            &over_emu,
+            ops_of(&over_emu),
+            MAX_EMULATED_OPS,
+            Target::Emulated(LaneOrder::Reverse),
+        ),
+    ];
+    assert!(n_emu <= MAX_EMULATED_OPS + 1);
+    for (k, ops, limit, t) in cases {
+        assert!(ops > limit);
+        let start = std::time::Instant::now();
+        let e = k
+            .launch()
+            .grid([1])
+            .args((&x, out(&[16], F32)))
+            .target(t)
+            .run()
+            .expect_err("too large to compile");
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::Launch { .. })
+                && msg.contains("kernel `long_chain`")
+                && msg.contains(&format!("{ops} ops"))
+                && msg.contains(&format!("the {limit} that"))
+                && msg.contains("Target::Cpu"),
+            "{t:?}: {msg}"
+        );
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "{t:?}: {:?}",
+            start.elapsed()
+        );
+    }
+    // The interpreter has no limit.
+    let y = big
+        .launch()
+        .grid([1])
+        .args((&x, out(&[16], F32)))
+        .target(Target::Cpu)
+        .run()
+        .unwrap();
+    assert_eq!(vals(&y[0]), vec![2.0; 16]);
+}
+
+/// A kernel at the limit is accepted: the compiled CPU executor runs one at the emulator's
+/// limit, and one at the compile limit passes the launch's checks (its compile, tens of
+/// seconds on two cores, is left out) and is printed for Metal and CUDA.
+#[test]
+fn kernels_at_the_size_limits_are_accepted() {
+    use triton_metal::runtime::{MAX_COMPILED_OPS, MAX_EMULATED_OPS};
+    let x = Array::from_slice(&[3.0f32; 16], &[16]).unwrap();
+    let (steps, ops, step) = chain_within(MAX_EMULATED_OPS);
+    assert!(
+        ops + step > MAX_EMULATED_OPS && ops <= MAX_EMULATED_OPS,
+        "{ops}"
+    );
+    let k = chain(steps);
+    let mut ts = vec![Target::Cpu];
+    if Emulator::should_run("kernels_at_the_size_limits_are_accepted").unwrap() {
+        ts.push(Target::CpuCompiled);
+    }
+    for t in ts {
+        let y = k
+            .launch()
+            .grid([1])
+            .args((&x, out(&[16], F32)))
+            .target(t)
+            .run()
+            .unwrap_or_else(|e| panic!("{t:?}: {e}"));
+        // x -> x / 2 + 1 converges to 2 from 3.
+        assert_eq!(vals(&y[0]), vec![2.0; 16], "{t:?}");
+    }
+    let (steps, ops, step) = chain_within(MAX_COMPILED_OPS);
+    assert!(
+        ops + step > MAX_COMPILED_OPS && ops <= MAX_COMPILED_OPS,
+        "{ops}"
+    );
+    let k = chain(steps);
+    let launch = |t: Target| k.launch().grid([1]).args((&x, out(&[16], F32))).target(t);
+    // Lazy: the launch is checked and recorded; it would compile when evaluated.
+    let y = launch(Target::CpuCompiled).run().unwrap();
+    drop(y);
+    assert!(launch(Target::Cuda).msl().is_ok() && launch(Target::Cuda).cuda().is_ok());
+}

@@ -5,7 +5,7 @@
 
 use std::process::{Command, Output};
 
-use triton_metal::runtime::{cdiv, grid, out_like, Target};
+use triton_metal::runtime::{cdiv, grid, out, out_like, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{mlx, Array, DType::F32, DType::I32};
 
@@ -107,9 +107,83 @@ fn run_case(name: &str) -> Result<String, String> {
                 .eval()
                 .map_err(e)?
         }
+        "eight_outputs" | "eight_outputs_compiled" | "eight_outputs_emulated" => {
+            let t = match name {
+                "eight_outputs" => Target::Cpu,
+                "eight_outputs_compiled" => Target::CpuCompiled,
+                _ => Target::Emulated(triton_metal::emu::LaneOrder::Forward),
+            };
+            // Each output fits in memory; the eight together do not.
+            let each = elems_of(machine_bytes() / 6);
+            let k = tl::jit("eight", |k| {
+                let ys: Vec<_> = (0..8).map(|i| k.ptr(F32, &format!("y{i}"))).collect();
+                for y in ys {
+                    tl::store(y + tl::arange(0, 16), tl::zeros([16], F32));
+                }
+            })
+            .map_err(e)?;
+            let mut l = k.launch().grid([1]).target(t);
+            for _ in 0..8 {
+                l = l.arg(out(&each, F32));
+            }
+            l.run().map_err(e)?[0].eval().map_err(e)?
+        }
+        "lazy_input_and_output" => {
+            // A lazy input and the output, each 70% of the machine's memory.
+            let x = mlx::zeros(&elems_of(machine_bytes() / 10 * 7), F32).map_err(e)?;
+            add(&x, Target::Cpu).map_err(e)?[0].eval().map_err(e)?
+        }
+        "lazy_mlx_sum" => {
+            // Two lazy arrays of 60% each, added: MLX alone, caught at eval.
+            let a = mlx::zeros(&elems_of(machine_bytes() / 10 * 6), F32).map_err(e)?;
+            let b = mlx::zeros(&elems_of(machine_bytes() / 10 * 6), F32).map_err(e)?;
+            mlx::add(&a, &b).map_err(e)?.eval().map_err(e)?
+        }
+        "to_vec_no_memory_left" => {
+            // An array MLX holds, copied out with too little address space left for the
+            // copy: the allocation fails, which must be an error, not an abort.
+            let x = mlx::zeros(&[64 << 20], F32).map_err(e)?;
+            x.eval().map_err(e)?;
+            limit_address_space(64 << 20);
+            let v = x.to_vec::<f32>().map_err(e)?;
+            return Ok(format!("copied {} elements", v.len()));
+        }
         other => return Err(format!("unknown case {other}")),
     }
     Ok("no error".into())
+}
+
+/// Physical memory of this machine in bytes.
+fn machine_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGE_SIZE),
+        )
+    };
+    pages as usize * page as usize
+}
+
+/// A 2-D shape of f32 elements of about `bytes` bytes (each dimension fits MLX's `int`).
+fn elems_of(bytes: usize) -> [usize; 2] {
+    [bytes / 4 / 65536, 65536]
+}
+
+/// Lets this process map at most `extra` more bytes of address space than it has now.
+fn limit_address_space(extra: usize) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let lim = libc::rlimit {
+        rlim_cur: (kib * 1024 + extra) as libc::rlim_t,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct it is given.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
 }
 
 /// The child's side: runs the case named by `TM_HOSTILE_CASE`, if any.
@@ -240,4 +314,51 @@ fn unusable_cache_directories_are_named_in_the_error() {
         "{got}"
     );
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Launches and evaluations whose arrays each fit in memory but together do not are errors
+/// naming the kernel and its arguments, before anything is allocated.
+#[cfg(target_os = "linux")]
+#[test]
+fn launches_needing_more_memory_than_available_are_errors() {
+    let mut cases = vec!["eight_outputs"];
+    if emu_ok("launches_needing_more_memory_than_available_are_errors") {
+        cases.extend(["eight_outputs_compiled", "eight_outputs_emulated"]);
+    }
+    for case in cases {
+        let got = outcome(case, &[]);
+        assert!(
+            got.starts_with("err:")
+                && got.contains("kernel `eight`")
+                && got.contains("output `y0`")
+                && got.contains("at once")
+                && got.contains("4 more")
+                && got.contains("MiB of memory available"),
+            "{case}: {got}"
+        );
+    }
+    let got = outcome("lazy_input_and_output", &[]);
+    assert!(
+        got.starts_with("err:")
+            && got.contains("kernel `hostile_add`")
+            && got.contains("input `x` (not computed yet)")
+            && got.contains("output `out`"),
+        "{got}"
+    );
+    let got = outcome("lazy_mlx_sum", &[]);
+    assert!(
+        got.starts_with("err:") && got.contains("at once") && got.contains("available"),
+        "{got}"
+    );
+}
+
+/// Copying an array out of MLX with too little memory left is an error, not an abort.
+#[cfg(target_os = "linux")]
+#[test]
+fn copying_out_without_memory_is_an_error() {
+    let got = outcome("to_vec_no_memory_left", &[]);
+    assert!(
+        got.starts_with("err:") && got.contains("unable to allocate 268435456 bytes"),
+        "{got}"
+    );
 }

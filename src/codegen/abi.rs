@@ -300,6 +300,12 @@ pub fn param_ident(name: &str) -> std::borrow::Cow<'_, str> {
     if is_plain(name) {
         return name.into();
     }
+    mangle(name).into()
+}
+
+/// `tm_p` and `name` with each `_` written `_1` and any other character outside
+/// `[A-Za-z0-9]` (any non-ASCII letter, e.g.) as `_2` and six hex digits.
+fn mangle(name: &str) -> String {
     let mut s = String::from("tm_p");
     for c in name.chars() {
         match c {
@@ -308,7 +314,25 @@ pub fn param_ident(name: &str) -> std::borrow::Cow<'_, str> {
             c => s.push_str(&format!("_2{:06x}", c as u32)),
         }
     }
-    s.into()
+    s
+}
+
+/// The identifier generated code uses for kernel `name` (MLX's kernel is then
+/// `custom_kernel_<ident>_<hash>`): the name itself where it is ASCII letters, digits and
+/// single inner underscores outside the printer's `tm_` namespace, otherwise mangled as
+/// [`param_ident`] mangles (a Unicode name such as `größe` becomes `tm_pgr_20000f6_20000dfe`).
+/// Errors and messages keep the user's name.
+pub fn kernel_ident(name: &str) -> std::borrow::Cow<'_, str> {
+    let plain = name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.contains("__")
+        && !name.ends_with('_')
+        && !name.starts_with("tm_");
+    if plain {
+        name.into()
+    } else {
+        mangle(name).into()
+    }
 }
 
 /// The identifiers of `names` ([`param_ident`]); two parameters of one name are an error.
@@ -417,6 +441,29 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), ids.len(), "{ids:?}");
         assert!(param_idents("k", &["a", "a"]).is_err());
+    }
+
+    #[test]
+    fn kernel_identifiers_are_ascii() {
+        for plain in ["add_kernel", "K2", "matmul_f16"] {
+            assert_eq!(kernel_ident(plain), plain);
+        }
+        let odd = ["größe", "π", "数据", "_x", "x_", "a__b", "tm_x", "1a"];
+        let ids: Vec<String> = odd.iter().map(|n| kernel_ident(n).into_owned()).collect();
+        for id in &ids {
+            assert!(
+                id.starts_with("tm_p")
+                    && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !id.contains("__")
+                    && !id.ends_with('_'),
+                "{id}"
+            );
+        }
+        assert_eq!(ids[0], "tm_pgr_20000f6_20000dfe");
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ids.len(), "{ids:?}");
     }
 
     #[test]

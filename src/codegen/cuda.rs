@@ -36,8 +36,8 @@ pub const MAX_THREADS_PER_BLOCK: usize = 1024;
 /// A kernel ready for `fast::cuda_kernel` (or NVRTC through [`CudaProgram::standalone`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CudaProgram {
-    /// The kernel's name and a hash of header and source (MLX names the function
-    /// `custom_kernel_<name>`).
+    /// The kernel's identifier ([`abi::kernel_ident`](super::abi::kernel_ident)) and a hash
+    /// of header and source (MLX names the function `custom_kernel_<name>`).
     pub name: String,
     /// Kernel body (MLX writes the signature).
     pub source: String,
@@ -337,7 +337,7 @@ pub fn compile_with(
     let mut h = DefaultHasher::new();
     header.hash(&mut h);
     source.hash(&mut h);
-    let name = format!("{}_{:016x}", kernel.name, h.finish());
+    let name = format!("{}_{:016x}", abi::kernel_ident(&kernel.name), h.finish());
     Ok(CudaProgram {
         name,
         source,

@@ -13,8 +13,8 @@ use crate::opt::plan::KernelPlan;
 /// A kernel ready for `fast::metal_kernel`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MetalProgram {
-    /// Name for `metal_kernel`: the kernel's name and a hash of header and source, so MLX's
-    /// library cache can never confuse two variants.
+    /// Name for `metal_kernel`: the kernel's identifier ([`abi::kernel_ident`]) and a hash of
+    /// header and source, so MLX's library cache can never confuse two variants.
     pub name: String,
     /// Kernel body (MLX writes the signature).
     pub source: String,
@@ -191,7 +191,7 @@ pub fn compile_with(
     let mut h = DefaultHasher::new();
     header.hash(&mut h);
     source.hash(&mut h);
-    let name = format!("{}_{:016x}", kernel.name, h.finish());
+    let name = format!("{}_{:016x}", abi::kernel_ident(&kernel.name), h.finish());
     Ok(MetalProgram {
         name,
         source,

@@ -21,7 +21,7 @@ use crate::ir::{Kernel, ParamKind};
 use crate::opt::HardwareProfile;
 use crate::passes::PassOptions;
 use crate::runtime::mlx_kernel::{
-    cpu_launch, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec,
+    cpu_launch, register_program, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec,
 };
 use crate::tl::JitKernel;
 
@@ -60,6 +60,42 @@ impl Index<&str> for Meta {
 /// is an `i32` everywhere, and on Metal axis 0 additionally counts threads (programs times
 /// `num_warps x 32`), which must stay below 2^31.
 pub const MAX_GRID: [usize; 3] = [i32::MAX as usize, 65535, 65535];
+
+/// The most ops (counted in the specialised kernel's IR, loop and branch bodies included) a
+/// kernel may have to be compiled: by clang for [`Target::CpuCompiled`], by Apple's Metal
+/// compiler for [`Target::Metal`] and by NVRTC for [`Target::Cuda`]. Generated code grows
+/// linearly with the ops, but compile times grow faster than that (benches/README.md has
+/// the measurements); larger kernels are refused before anything is compiled.
+/// [`Target::Cpu`] interprets kernels of any size.
+pub const MAX_COMPILED_OPS: usize = 8192;
+
+/// The most ops a kernel may have for [`Target::Emulated`]: the emulator's C++ (every lane a
+/// fiber) takes clang about a quadratic time in the kernel's size.
+pub const MAX_EMULATED_OPS: usize = 2048;
+
+/// Refuses a kernel too large to compile for `target` in reasonable time (see
+/// [`MAX_COMPILED_OPS`]), naming its size, the limit and what to do.
+fn check_size(kernel: &Kernel, target: Target) -> Result<()> {
+    let (limit, what) = match target {
+        Target::Auto | Target::Cpu => return Ok(()),
+        Target::Emulated(_) => (MAX_EMULATED_OPS, "the Metal emulator"),
+        Target::CpuCompiled => (MAX_COMPILED_OPS, "the compiled CPU executor"),
+        Target::Metal => (MAX_COMPILED_OPS, "Metal"),
+        Target::Cuda => (MAX_COMPILED_OPS, "CUDA"),
+    };
+    let ops: usize = kernel.regions.iter().map(|r| r.ops.len()).sum();
+    if ops <= limit {
+        return Ok(());
+    }
+    Err(Error::Launch {
+        kernel: kernel.name.clone(),
+        msg: format!(
+            "the kernel has {ops} ops, more than the {limit} that {what} compiles in \
+             reasonable time; split it into smaller kernels (or loops instead of unrolled \
+             code), or run it on Target::Cpu, which interprets kernels of any size"
+        ),
+    })
+}
 
 /// Checks a grid against [`MAX_GRID`]; the message names the axis and the limit.
 fn check_grid(grid: [usize; 3]) -> std::result::Result<(), String> {
@@ -468,6 +504,7 @@ impl<'k> Launch<'k> {
         }
         check_grid(grid).map_err(|m| self.err(m))?;
         let plan = self.bind(&kernel)?;
+        check_memory(&kernel, &plan)?;
         let target = match self.target {
             Target::Auto => match Target::from_env().map_err(|e| with_kernel(e, &kernel.name))? {
                 Some(t) => t,
@@ -491,6 +528,7 @@ impl<'k> Launch<'k> {
             },
             t => t,
         };
+        check_size(&kernel, target)?;
         let name = kernel.name.clone();
         let run = (|| match target {
             Target::Auto | Target::Cpu => {
@@ -672,7 +710,7 @@ pub enum ScalarValue {
 /// Names the kernel in an error that does not (MLX's own errors, a target unavailable here,
 /// a bad `TRITON_METAL_TARGET`).
 fn with_kernel(e: Error, kernel: &str) -> Error {
-    let named = |m: &str| m.contains(&format!("kernel `{kernel}"));
+    let named = |m: &str| m.contains(&format!("kernel `{kernel}`"));
     match e {
         Error::Mlx(m) if !named(&m) => Error::Mlx(format!("kernel `{kernel}`: {m}")),
         Error::Unsupported(m) if !named(&m) => {
@@ -690,6 +728,51 @@ fn with_kernel(e: Error, kernel: &str) -> Error {
             },
             source,
         },
+        e => e,
+    }
+}
+
+/// An error from compiling or running a generated program (`program`: the kernel's
+/// identifier and a source hash) names the user's kernel, with the program after it, and
+/// the user's parameter names where the program spells them as mangled identifiers.
+fn from_program(e: Error, kernel: &Kernel, program: &str) -> Error {
+    let user = kernel.name.as_str();
+    let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
+    let idents = codegen::abi::param_idents(user, &names).unwrap_or_default();
+    let readable = |msg: String| -> String {
+        let mut msg = msg;
+        for (id, name) in idents.iter().zip(&names) {
+            if id != name {
+                msg = msg.replace(
+                    &format!("`{id}`"),
+                    &format!("`{name}` (`{id}` in generated code)"),
+                );
+            }
+        }
+        msg
+    };
+    let ours = |k: &str| k == program || k.is_empty();
+    match e {
+        Error::Compile {
+            kernel: k,
+            backend,
+            msg,
+        } if ours(&k) => Error::Compile {
+            kernel: user.to_string(),
+            backend,
+            msg: readable(format!("generated program `{program}`: {msg}")),
+        },
+        Error::Runtime { kernel: k, msg } if ours(&k) => Error::Runtime {
+            kernel: user.to_string(),
+            msg: readable(format!("generated program `{program}`: {msg}")),
+        },
+        Error::Launch { kernel: k, msg } if ours(&k) => Error::Launch {
+            kernel: user.to_string(),
+            msg: readable(format!("generated program `{program}`: {msg}")),
+        },
+        Error::Mlx(m) => Error::Mlx(readable(format!(
+            "kernel `{user}` (generated program `{program}`): {m}"
+        ))),
         e => e,
     }
 }
@@ -747,6 +830,78 @@ struct Bound {
     slots: Vec<Slot>,
     inputs: Vec<Array>,
     outputs: Vec<(OutputSpec, Option<f64>)>,
+}
+
+/// Refuses a launch whose outputs and not yet computed inputs, which all exist at once while
+/// it runs, need more memory than is available now (MLX's allocator would fail mid-way),
+/// naming the largest arguments. Skipped for CUDA devices, whose memory is their own (MLX
+/// reports running out of it).
+fn check_memory(kernel: &Kernel, plan: &Bound) -> Result<()> {
+    if cfg!(feature = "cuda") && crate::ffi::bridge::cuda_is_available().unwrap_or(false) {
+        return Ok(());
+    }
+    let (mut outs, mut ins) = (plan.outputs.iter(), plan.inputs.iter());
+    let mut parts: Vec<(usize, String)> = Vec::new();
+    let mut total = 0usize;
+    for (p, slot) in kernel.params.iter().zip(&plan.slots) {
+        let (bytes, what) = match slot {
+            Slot::Output => {
+                let Some((o, _)) = outs.next() else { continue };
+                let b = o
+                    .shape
+                    .iter()
+                    .try_fold(o.dtype.size_bytes(), |a, &d| a.checked_mul(d));
+                (b, format!("output `{}` {:?} {}", p.name, o.shape, o.dtype))
+            }
+            Slot::Input => {
+                let Some(a) = ins.next() else { continue };
+                let b = crate::ffi::bridge::array_pending_bytes(a.raw());
+                if b == 0 {
+                    continue;
+                }
+                (Some(b), format!("input `{}` (not computed yet)", p.name))
+            }
+            Slot::Scalar(_) => continue,
+        };
+        match bytes.and_then(|b| total.checked_add(b)) {
+            Some(t) => total = t,
+            None => {
+                return Err(Error::Launch {
+                    kernel: kernel.name.clone(),
+                    msg: format!("{what}: its size in bytes overflows"),
+                })
+            }
+        }
+        parts.push((bytes.unwrap_or(0), what));
+    }
+    // Small launches need no look at the system's memory.
+    if total < 1 << 28 {
+        return Ok(());
+    }
+    let avail = crate::ffi::bridge::memory_available();
+    if total <= avail {
+        return Ok(());
+    }
+    parts.sort_by_key(|p| std::cmp::Reverse(p.0));
+    let mib = |b: usize| format!("{} MiB", b.div_ceil(1 << 20));
+    let mut list: Vec<String> = parts
+        .iter()
+        .take(4)
+        .map(|(b, w)| format!("{w}: {}", mib(*b)))
+        .collect();
+    if parts.len() > 4 {
+        list.push(format!("{} more", parts.len() - 4));
+    }
+    Err(Error::Launch {
+        kernel: kernel.name.clone(),
+        msg: format!(
+            "the outputs and inputs still to compute need {} at once ({}), more than the {} \
+             of memory available now; launch on smaller pieces, or evaluate and free arrays first",
+            mib(total),
+            list.join(", "),
+            mib(avail)
+        ),
+    })
 }
 
 /// How a CPU launch runs its kernel.
@@ -1043,11 +1198,13 @@ fn run_metal(
         outputs: &prog.outputs,
     };
     let dims = prog.launch_dims(grid);
+    register_program(&prog.name, &kernel.name);
     let outs = MetalKernelCall {
         kernel: kernel_call(kernel, "metal_kernel", source, &inputs, plan, dims)?,
         atomic_outputs: prog.atomic_outputs,
     }
-    .launch()?;
+    .launch()
+    .map_err(|e| from_program(e, kernel, &prog.name))?;
     Ok(merge_outputs(plan, outs, unstored))
 }
 
@@ -1069,11 +1226,13 @@ fn run_cuda(
     };
     let dims = prog.launch_dims(grid)?;
     // Shared arrays are static `__shared__` declarations in the source: no dynamic bytes.
+    register_program(&prog.name, &kernel.name);
     let outs = CudaKernelCall {
         kernel: kernel_call(kernel, "cuda_kernel", source, &inputs, plan, dims)?,
         shared_memory: 0,
     }
-    .launch()?;
+    .launch()
+    .map_err(|e| from_program(e, kernel, &prog.name))?;
     Ok(merge_outputs(plan, outs, unstored))
 }
 
@@ -1111,7 +1270,8 @@ fn run_emulated(
         }
         launch = launch.output(o);
     }
-    let outs = emu::run(&launch)?
+    let outs = emu::run(&launch)
+        .map_err(|e| from_program(e, kernel, &prog.name))?
         .into_iter()
         .map(|b| Array::from_bytes(&b.bytes, &b.shape, b.dtype))
         .collect::<Result<Vec<Array>>>()?;

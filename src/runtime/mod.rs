@@ -5,7 +5,8 @@ pub mod launch;
 pub mod mlx_kernel;
 
 pub use launch::{
-    cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target, MAX_GRID,
+    cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target, MAX_COMPILED_OPS,
+    MAX_EMULATED_OPS, MAX_GRID,
 };
 // What launches take and return from the modules outside the public API.
 pub use crate::codegen::{CudaProgram, MetalProgram, ReductionLayout};

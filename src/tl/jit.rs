@@ -22,11 +22,11 @@ pub struct KernelBuilder {
 
 fn declare(b: &mut Builder, name: &str) -> std::result::Result<(), String> {
     let ok = !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !name.starts_with(|c: char| c.is_ascii_digit());
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_numeric());
     if !ok {
         return Err(format!(
-            "`{name}` is not a valid parameter name (letters, digits, `_`)"
+            "`{name}` is not a valid parameter name (letters of any script, digits, `_`)"
         ));
     }
     if b.declared.iter().any(|n| n == name) {
@@ -185,10 +185,10 @@ pub fn jit(
     name: &str,
     body: impl Fn(&mut KernelBuilder) + Send + Sync + 'static,
 ) -> Result<JitKernel> {
-    let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let valid = !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_');
     if !valid {
         return Err(Error::InvalidArgument(format!(
-            "`{name}` is not a valid kernel name (letters, digits, `_`)"
+            "`{name}` is not a valid kernel name (letters of any script, digits, `_`)"
         )));
     }
     let jk = JitKernel {
