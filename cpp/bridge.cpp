@@ -346,6 +346,15 @@ size_t available_memory() {
 
 std::string mib(size_t n) { return std::to_string((n + (1 << 20) - 1) >> 20) + " MiB"; }
 
+// Whether `a` is computed by a primitive whose output shares its input's memory (a
+// broadcast's shape may be far larger than anything allocated).
+bool is_view(const mx::array& a) {
+  static const std::unordered_set<std::string> views = {
+      "AsStrided", "Broadcast", "BroadcastAxes", "Depends",   "ExpandDims", "Flatten", "Imag", "Real",
+      "Reshape",   "Slice",     "Squeeze",       "StopGradient", "Transpose", "Unflatten", "View"};
+  return a.has_primitive() && views.count(a.primitive().name()) > 0;
+}
+
 // Throws if evaluating `roots` would allocate an array larger than this machine's memory
 // (or one whose byte count overflows), or if one step of the evaluation needs more memory at
 // once than is available: the outputs of one primitive all exist together, and so do its
@@ -378,16 +387,17 @@ void check_eval_sizes(const std::vector<const mx::array*>& roots) {
     const mx::array* a = stack.back();
     stack.pop_back();
     if (!seen.insert(a->id()).second || a->is_available() || !a->has_primitive()) continue;
-    size_t outs = bytes(*a), ins = 0;
+    bool view = is_view(*a);
+    size_t outs = view ? 0 : bytes(*a), ins = 0;
     size_t n_outs = 1, n_ins = 0;
     for (const auto& s : a->siblings()) {
-      outs += bytes(s);
+      outs += view ? 0 : bytes(s);
       ++n_outs;
     }
     std::unordered_set<uintptr_t> distinct;
     for (const auto& in : a->inputs()) {
       if (!distinct.insert(in.id()).second) continue;
-      if (!in.is_available()) {
+      if (!in.is_available() && !is_view(in)) {
         ins += bytes(in);
         ++n_ins;
       }
@@ -506,7 +516,7 @@ void array_copy_bytes(const MlxArray& a, uint8_t* dst, size_t len) {
 size_t array_nbytes(const MlxArray& a) { return a.a.nbytes(); }
 
 size_t array_pending_bytes(const MlxArray& a) {
-  return a.a.is_available() || !a.a.has_primitive() ? 0 : a.a.nbytes();
+  return a.a.is_available() || !a.a.has_primitive() || is_view(a.a) ? 0 : a.a.nbytes();
 }
 
 size_t memory_available() { return available_memory(); }

@@ -837,9 +837,6 @@ struct Bound {
 /// naming the largest arguments. Skipped for CUDA devices, whose memory is their own (MLX
 /// reports running out of it).
 fn check_memory(kernel: &Kernel, plan: &Bound) -> Result<()> {
-    if cfg!(feature = "cuda") && crate::ffi::bridge::cuda_is_available().unwrap_or(false) {
-        return Ok(());
-    }
     let (mut outs, mut ins) = (plan.outputs.iter(), plan.inputs.iter());
     let mut parts: Vec<(usize, String)> = Vec::new();
     let mut total = 0usize;
@@ -875,7 +872,9 @@ fn check_memory(kernel: &Kernel, plan: &Bound) -> Result<()> {
         parts.push((bytes.unwrap_or(0), what));
     }
     // Small launches need no look at the system's memory.
-    if total < 1 << 28 {
+    if total < 1 << 28
+        || (cfg!(feature = "cuda") && crate::ffi::bridge::cuda_is_available().unwrap_or(false))
+    {
         return Ok(());
     }
     let avail = crate::ffi::bridge::memory_available();
