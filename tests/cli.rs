@@ -453,3 +453,93 @@ fn bench_reductions_bad_input_is_one_line_and_exit_2() {
         "num_warps",
     );
 }
+
+#[test]
+fn layouts_of_a_kernel_ir_are_the_plan_the_printer_uses() {
+    use triton_metal::codegen::{self, LaunchOptions};
+    use triton_metal::opt::HardwareProfile;
+    use triton_metal::tl;
+    use triton_metal::DType::{F16, F32, I32};
+    let kernel = tl::jit("mm", |k| {
+        let (a, b, c) = (k.ptr(F16, "a"), k.ptr(F16, "b"), k.ptr(F32, "c"));
+        let kk = k.scalar(I32, "K");
+        let offs = tl::arange(0, 64);
+        let acc = tl::zeros([64, 64], F32);
+        let acc: tl::Tensor = tl::range(0, kk, 64).fold(acc, |k0, acc| {
+            let at = tl::load(a + offs.col() * 64 + offs.row() + k0);
+            let bt = tl::load(b + offs.col() * 64 + offs.row() + k0);
+            tl::dot(at, bt, acc)
+        });
+        tl::store(c + offs.col() * 64 + offs.row(), acc.max(1).sum(0));
+    })
+    .unwrap()
+    .specialize_with(&[])
+    .unwrap();
+    let f = tmp("mm.ir", &kernel.ir());
+    for (hw, warps) in [("m1", 4), ("m3-max", 8), ("sm90", 4)] {
+        let profile = HardwareProfile::named(hw).unwrap();
+        let opts = LaunchOptions::default()
+            .num_warps(warps)
+            .target(profile.clone());
+        let (plan, layouts) = if hw == "sm90" {
+            let p = codegen::cuda::compile(&kernel, &opts).unwrap();
+            (codegen::cuda::plan(&kernel, &opts), p.layouts)
+        } else {
+            let p = codegen::metal::compile(&kernel, &opts).unwrap();
+            (codegen::metal::plan(&kernel, &opts), p.layouts)
+        };
+        let w = warps.to_string();
+        let args = [
+            "layouts",
+            "--ir",
+            f.to_str().unwrap(),
+            "--hw",
+            hw,
+            "--num-warps",
+            &w,
+        ];
+        let j = json(&[&args[..], &["--format", "json"]].concat());
+        assert_eq!(j["plan"].as_str().unwrap(), plan.to_string());
+        assert_eq!(j["vec"].as_u64().unwrap() as usize, plan.vec);
+        let ds = j["decisions"].as_array().unwrap();
+        assert_eq!(ds.len(), plan.decisions().count());
+        for (d, (op, want, why)) in ds.iter().zip(plan.decisions()) {
+            assert_eq!(d["op"], op.to_string());
+            assert_eq!(d["decision"], want.to_string());
+            assert_eq!(d["why"], why);
+        }
+        // What the emitted code reports agrees with the plan's dot and reductions.
+        let dot = ds
+            .iter()
+            .find(|d| d["decision"].as_str().unwrap().starts_with("dot"))
+            .unwrap();
+        let printed = layouts.iter().find(|l| l.op.starts_with("dot")).unwrap();
+        match dot["decision"].as_str().unwrap() {
+            "dot simdgroup stage=f16" => {
+                assert!(printed.layout.contains("staged as half"), "{printed:?}")
+            }
+            d if d.starts_with("dot mma") => {
+                assert!(printed.layout.starts_with("mma.sync"), "{printed:?}")
+            }
+            d => panic!("{hw}: unexpected {d}"),
+        }
+        let reduces: Vec<&str> = layouts
+            .iter()
+            .filter(|l| l.op.starts_with("reduce"))
+            .map(|l| l.layout.split(':').next().unwrap())
+            .collect();
+        let planned: Vec<String> = ds
+            .iter()
+            .filter_map(|d| {
+                d["decision"]
+                    .as_str()
+                    .unwrap()
+                    .strip_prefix("reduce ")
+                    .map(String::from)
+            })
+            .collect();
+        assert_eq!(reduces, planned, "{hw}");
+        let table = ok(&args);
+        assert!(table.contains(&plan.to_string()), "{table}");
+    }
+}

@@ -19,7 +19,7 @@ use triton_metal::graph::{
     fuse, random_inputs, samples, FusionSummary, Graph, GraphRunner, GraphSpec, OpSpec, TensorType,
 };
 use triton_metal::opt::{plan_fused, plan_graph, HardwareProfile, LayoutPlan, HW_ENV_VAR};
-use triton_metal::{mlx, Array, DType, Error};
+use triton_metal::{codegen, mlx, Array, DType, Error};
 
 #[derive(Parser)]
 #[command(
@@ -151,6 +151,13 @@ struct OpsInput {
     /// Op file or graph in the seed JSON format.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// A kernel's IR text (as `TRITON_METAL_CACHE_DIR` or `TRITON_METAL_DEBUG` dumps it):
+    /// print the layout plan the compiler uses for it on --hw instead.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "operation"])]
+    ir: Option<PathBuf>,
+    /// SIMD-groups per program for --ir.
+    #[arg(long, default_value_t = 4, requires = "ir")]
+    num_warps: u32,
     /// One op as TYPE:[d0,d1,...][:AXIS], e.g. "tt.reduce:[1024,512]:1" (repeatable).
     #[arg(long, value_name = "SPEC")]
     operation: Vec<String>,
@@ -473,7 +480,58 @@ fn plan_json(p: &LayoutPlan) -> Value {
     serde_json::to_value(p).unwrap_or(Value::Null)
 }
 
+/// The layout plan of the kernel in IR file `path` for the profile's printer.
+fn kernel_plan(cli: &Cli, path: &Path, num_warps: u32) -> Res<ExitCode> {
+    let hw = profile(cli)?;
+    let text = read_file(path)?;
+    let kernel = triton_metal::ir::Kernel::parse_ir(&text)
+        .map_err(|e| Fail::Input(format!("{}: {}", path.display(), strip(e))))?;
+    if num_warps == 0 || !num_warps.is_power_of_two() || num_warps > 32 {
+        return Err(Fail::Input(format!(
+            "--num-warps {num_warps}: expected a power of two from 1 to 32"
+        )));
+    }
+    let opts = codegen::LaunchOptions::default()
+        .num_warps(num_warps)
+        .target(hw.clone());
+    let plan = match hw.backend {
+        Backend::Cuda => codegen::cuda::plan(&kernel, &opts),
+        _ => codegen::metal::plan(&kernel, &opts),
+    };
+    match cli.format {
+        Format::Table => emit(&format!(
+            "{} ({})\n{plan}",
+            hw.chip.display_name(),
+            hw.chip.name()
+        ))?,
+        Format::Json => {
+            let decisions: Vec<Value> = plan
+                .decisions()
+                .map(|(op, d, why)| json!({"op": op.to_string(), "decision": d.to_string(), "why": why}))
+                .collect();
+            let doc = json!({
+                "tool": "layouts",
+                "kernel": plan.kernel,
+                "chip": hw.chip.name(),
+                "threads": plan.printer.threads,
+                "vec": plan.vec,
+                "vec_why": plan.vec_why,
+                "decisions": decisions,
+                "plan": plan.to_string(),
+            });
+            emit(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&doc).map_err(|e| Fail::Check(e.to_string()))?
+            ))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn analyze(cli: &Cli, input: &OpsInput, detailed: bool) -> Res<ExitCode> {
+    if let Some(path) = &input.ir {
+        return kernel_plan(cli, path, input.num_warps);
+    }
     let hw = profile(cli)?;
     let mut spec = match &input.json {
         Some(p) => {

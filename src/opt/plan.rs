@@ -609,6 +609,36 @@ impl KernelPlan {
     }
 }
 
+impl fmt::Display for Decision {
+    /// The decision as the plan's text form spells it (`dot simdgroup stage=f16`,
+    /// `reduce COALESCED`, `for resident=0`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Dot(DotLowering::Simdgroup { stage }) => {
+                write!(f, "dot simdgroup stage={}", stage.short_name())
+            }
+            Decision::Dot(DotLowering::Mma(g)) => {
+                write!(
+                    f,
+                    "dot mma wm={} wn={} fm={} fn={}",
+                    g.wm, g.wn, g.fm, g.fn_
+                )
+            }
+            Decision::Dot(DotLowering::Rows) => write!(f, "dot rows"),
+            Decision::Dot(DotLowering::Fma) => write!(f, "dot fma"),
+            Decision::Reduce(r) => write!(f, "reduce {}", r.name()),
+            Decision::Resident(s) => write!(
+                f,
+                "for resident={}",
+                s.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+}
+
 impl fmt::Display for KernelPlan {
     /// `plan @name threads=T matrix=U widest_vector=W`, the kernel's chunk width
     /// (`kernel vec=V ; why`), then one line per decision: `opN what ; why`.
@@ -623,24 +653,7 @@ impl fmt::Display for KernelPlan {
         )?;
         writeln!(f, "  kernel vec={} ; {}", self.vec, self.vec_why)?;
         for (op, (d, why)) in &self.decisions {
-            let what = match d {
-                Decision::Dot(DotLowering::Simdgroup { stage }) => {
-                    format!("dot simdgroup stage={}", stage.short_name())
-                }
-                Decision::Dot(DotLowering::Mma(g)) => {
-                    format!("dot mma wm={} wn={} fm={} fn={}", g.wm, g.wn, g.fm, g.fn_)
-                }
-                Decision::Dot(DotLowering::Rows) => "dot rows".into(),
-                Decision::Dot(DotLowering::Fma) => "dot fma".into(),
-                Decision::Reduce(r) => format!("reduce {}", r.name()),
-                Decision::Resident(s) => format!(
-                    "for resident={}",
-                    s.iter()
-                        .map(|x| x.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ),
-            };
+            let what = d.to_string();
             writeln!(f, "  {op} {what} ; {}", why.replace('\n', " "))?;
         }
         Ok(())
