@@ -180,14 +180,16 @@ inline float tm_exp(float x) {
   // `a > b ? a : b` (not fmax): one instruction, and NaN takes the bound (fixed at the end).
   float c = x > -104.0f ? x : -104.0f;
   c = c < 89.0f ? c : 89.0f;
-  const float n = __builtin_roundevenf(c * 1.44269504088896341f);
+  // rint rounds to nearest even in the default rounding mode, which nothing changes here
+  // (`__builtin_roundevenf` would need clang 17; the oldest supported clang is 15).
+  const float n = __builtin_rintf(c * 1.44269504088896341f);
   const float g = __builtin_fmaf(-n, 1.4286068203094173e-6f, __builtin_fmaf(-n, 0.693145751953125f, c));
   return tm_exp_reduced(n, g, x);
 }
 inline float tm_exp2(float x) {
   float c = x > -150.0f ? x : -150.0f;
   c = c < 129.0f ? c : 129.0f;
-  const float n = __builtin_roundevenf(c);
+  const float n = __builtin_rintf(c);
   return tm_exp_reduced(n, (c - n) * 0.693147181f, x);
 }
 TM_FLOAT1(exp, tm_exp(x))
