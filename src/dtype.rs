@@ -229,3 +229,50 @@ mod tests {
         assert_eq!(DType::BF16.size_bytes(), 2);
     }
 }
+
+/// f16 bits as an f32, exactly; a NaN keeps its sign, payload and signalling bit (a value
+/// that is only moved, loaded, stored or bitcast keeps its bits on every target).
+#[inline(always)]
+pub(crate) fn f16_bits_to_f32(b: u16) -> f32 {
+    if b & 0x7c00 == 0x7c00 && b & 0x03ff != 0 {
+        let b = b as u32;
+        f32::from_bits(((b & 0x8000) << 16) | 0x7f80_0000 | ((b & 0x03ff) << 13))
+    } else {
+        half::f16::from_bits(b).to_f32()
+    }
+}
+
+/// An f32 rounded to f16 bits (to nearest even); a NaN keeps its sign and the top ten
+/// payload bits, signalling bit included (quiet when none of them is set, to stay a NaN).
+#[inline(always)]
+pub(crate) fn f32_to_f16_bits(x: f32) -> u16 {
+    if x.is_nan() {
+        let b = x.to_bits();
+        let payload = ((b >> 13) & 0x03ff) as u16;
+        ((b >> 16) & 0x8000) as u16 | 0x7c00 | if payload == 0 { 0x0200 } else { payload }
+    } else {
+        half::f16::from_f32(x).to_bits()
+    }
+}
+
+/// bf16 bits as an f32 (exact: bf16 is the top half of an f32).
+#[inline(always)]
+pub(crate) fn bf16_bits_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// An f32 rounded to bf16 bits (to nearest even); a NaN keeps its sign and top seven
+/// payload bits, as [`f32_to_f16_bits`] does.
+#[inline(always)]
+pub(crate) fn f32_to_bf16_bits(x: f32) -> u16 {
+    if x.is_nan() {
+        let b = (x.to_bits() >> 16) as u16;
+        if b & 0x007f == 0 {
+            b | 0x0040
+        } else {
+            b
+        }
+    } else {
+        half::bf16::from_f32(x).to_bits()
+    }
+}

@@ -19,7 +19,7 @@
 
 use half::{bf16, f16};
 
-use crate::dtype::DType;
+use crate::dtype::{bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, DType};
 use crate::ir::Type;
 
 /// Bits holding the element offset of a packed pointer.
@@ -278,8 +278,8 @@ pub(crate) fn normalize_i32(v: &mut [i32], dtype: DType) {
 #[inline(always)]
 pub(crate) fn round1(x: f32, dtype: DType) -> f32 {
     match dtype {
-        DType::F16 => f16::from_f32(x).to_f32(),
-        DType::BF16 => bf16::from_f32(x).to_f32(),
+        DType::F16 => f16_bits_to_f32(f32_to_f16_bits(x)),
+        DType::BF16 => bf16_bits_to_f32(f32_to_bf16_bits(x)),
         _ => x,
     }
 }
@@ -288,8 +288,12 @@ pub(crate) fn round1(x: f32, dtype: DType) -> f32 {
 #[inline(always)]
 pub(crate) fn round_f32(v: &mut [f32], dtype: DType) {
     match dtype {
-        DType::F16 => v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
-        DType::BF16 => v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
+        DType::F16 => v
+            .iter_mut()
+            .for_each(|x| *x = f16_bits_to_f32(f32_to_f16_bits(*x))),
+        DType::BF16 => v
+            .iter_mut()
+            .for_each(|x| *x = bf16_bits_to_f32(f32_to_bf16_bits(*x))),
         _ => {}
     }
 }

@@ -4,7 +4,6 @@
 //! regions (run over many lanes at once, see `reduce.rs`) a scalar constant meets a
 //! many-lane value, so a one-element operand broadcasts.
 
-use half::{bf16, f16};
 
 use super::data::{
     canon_i32, f64_to_f32_class, multiversion, normalize_i32, ptr_add, round_f32, widen_i32, Class,
@@ -617,8 +616,8 @@ pub(crate) fn to_bits(d: DType, a: &Data, o: &mut Vec<u64>) {
         }
         Data::I64(v) => o.extend(v.iter().map(|&x| x as u64)),
         Data::F32(v) => match d {
-            DType::F16 => o.extend(v.iter().map(|&x| f16::from_f32(x).to_bits() as u64)),
-            DType::BF16 => o.extend(v.iter().map(|&x| bf16::from_f32(x).to_bits() as u64)),
+            DType::F16 => o.extend(v.iter().map(|&x| crate::dtype::f32_to_f16_bits(x) as u64)),
+            DType::BF16 => o.extend(v.iter().map(|&x| crate::dtype::f32_to_bf16_bits(x) as u64)),
             _ => o.extend(v.iter().map(|&x| x.to_bits() as u64)),
         },
         Data::F64(v) => o.extend(v.iter().map(|&x| x.to_bits())),
@@ -636,10 +635,10 @@ pub(crate) fn from_bits(d: DType, bits: &[u64], out: &mut Data) {
         Class::F32 => match d {
             DType::F16 => out
                 .f32s()
-                .extend(it.map(|b| f16::from_bits(b as u16).to_f32())),
+                .extend(it.map(|b| crate::dtype::f16_bits_to_f32(b as u16))),
             DType::BF16 => out
                 .f32s()
-                .extend(it.map(|b| bf16::from_bits(b as u16).to_f32())),
+                .extend(it.map(|b| crate::dtype::bf16_bits_to_f32(b as u16))),
             _ => out.f32s().extend(it.map(|b| f32::from_bits(b as u32))),
         },
         Class::F64 => out.f64s().extend(it.map(f64::from_bits)),

@@ -5,7 +5,6 @@
 //! loop (a row of a 2-D tile, a whole 1-D block); anything else goes lane by lane. Masked-off
 //! lanes are never checked or touched.
 
-use half::{bf16, f16};
 
 use super::data::{canon_i32, multiversion, ptr_add, ptr_off, ptr_param, round1, Data};
 use super::memory::{Mem, Raw};
@@ -46,14 +45,14 @@ macro_rules! for_dtype {
             }
             DType::F16 => $m!(
                 u16, F32, f32s,
-                |r: u16| f16::from_bits(r).to_f32(),
-                |s: f32| f16::from_f32(s).to_bits(),
+                |r: u16| crate::dtype::f16_bits_to_f32(r),
+                |s: f32| crate::dtype::f32_to_f16_bits(s),
                 $($args)*
             ),
             DType::BF16 => $m!(
                 u16, F32, f32s,
-                |r: u16| bf16::from_bits(r).to_f32(),
-                |s: f32| bf16::from_f32(s).to_bits(),
+                |r: u16| crate::dtype::bf16_bits_to_f32(r),
+                |s: f32| crate::dtype::f32_to_bf16_bits(s),
                 $($args)*
             ),
             DType::F32 => $m!(u32, F32, f32s, f32::from_bits, f32::to_bits, $($args)*),
@@ -561,16 +560,16 @@ pub(crate) fn atomic_rmw(
             u16,
             F32,
             f32s,
-            |r: u16| f16::from_bits(r).to_f32(),
-            |s: f32| f16::from_f32(s).to_bits(),
+            |r: u16| crate::dtype::f16_bits_to_f32(r),
+            |s: f32| crate::dtype::f32_to_f16_bits(s),
             combine_f32(kind, d)
         ),
         DType::BF16 => go!(
             u16,
             F32,
             f32s,
-            |r: u16| bf16::from_bits(r).to_f32(),
-            |s: f32| bf16::from_f32(s).to_bits(),
+            |r: u16| crate::dtype::bf16_bits_to_f32(r),
+            |s: f32| crate::dtype::f32_to_bf16_bits(s),
             combine_f32(kind, d)
         ),
         DType::I8 => go!(
