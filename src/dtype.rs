@@ -212,24 +212,6 @@ macro_rules! element {
 element!(bool => Bool, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
     u32 => U32, u64 => U64, half::f16 => F16, half::bf16 => BF16, f32 => F32, f64 => F64);
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn codes_round_trip_and_names_parse() {
-        for d in DType::ALL {
-            assert_eq!(DType::from_code(d.code()), Some(d));
-            assert_eq!(DType::parse(d.triton_name()), Some(d));
-            assert_eq!(DType::parse(d.mlx_name()), Some(d));
-            assert_eq!(DType::parse(d.short_name()), Some(d));
-        }
-        assert_eq!(DType::parse("complex64"), None);
-        assert_eq!(DType::Bool.bits(), 1);
-        assert_eq!(DType::BF16.size_bytes(), 2);
-    }
-}
-
 /// f16 bits as an f32, exactly; a NaN keeps its sign, payload and signalling bit (a value
 /// that is only moved, loaded, stored or bitcast keeps its bits on every target).
 #[inline(always)]
@@ -274,5 +256,23 @@ pub(crate) fn f32_to_bf16_bits(x: f32) -> u16 {
         }
     } else {
         half::bf16::from_f32(x).to_bits()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_names_parse() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_code(d.code()), Some(d));
+            assert_eq!(DType::parse(d.triton_name()), Some(d));
+            assert_eq!(DType::parse(d.mlx_name()), Some(d));
+            assert_eq!(DType::parse(d.short_name()), Some(d));
+        }
+        assert_eq!(DType::parse("complex64"), None);
+        assert_eq!(DType::Bool.bits(), 1);
+        assert_eq!(DType::BF16.size_bytes(), 2);
     }
 }

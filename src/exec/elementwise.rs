@@ -4,7 +4,6 @@
 //! regions (run over many lanes at once, see `reduce.rs`) a scalar constant meets a
 //! many-lane value, so a one-element operand broadcasts.
 
-
 use super::data::{
     canon_i32, f64_to_f32_class, multiversion, normalize_i32, ptr_add, round_f32, widen_i32, Class,
     Data,

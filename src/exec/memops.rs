@@ -5,7 +5,6 @@
 //! loop (a row of a 2-D tile, a whole 1-D block); anything else goes lane by lane. Masked-off
 //! lanes are never checked or touched.
 
-
 use super::data::{canon_i32, multiversion, ptr_add, ptr_off, ptr_param, round1, Data};
 use super::memory::{Mem, Raw};
 use crate::dtype::DType;
