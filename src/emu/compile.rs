@@ -9,12 +9,13 @@ use std::sync::{Mutex, OnceLock};
 use crate::cache;
 use crate::{Error, Result};
 
-/// `tm_emu_launch(bufs, grid, threadgroup, reverse, workers, err, errlen)` in the .so.
+/// `tm_emu_launch(bufs, grid, threadgroup, schedule, seed, workers, err, errlen)` in the .so.
 pub(crate) type LaunchFn = unsafe extern "C" fn(
     *const *mut c_void,
     *const u32,
     *const u32,
     i32,
+    u64,
     i32,
     *mut c_char,
     usize,
@@ -37,15 +38,23 @@ pub(crate) struct Build {
 /// The emulator's build: `-O1` keeps compiles fast while inlining the shim.
 /// Stack-clash protection probes big stack frames page by page, so a kernel whose locals
 /// overflow its fiber stack hits the guard page instead of writing over other memory.
-const FLAGS: [&str; 12] = [
+/// Warnings are off except the ones that hold the kernel to what Metal compiles: C++20
+/// features (MSL 3 is C++17; the shim, a system header, may use them) and variable-length
+/// arrays are errors (`-Wvla-extension` before clang 18, `-Wvla-cxx-extension` since).
+/// Line tables let a fault name the kernel line that made it.
+const FLAGS: [&str; 16] = [
     "-std=c++20",
     "-O1",
+    "-gline-tables-only",
     "-shared",
     "-fPIC",
     "-fno-exceptions",
     "-fno-rtti",
     "-pthread",
-    "-w",
+    "-Wno-everything",
+    "-Werror=pre-c++20-compat-pedantic",
+    "-Werror=vla-extension",
+    "-Werror=vla-cxx-extension",
     "-ferror-limit=20",
     "-fno-color-diagnostics",
     "-ffp-contract=off",

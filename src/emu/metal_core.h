@@ -280,10 +280,23 @@ TM_FLOAT2(fmax, __builtin_fmaxf(x, y))
 TM_FLOAT2(step, y < x ? 0.0f : 1.0f)
 #undef TM_FLOAT2
 
+// Metal declares min/max once per type, so operands of two types are ambiguous there
+// (an unsuffixed float literal is a float in Metal, a double here). The emulator compiles
+// with TM_METAL_MODEL and rejects them as Metal does; the compiled CPU executor mixes.
+template <class A, class B>
+constexpr bool tm_one_type = std::is_same_v<A, B> || (std::is_same_v<A, float> && std::is_same_v<B, double>) ||
+                             (std::is_same_v<A, double> && std::is_same_v<B, float>);
+#ifdef TM_METAL_MODEL
+#define TM_ONE_TYPE(A, B) static_assert(tm_one_type<A, B>, "Metal's min/max/clamp take operands of one type: cast one")
+#else
+#define TM_ONE_TYPE(A, B)
+#endif
+
 // min/max follow fmin/fmax for floats (a NaN operand yields the other one), as Metal.
 template <class A, class B>
   requires(arith<A> || is_bf<A>::value) && (arith<B> || is_bf<B>::value)
 inline auto max(A a, B b) {
+  TM_ONE_TYPE(A, B);
   if constexpr (is_bf<A>::value && is_bf<B>::value) return bfloat(__builtin_fmaxf(a, b));
   else {
     using C = common<typename fwide<A>::type, typename fwide<B>::type>;
@@ -295,6 +308,7 @@ inline auto max(A a, B b) {
 template <class A, class B>
   requires(arith<A> || is_bf<A>::value) && (arith<B> || is_bf<B>::value)
 inline auto min(A a, B b) {
+  TM_ONE_TYPE(A, B);
   if constexpr (is_bf<A>::value && is_bf<B>::value) return bfloat(__builtin_fminf(a, b));
   else {
     using C = common<typename fwide<A>::type, typename fwide<B>::type>;

@@ -9,9 +9,24 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-
-#if !defined(__x86_64__)
+#include <dlfcn.h>
 #include <ucontext.h>
+
+
+// Metal's address spaces as clang address spaces: `device`, `constant` and `threadgroup`
+// pointers and references are distinct types (`thread` is the default one), so converting
+// one into another without a cast is an error, as in Metal. On x86-64 they all address the
+// same memory.
+// Kernels using `bfloat` (a class here, whose members clang cannot call on objects in
+// another address space) are compiled with TM_NO_ADDRESS_SPACES: no address spaces.
+#ifndef TM_NO_ADDRESS_SPACES
+#define TM_AS_DEVICE __attribute__((address_space(1)))
+#define TM_AS_CONSTANT __attribute__((address_space(2)))
+#define TM_AS_THREADGROUP __attribute__((address_space(3)))
+#else
+#define TM_AS_DEVICE
+#define TM_AS_CONSTANT
+#define TM_AS_THREADGROUP
 #endif
 
 // ----------------------------------------------------------------------------------------
@@ -41,6 +56,17 @@ struct Attrs {
 };
 
 typedef void (*Thunk)(void** bufs, const Attrs& a);
+
+// A buffer handed to a kernel parameter: converts to the parameter's pointer (or, for a
+// scalar, reference) type, address space included.
+struct AnyPtr {
+  void* p;
+  template <class T> operator T*() const { return (T*)p; }
+};
+struct AnyRef {
+  void* p;
+  template <class T> operator T&() const { return *(T*)p; }
+};
 
 enum State { READY, WAIT_BARRIER, WAIT_SIMD, DONE };
 
@@ -222,9 +248,9 @@ template <class T> SimdView simd_exchange_value(const T& v) {
 }
 
 // A `threadgroup` variable: every declaration site gets a slot; the first thread of the
-// group to reach it carves the storage out of the group's arena, filled with 0xff so that
-// reads before writes show up as NaN / -1.
-template <class T> T& tg_var(int slot) {
+// group to reach it carves the storage out of the group's arena, filled so that reads
+// before writes show up (see below).
+template <class T> TM_AS_THREADGROUP T& tg_var(int slot) {
   Group& g = cur_worker->group;
   if (slot < 0 || slot >= MAX_TG_SLOTS) fail("too many threadgroup declarations");
   if (g.offsets[slot] < 0) {
@@ -234,9 +260,13 @@ template <class T> T& tg_var(int slot) {
       fail("threadgroup memory exceeds the 32768-byte limit of Apple GPUs");
     g.offsets[slot] = (long)off;
     g.used = off + sizeof(T);
-    memset(g.arena + off, 0xff, sizeof(T));
+    // Reads before writes must show whatever the reduction: words cycle through NaN
+    // (0xff bytes, -1 as an integer), +3.4e38 (0x7f bytes) and -1.7e38 (0xfe bytes), which
+    // max, min, sums and products cannot all ignore.
+    static const unsigned char fill[3] = {0xff, 0x7f, 0xfe};
+    for (size_t i = 0; i < sizeof(T); i++) g.arena[off + i] = fill[((off + i) / 4 + slot) % 3];
   }
-  return *reinterpret_cast<T*>(g.arena + g.offsets[slot]);
+  return *(TM_AS_THREADGROUP T*)(g.arena + g.offsets[slot]);
 }
 
 inline void lane_finished(Group& g, Fiber& f) {
@@ -295,11 +325,15 @@ inline void switch_to(Worker& w, Fiber& f) {
 #endif
 }
 
+// How the runnable threads of a threadgroup take turns (`emu::LaneOrder`).
+enum Schedule { SCHED_FORWARD = 0, SCHED_REVERSE = 1, SCHED_SIMD_FORWARD = 2, SCHED_SIMD_REVERSE = 3, SCHED_RANDOM = 4 };
+
 struct Launch {
   Thunk thunk;
   void** bufs;
   uint grid[3], tg[3], groups[3];
-  int reverse;
+  int schedule;
+  uint64_t seed;
   long total_groups;
   long next;  // atomically claimed group index
   int failed;
@@ -367,14 +401,53 @@ inline bool run_group(Launch& L, Worker& w, long gi) {
     a.dispatch_quadgroups_per_threadgroup = cdiv(dispatch_tg, 4);
     fiber_init(f);
   }
+  uint64_t rng = (L.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(gi + 1))) | 1;
   while (g.alive > 0) {
     bool progressed = false;
-    for (int k = 0; k < n; k++) {
-      Fiber& f = g.fibers[L.reverse ? n - 1 - k : k];
-      if (f.state != READY) continue;
-      progressed = true;
-      switch_to(w, f);
-      if (g.failed) return false;
+    if (L.schedule == SCHED_FORWARD || L.schedule == SCHED_REVERSE) {
+      // Every runnable thread once per pass, in lane order.
+      for (int k = 0; k < n; k++) {
+        Fiber& f = g.fibers[L.schedule == SCHED_REVERSE ? n - 1 - k : k];
+        if (f.state != READY) continue;
+        progressed = true;
+        switch_to(w, f);
+        if (g.failed) return false;
+      }
+    } else if (L.schedule == SCHED_SIMD_FORWARD || L.schedule == SCHED_SIMD_REVERSE) {
+      // One simdgroup at a time: the first (last) one with a runnable lane runs a pass;
+      // its collectives wake only its own lanes, so it keeps running until every lane of
+      // it waits at a threadgroup barrier or has finished, while the others lag behind.
+      bool rev = L.schedule == SCHED_SIMD_REVERSE;
+      for (int k = 0; k < nsimd && !progressed; k++) {
+        int s = rev ? nsimd - 1 - k : k;
+        int lo = s * SIMD, hi = lo + SIMD < n ? lo + SIMD : n;
+        for (int j = 0; j < hi - lo; j++) {
+          Fiber& f = g.fibers[rev ? hi - 1 - j : lo + j];
+          if (f.state != READY) continue;
+          progressed = true;
+          switch_to(w, f);
+          if (g.failed) return false;
+        }
+      }
+    } else {
+      // A runnable thread picked at random (seeded) runs until it blocks.
+      int ready = 0;
+      for (int i = 0; i < n; i++) ready += g.fibers[i].state == READY;
+      if (ready > 0) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        int pick = (int)(rng % (uint64_t)ready);
+        for (int i = 0; i < n; i++) {
+          if (g.fibers[i].state != READY) continue;
+          if (pick-- == 0) {
+            progressed = true;
+            switch_to(w, g.fibers[i]);
+            if (g.failed) return false;
+            break;
+          }
+        }
+      }
     }
     if (!progressed) {
       int at_barrier = 0, at_simd = 0;
@@ -404,9 +477,26 @@ inline bool run_group(Launch& L, Worker& w, long gi) {
 // handler was installed before (Rust's stack-overflow reporter, another kernel's shim).
 inline thread_local sigjmp_buf* fault_jump;
 inline struct sigaction prev_segv, prev_bus, prev_fpe, prev_ill;
+// The faulting address, whether the access wrote (x86-64 page-fault error code), and the
+// instruction's address: the host maps them to a buffer, an element and a kernel line.
+inline thread_local uintptr_t fault_addr, fault_pc;
+inline thread_local int fault_write;
 
 inline void on_fault(int sig, siginfo_t* info, void* uctx) {
-  if (fault_jump) siglongjmp(*fault_jump, sig);
+  if (fault_jump) {
+    fault_addr = (uintptr_t)info->si_addr;
+    fault_write = -1;
+    fault_pc = 0;
+#if defined(__x86_64__) && defined(REG_ERR)
+    const ucontext_t* uc = (const ucontext_t*)uctx;
+    fault_write = (int)((uc->uc_mcontext.gregs[REG_ERR] >> 1) & 1);
+    fault_pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    const ucontext_t* uc = (const ucontext_t*)uctx;
+    fault_pc = (uintptr_t)uc->uc_mcontext.pc;
+#endif
+    siglongjmp(*fault_jump, sig);
+  }
   struct sigaction* prev = sig == SIGSEGV ? &prev_segv : sig == SIGBUS ? &prev_bus : sig == SIGFPE ? &prev_fpe : &prev_ill;
   if (prev->sa_flags & SA_SIGINFO) {
     prev->sa_sigaction(sig, info, uctx);
@@ -430,6 +520,15 @@ inline void install_fault_handlers() {
   sigaction(SIGILL, &sa, &prev_ill);
 }
 
+inline void append_hex(char* out, size_t& k, size_t cap, uintptr_t v) {
+  char t[20];
+  int m = 0;
+  do t[m++] = "0123456789abcdef"[v & 15], v >>= 4; while (v);
+  append_str(out, k, cap, "0x");
+  while (m && k + 1 < cap) out[k++] = t[--m];
+  out[k] = 0;
+}
+
 inline void describe_fault(Group& g, int sig) {
   size_t k = 0;
   const char* what = sig == SIGFPE   ? "SIGFPE (integer division by zero or overflow)"
@@ -444,6 +543,23 @@ inline void describe_fault(Group& g, int sig) {
       append_uint(g.msg, k, sizeof g.msg, p[d]);
     }
     append_str(g.msg, k, sizeof g.msg, ")");
+  }
+  if (sig == SIGSEGV || sig == SIGBUS) {
+    // Machine-readable tail for the host (see emu::describe_fault).
+    append_str(g.msg, k, sizeof g.msg, " tm_fault{addr=");
+    append_hex(g.msg, k, sizeof g.msg, fault_addr);
+    append_str(g.msg, k, sizeof g.msg, ",write=");
+    append_str(g.msg, k, sizeof g.msg, fault_write < 0 ? "?" : fault_write ? "1" : "0");
+    Dl_info info;
+    if (fault_pc && dladdr((void*)fault_pc, &info) && info.dli_fbase) {
+      append_str(g.msg, k, sizeof g.msg, ",pc=");
+      append_hex(g.msg, k, sizeof g.msg, fault_pc - (uintptr_t)info.dli_fbase);
+      if (info.dli_fname) {
+        append_str(g.msg, k, sizeof g.msg, ",so=");
+        append_str(g.msg, k, sizeof g.msg, info.dli_fname);
+      }
+    }
+    append_str(g.msg, k, sizeof g.msg, "}");
   }
   g.failed = true;
 }
@@ -547,11 +663,12 @@ inline void* worker_main(void* arg) {
 // grid counts threads (MLX uses dispatchThreads); the threadgroup is clamped to the grid
 // as MLX does. Returns 0 on success, else 1 with a message in err.
 inline int launch(Thunk thunk, void** bufs, const uint32_t* grid, const uint32_t* tg,
-                  int reverse, int workers, char* err, size_t errlen) {
+                  int schedule, uint64_t seed, int workers, char* err, size_t errlen) {
   Launch L{};
   L.thunk = thunk;
   L.bufs = bufs;
-  L.reverse = reverse;
+  L.schedule = schedule;
+  L.seed = seed;
   L.total_groups = 1;
   for (int d = 0; d < 3; d++) {
     L.grid[d] = grid[d];
@@ -604,81 +721,89 @@ inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
 }
 
 // ----- simd collectives: each lane deposits its value, then computes its own result -----
+// Metal's simd and quad functions take scalars and vectors of 8-, 16- and 32-bit types:
+// bool and 64-bit values are a compile error there, so they are here.
+template <class T> inline tm_rt::SimdView tm_simd_value(const T& v) {
+  using E = typename vtraits<T>::elem;
+  static_assert(!std::is_same_v<E, bool> && sizeof(E) <= 4,
+                "Metal's simd_*/quad_* functions take no bool and no 64-bit values");
+  return tm_rt::simd_exchange_value(v);
+}
 template <class T> inline T tm_add(T a, T b) { return a + b; }
 template <class T> inline T tm_mul(T a, T b) { return a * b; }
 
 template <class T> inline T simd_sum(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = T(0);
   for (int l = 0; l < tm_rt::SIMD; l++)
     if (s.has(l)) r = T(r + s.get<T>(l));
   return r;
 }
 template <class T> inline T simd_product(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = T(1);
   for (int l = 0; l < tm_rt::SIMD; l++)
     if (s.has(l)) r = T(r * s.get<T>(l));
   return r;
 }
 template <class T> inline T simd_max(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = v;
   for (int l = 0; l < tm_rt::SIMD; l++)
     if (s.has(l)) r = T(max(r, s.get<T>(l)));
   return r;
 }
 template <class T> inline T simd_min(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = v;
   for (int l = 0; l < tm_rt::SIMD; l++)
     if (s.has(l)) r = T(min(r, s.get<T>(l)));
   return r;
 }
 template <class T> inline T simd_and(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = v;
   for (int l = 0; l < tm_rt::SIMD; l++)
     if (s.has(l)) r = r & s.get<T>(l);
   return r;
 }
 template <class T> inline T simd_or(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = v;
   for (int l = 0; l < tm_rt::SIMD; l++)
     if (s.has(l)) r = r | s.get<T>(l);
   return r;
 }
 template <class T> inline T simd_xor(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = T(0);
   for (int l = 0; l < tm_rt::SIMD; l++)
     if (s.has(l)) r = r ^ s.get<T>(l);
   return r;
 }
 template <class T> inline T simd_prefix_inclusive_sum(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = T(0);
   for (int l = 0; l <= s.lane; l++)
     if (s.has(l)) r = T(r + s.get<T>(l));
   return r;
 }
 template <class T> inline T simd_prefix_exclusive_sum(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = T(0);
   for (int l = 0; l < s.lane; l++)
     if (s.has(l)) r = T(r + s.get<T>(l));
   return r;
 }
 template <class T> inline T simd_prefix_inclusive_product(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = T(1);
   for (int l = 0; l <= s.lane; l++)
     if (s.has(l)) r = T(r * s.get<T>(l));
   return r;
 }
 template <class T> inline T simd_prefix_exclusive_product(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = T(1);
   for (int l = 0; l < s.lane; l++)
     if (s.has(l)) r = T(r * s.get<T>(l));
@@ -689,36 +814,36 @@ template <class T> inline T tm_read_lane(const tm_rt::SimdView& s, T own, long l
   return s.has((int)l) ? s.get<T>((int)l) : own;
 }
 template <class T, class I> inline T simd_shuffle(T v, I lane) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   return tm_read_lane(s, v, (long)lane);
 }
 template <class T, class I> inline T simd_broadcast(T v, I lane) { return simd_shuffle(v, lane); }
 template <class T> inline T simd_broadcast_first(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   for (int l = 0; l < tm_rt::SIMD; l++)
     if (s.has(l)) return s.get<T>(l);
   return v;
 }
 template <class T, class I> inline T simd_shuffle_xor(T v, I mask) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   return tm_read_lane(s, v, (long)(s.lane ^ (int)mask));
 }
 template <class T, class I> inline T simd_shuffle_up(T v, I delta) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   long src = (long)s.lane - (long)delta;
   return src < 0 ? v : tm_read_lane(s, v, src);
 }
 template <class T, class I> inline T simd_shuffle_down(T v, I delta) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   long src = (long)s.lane + (long)delta;
   return src >= tm_rt::SIMD ? v : tm_read_lane(s, v, src);
 }
 template <class T, class I> inline T simd_shuffle_rotate_down(T v, I delta) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   return tm_read_lane(s, v, ((long)s.lane + (long)delta) % tm_rt::SIMD);
 }
 template <class T, class I> inline T simd_shuffle_rotate_up(T v, I delta) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   return tm_read_lane(s, v, (((long)s.lane - (long)delta) % tm_rt::SIMD + tm_rt::SIMD) % tm_rt::SIMD);
 }
 // simd_vote: the ballot mask, convertible to an integer.
@@ -761,47 +886,51 @@ inline bool simd_is_first() {
 
 // ----- quad collectives: groups of 4 consecutive lanes (all simd lanes rendezvous) -----
 template <class T> inline T quad_sum(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = T(0);
   for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
     if (s.has(l)) r = T(r + s.template get<T>(l));
   return r;
 }
 template <class T> inline T quad_max(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = v;
   for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
     if (s.has(l)) r = T(max(r, s.template get<T>(l)));
   return r;
 }
 template <class T> inline T quad_min(T v) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   T r = v;
   for (int l = s.lane & ~3; l < (s.lane & ~3) + 4; l++)
     if (s.has(l)) r = T(min(r, s.template get<T>(l)));
   return r;
 }
 template <class T, class I> inline T quad_shuffle(T v, I lane) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   return tm_read_lane(s, v, (long)((s.lane & ~3) | ((int)lane & 3)));
 }
 template <class T, class I> inline T quad_broadcast(T v, I lane) { return quad_shuffle(v, lane); }
 template <class T, class I> inline T quad_shuffle_xor(T v, I mask) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   return tm_read_lane(s, v, (long)((s.lane & ~3) | ((s.lane ^ (int)mask) & 3)));
 }
 template <class T, class I> inline T quad_shuffle_down(T v, I delta) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   int q = (s.lane & 3) + (int)delta;
   return q > 3 ? v : tm_read_lane(s, v, (long)((s.lane & ~3) | q));
 }
 template <class T, class I> inline T quad_shuffle_up(T v, I delta) {
-  tm_rt::SimdView s = tm_rt::simd_exchange_value(v);
+  tm_rt::SimdView s = tm_simd_value(v);
   int q = (s.lane & 3) - (int)delta;
   return q < 0 ? v : tm_read_lane(s, v, (long)((s.lane & ~3) | q));
 }
 
 // ----- atomics -----
+// Metal's model: atomics live in `device` or `threadgroup` memory (no overloads for any
+// other address space), are 32-bit (M1 has no 64-bit atomics), and `atomic_float` only
+// loads, stores, exchanges and adds; `atomic_bool` only loads, stores, exchanges and
+// compares-and-exchanges. Anything else is a compile error, as on Metal.
 enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release, memory_order_acq_rel, memory_order_seq_cst };
 template <class T> struct atomic {
   T value;
@@ -810,8 +939,18 @@ typedef atomic<int> atomic_int;
 typedef atomic<uint> atomic_uint;
 typedef atomic<bool> atomic_bool;
 typedef atomic<float> atomic_float;
-typedef atomic<ulong> atomic_ulong;
-typedef atomic<long> atomic_long;
+
+enum tm_atomic_op { TM_AT_LOAD, TM_AT_STORE, TM_AT_XCHG, TM_AT_CAS, TM_AT_ADD, TM_AT_SUB, TM_AT_BITS, TM_AT_MINMAX };
+template <class T, int OP> constexpr bool tm_atomic_check() {
+  constexpr bool i32 = std::is_same_v<T, int> || std::is_same_v<T, uint>;
+  static_assert(i32 || std::is_same_v<T, float> || std::is_same_v<T, bool>,
+                "Metal atomics hold int, uint, bool or float (no 64-bit atomics on M1)");
+  static_assert(!std::is_same_v<T, float> || OP == TM_AT_LOAD || OP == TM_AT_STORE || OP == TM_AT_XCHG || OP == TM_AT_ADD,
+                "Metal's atomic_float only loads, stores, exchanges and adds (max/min/CAS go through atomic_uint)");
+  static_assert(!std::is_same_v<T, bool> || OP == TM_AT_LOAD || OP == TM_AT_STORE || OP == TM_AT_XCHG || OP == TM_AT_CAS,
+                "Metal's atomic_bool only loads, stores, exchanges and compares-and-exchanges");
+  return true;
+}
 
 template <class T> struct atomic_bits {
   using type = std::conditional_t<sizeof(T) == 8, uint64_t, std::conditional_t<sizeof(T) == 4, uint32_t, std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
@@ -834,40 +973,69 @@ template <class T, class F> inline T tm_atomic_rmw(volatile atomic<T>* o, F f) {
   }
   return old;
 }
-template <class T, class U> inline void atomic_store_explicit(volatile atomic<T>* o, U v, memory_order = memory_order_relaxed) {
+template <class T> inline void tm_atomic_store(volatile atomic<T>* o, T v) {
   using B = typename atomic_bits<T>::type;
-  __atomic_store_n((volatile B*)&o->value, __builtin_bit_cast(B, (T)v), __ATOMIC_SEQ_CST);
+  __atomic_store_n((volatile B*)&o->value, __builtin_bit_cast(B, v), __ATOMIC_SEQ_CST);
 }
-template <class T> inline T atomic_load_explicit(volatile atomic<T>* o, memory_order = memory_order_relaxed) { return tm_atomic_load(o); }
-template <class T> inline T atomic_load_explicit(const volatile atomic<T>* o, memory_order = memory_order_relaxed) {
-  return tm_atomic_load(const_cast<volatile atomic<T>*>(o));
-}
-template <class T, class U> inline T atomic_exchange_explicit(volatile atomic<T>* o, U v, memory_order = memory_order_relaxed) {
+template <class T> inline T tm_atomic_xchg(volatile atomic<T>* o, T v) {
   using B = typename atomic_bits<T>::type;
-  return __builtin_bit_cast(T, __atomic_exchange_n((volatile B*)&o->value, __builtin_bit_cast(B, (T)v), __ATOMIC_SEQ_CST));
+  return __builtin_bit_cast(T, __atomic_exchange_n((volatile B*)&o->value, __builtin_bit_cast(B, v), __ATOMIC_SEQ_CST));
 }
-template <class T, class U>
-inline bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* o, T* expected, U desired, memory_order = memory_order_relaxed,
-                                                  memory_order = memory_order_relaxed) {
-  return tm_atomic_cas(o, expected, (T)desired);
-}
-template <class T, class U>
-inline bool atomic_compare_exchange_strong_explicit(volatile atomic<T>* o, T* expected, U desired, memory_order = memory_order_relaxed,
-                                                    memory_order = memory_order_relaxed) {
-  return tm_atomic_cas(o, expected, (T)desired);
-}
-#define TM_ATOMIC_RMW(name, expr)                                                                  \
-  template <class T, class U> inline T name(volatile atomic<T>* o, U v, memory_order = memory_order_relaxed) { \
-    T arg = (T)v;                                                                                   \
-    return tm_atomic_rmw(o, [arg](T a) { return expr; });                                           \
+
+// a + sign * b, wrapping for integers (as the hardware's atomic add does).
+template <class T> inline T tm_wrapping(T a, T b, int sign) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using W = std::make_unsigned_t<T>;
+    return (T)(sign > 0 ? (W)((W)a + (W)b) : (W)((W)a - (W)b));
+  } else {
+    return sign > 0 ? T(a + b) : T(a - b);
   }
-TM_ATOMIC_RMW(atomic_fetch_add_explicit, a + arg)
-TM_ATOMIC_RMW(atomic_fetch_sub_explicit, a - arg)
-TM_ATOMIC_RMW(atomic_fetch_and_explicit, a & arg)
-TM_ATOMIC_RMW(atomic_fetch_or_explicit, a | arg)
-TM_ATOMIC_RMW(atomic_fetch_xor_explicit, a ^ arg)
-TM_ATOMIC_RMW(atomic_fetch_min_explicit, a < arg ? a : arg)
-TM_ATOMIC_RMW(atomic_fetch_max_explicit, a > arg ? a : arg)
+}
+
+// The API, once per address space an atomic may live in (`expected` is a thread pointer).
+#define TM_ATOMIC_RMW(AS, name, op, expr)                                                                   \
+  template <class T, class U> inline T name(volatile AS atomic<T>* o, U v, memory_order = memory_order_relaxed) { \
+    static_assert(tm_atomic_check<T, op>());                                                                \
+    T arg = (T)v;                                                                                           \
+    return tm_atomic_rmw((volatile atomic<T>*)o, [arg](T a) { return expr; });                              \
+  }
+#define TM_ATOMIC_API(AS)                                                                                   \
+  template <class T, class U> inline void atomic_store_explicit(volatile AS atomic<T>* o, U v, memory_order = memory_order_relaxed) { \
+    static_assert(tm_atomic_check<T, TM_AT_STORE>());                                                       \
+    tm_atomic_store((volatile atomic<T>*)o, (T)v);                                                          \
+  }                                                                                                         \
+  template <class T> inline T atomic_load_explicit(const volatile AS atomic<T>* o, memory_order = memory_order_relaxed) { \
+    static_assert(tm_atomic_check<T, TM_AT_LOAD>());                                                        \
+    return tm_atomic_load((volatile atomic<T>*)o);                                                          \
+  }                                                                                                         \
+  template <class T, class U> inline T atomic_exchange_explicit(volatile AS atomic<T>* o, U v, memory_order = memory_order_relaxed) { \
+    static_assert(tm_atomic_check<T, TM_AT_XCHG>());                                                        \
+    return tm_atomic_xchg((volatile atomic<T>*)o, (T)v);                                                    \
+  }                                                                                                         \
+  template <class T, class U>                                                                               \
+  inline bool atomic_compare_exchange_weak_explicit(volatile AS atomic<T>* o, T* expected, U desired, memory_order = memory_order_relaxed, \
+                                                    memory_order = memory_order_relaxed) {                  \
+    static_assert(tm_atomic_check<T, TM_AT_CAS>());                                                         \
+    return tm_atomic_cas((volatile atomic<T>*)o, expected, (T)desired);                                     \
+  }                                                                                                         \
+  template <class T, class U>                                                                               \
+  inline bool atomic_compare_exchange_strong_explicit(volatile AS atomic<T>* o, T* expected, U desired, memory_order = memory_order_relaxed, \
+                                                      memory_order = memory_order_relaxed) {                \
+    static_assert(tm_atomic_check<T, TM_AT_CAS>());                                                         \
+    return tm_atomic_cas((volatile atomic<T>*)o, expected, (T)desired);                                     \
+  }                                                                                                         \
+  TM_ATOMIC_RMW(AS, atomic_fetch_add_explicit, TM_AT_ADD, tm_wrapping<T>(a, arg, 1))                        \
+  TM_ATOMIC_RMW(AS, atomic_fetch_sub_explicit, TM_AT_SUB, tm_wrapping<T>(a, arg, -1))                       \
+  TM_ATOMIC_RMW(AS, atomic_fetch_and_explicit, TM_AT_BITS, a & arg)                                         \
+  TM_ATOMIC_RMW(AS, atomic_fetch_or_explicit, TM_AT_BITS, a | arg)                                          \
+  TM_ATOMIC_RMW(AS, atomic_fetch_xor_explicit, TM_AT_BITS, a ^ arg)                                         \
+  TM_ATOMIC_RMW(AS, atomic_fetch_min_explicit, TM_AT_MINMAX, a < arg ? a : arg)                             \
+  TM_ATOMIC_RMW(AS, atomic_fetch_max_explicit, TM_AT_MINMAX, a > arg ? a : arg)
+TM_ATOMIC_API(TM_AS_DEVICE)
+#ifndef TM_NO_ADDRESS_SPACES
+TM_ATOMIC_API(TM_AS_THREADGROUP)
+#endif
+#undef TM_ATOMIC_API
 #undef TM_ATOMIC_RMW
 
 // ----- simdgroup_matrix<T, 8, 8> -----
@@ -882,6 +1050,8 @@ template <> struct tm_frag_storage<bfloat> { using type = bfloat2; };
 
 template <class T, int Cols, int Rows> struct simdgroup_matrix {
   static_assert(Cols == 8 && Rows == 8, "only 8x8 simdgroup matrices exist on Apple GPUs");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, half> || std::is_same_v<T, bfloat>,
+                "simdgroup_matrix holds float, half or bfloat (no integer matrices on Apple GPUs)");
   typename tm_frag_storage<T>::type e;
   simdgroup_matrix() = default;
   // Metal: a diagonal matrix with `diag` on the diagonal.
@@ -1000,6 +1170,21 @@ template <class V, class... A> inline V vmake(A... a) {
   }
 }
 
+// Packed vectors: element alignment, so they may start at any element of a buffer.
+#define TM_PACKED_TYPES(T, N)                                                        \
+  typedef T packed_##N##2 __attribute__((ext_vector_type(2), aligned(alignof(T)))); \
+  typedef T packed_##N##3 __attribute__((ext_vector_type(3), aligned(alignof(T)))); \
+  typedef T packed_##N##4 __attribute__((ext_vector_type(4), aligned(alignof(T))));
+TM_PACKED_TYPES(float, float)
+TM_PACKED_TYPES(half, half)
+TM_PACKED_TYPES(int, int)
+TM_PACKED_TYPES(uint, uint)
+TM_PACKED_TYPES(short, short)
+TM_PACKED_TYPES(ushort, ushort)
+TM_PACKED_TYPES(char, char)
+TM_PACKED_TYPES(uchar, uchar)
+#undef TM_PACKED_TYPES
+
 namespace precise {
 using metal::acos, metal::acosh, metal::asin, metal::asinh, metal::atan, metal::atan2, metal::atanh, metal::ceil, metal::copysign,
     metal::cos, metal::cosh, metal::cospi, metal::exp, metal::exp10, metal::exp2, metal::fabs, metal::fdim, metal::floor,
@@ -1036,11 +1221,11 @@ using namespace metal;
 #define METAL_FUNC inline
 #define __METAL_VERSION__ 310
 
-// Address spaces and function qualifiers carry no meaning on the CPU.
-#define device
-#define constant
+// Address spaces (see TM_AS_DEVICE); function qualifiers carry no meaning on the CPU.
+#define device TM_AS_DEVICE
+#define constant TM_AS_CONSTANT
+#define threadgroup TM_AS_THREADGROUP
 #define thread
-#define threadgroup
 #define kernel
 #define ray_data
 #define object_data

@@ -5,18 +5,31 @@
 //! clang against `metal_shim.h`, and every threadgroup's threads run as cooperative fibers
 //! on the CPU: `threadgroup_barrier` waits until every live thread of the group arrives,
 //! simd collectives wait for every live lane of the simdgroup, `threadgroup` arrays are
-//! shared by the group (and start as 0xff bytes, so reads before writes show), atomics are
+//! shared by the group (and start as NaN, +3.4e38 and -1.7e38 words in turn, so reads
+//! before writes show whatever the kernel computes with them), atomics are
 //! real atomics and `simdgroup_matrix` products are computed as a collective. Threads run
-//! until they block, in forward or in reverse lane order ([`LaneOrder`]); a missing barrier
-//! changes the result in at least one of the two. This proves correctness, not speed.
+//! until they block, under one of several schedules ([`LaneOrder`]: forward or reverse lane
+//! order, one SIMD-group running ahead of the others, seeded random); a missing barrier
+//! changes the result in at least one of them ([`run_all_orders`]). This proves
+//! correctness, not speed.
 //!
 //! As with `dispatchThreads`, edge threadgroups are partial: only in-grid threads exist,
 //! `threads_per_threadgroup` is the group's actual size and
 //! `dispatch_threads_per_threadgroup` the requested one. Faults in kernel code (integer
 //! division by zero, a wild pointer, a thread overflowing its 256 KiB stack) come back as
-//! [`Error::Runtime`] naming the thread. Every buffer sits between canary zones (256 bytes
-//! before, 4 KiB after): a write outside it is reported as an error, a read outside it
-//! sees 0xfe bytes (about -1.7e38 as float).
+//! [`Error::Runtime`] naming the thread. Every buffer sits against a guard page: a load or
+//! store outside it is an [`Error::Runtime`] naming the access, the buffer, the element,
+//! the program and the kernel line (reverse schedules guard the start, the others the end;
+//! a write on the unguarded side is found after the launch).
+//!
+//! The compile is strict, to fail where Metal fails: `device`, `constant` and
+//! `threadgroup` are distinct address spaces, the kernel is held to C++17 (MSL 3's base),
+//! the library rejects what Metal's does (`simd_*` on bool or 64-bit values, float atomics
+//! other than load/store/exchange/add, 64-bit atomics, mixed-type `min`/`max`, integer
+//! `simdgroup_matrix`, VLAs, `double`), and the kernel sees no host target macros, so the
+//! `#else` branches only a Metal compiler takes are the ones compiled. Launches are
+//! checked as Metal checks them: at most 31 buffers (MLX binds every scalar as one), 1024
+//! threads and 32 KB of threadgroup memory per threadgroup.
 //!
 //! Not emulated: MLX's own `metal::utils()` helpers (`Limits`, `elem_to_loc`, ...), bool
 //! vectors produced by vector comparisons (clang yields integer masks), `bfloat` vectors
@@ -43,10 +56,13 @@
 
 mod arrays;
 pub(crate) mod compile;
+mod guard;
 mod rewrite;
 pub mod signature;
 
 use std::ffi::c_void;
+
+use guard::{Edge, Guarded};
 
 pub use arrays::run_call;
 pub use compile::cache_dir;
@@ -64,7 +80,8 @@ pub const METAL_SHIM: &str = include_str!("metal_shim.h");
 
 /// Most threads a Metal threadgroup may have.
 pub const MAX_THREADS_PER_THREADGROUP: usize = 1024;
-/// Threadgroup memory of Apple GPUs, in bytes (checked as the kernel runs).
+/// Threadgroup memory of Apple GPUs, in bytes (checked before a launch where the kernel's
+/// declarations have known sizes, and as the kernel runs).
 pub const MAX_THREADGROUP_MEMORY: usize = 32768;
 /// Buffer slots a Metal kernel may bind.
 pub const MAX_BUFFERS: usize = 31;
@@ -210,14 +227,63 @@ impl OutputSpec {
     }
 }
 
-/// The order in which the runnable threads of a threadgroup are resumed.
+/// The schedule of a threadgroup's threads: which runnable thread (one not waiting at a
+/// barrier or a simd collective) resumes next. A thread runs until it blocks. Every
+/// schedule is one a GPU could produce, so a correct kernel gives the same result in all
+/// of them; a missing barrier changes it in at least one ([`run_all_orders`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LaneOrder {
-    /// Thread 0 first.
+    /// Passes over the runnable threads, thread 0 first: SIMD-groups advance together
+    /// from one blocking point to the next.
     #[default]
     Forward,
-    /// Last thread first.
+    /// The same, last thread first.
     Reverse,
+    /// One SIMD-group at a time, the first first: it runs past its collectives until all
+    /// of its threads wait at a threadgroup barrier or have finished, before the next
+    /// SIMD-group starts (one runs ahead, the others lag).
+    SimdgroupsForward,
+    /// One SIMD-group at a time, the last first, lanes in reverse order.
+    SimdgroupsReverse,
+    /// A runnable thread picked at random (the seed makes it repeatable) runs until it
+    /// blocks.
+    Shuffled(u64),
+}
+
+impl LaneOrder {
+    /// Every deterministic schedule plus two seeded random ones: what
+    /// [`run_all_orders`] runs.
+    pub const ALL: [LaneOrder; 6] = [
+        LaneOrder::Forward,
+        LaneOrder::Reverse,
+        LaneOrder::SimdgroupsForward,
+        LaneOrder::SimdgroupsReverse,
+        LaneOrder::Shuffled(1),
+        LaneOrder::Shuffled(0x5eed),
+    ];
+
+    /// The schedule's code and seed, as the shim's `tm_rt::launch` takes them.
+    fn code(self) -> (i32, u64) {
+        match self {
+            LaneOrder::Forward => (0, 0),
+            LaneOrder::Reverse => (1, 0),
+            LaneOrder::SimdgroupsForward => (2, 0),
+            LaneOrder::SimdgroupsReverse => (3, 0),
+            LaneOrder::Shuffled(seed) => (4, seed),
+        }
+    }
+}
+
+impl std::fmt::Display for LaneOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LaneOrder::Forward => write!(f, "forward lane order"),
+            LaneOrder::Reverse => write!(f, "reverse lane order"),
+            LaneOrder::SimdgroupsForward => write!(f, "first-SIMD-group-ahead order"),
+            LaneOrder::SimdgroupsReverse => write!(f, "last-SIMD-group-ahead order"),
+            LaneOrder::Shuffled(seed) => write!(f, "shuffled order (seed {seed})"),
+        }
+    }
 }
 
 /// One `metal_kernel` launch, as it would be made through MLX.
@@ -349,6 +415,13 @@ impl MetalLaunch {
         self.signature().source()
     }
 
+    fn runtime_err(&self, msg: String) -> Error {
+        Error::Runtime {
+            kernel: self.name.clone(),
+            msg,
+        }
+    }
+
     fn launch_err(&self, msg: String) -> Error {
         Error::Launch {
             kernel: self.name.clone(),
@@ -364,10 +437,14 @@ impl MetalLaunch {
                 )));
             }
         }
-        let threads: usize = self.threadgroup.iter().product();
+        // MLX clamps the threadgroup to the grid before dispatching.
+        let threads: usize = (0..3)
+            .map(|d| self.threadgroup[d].min(self.grid[d]))
+            .product();
         if threads > MAX_THREADS_PER_THREADGROUP {
             return Err(self.launch_err(format!(
-                "threadgroup {:?} has {threads} threads; Metal allows at most {MAX_THREADS_PER_THREADGROUP}",
+                "threadgroup {:?} has {threads} threads; Metal allows at most \
+                 {MAX_THREADS_PER_THREADGROUP} threads per threadgroup",
                 self.threadgroup
             )));
         }
@@ -403,66 +480,12 @@ impl MetalLaunch {
             .count();
         if buffers > MAX_BUFFERS {
             return Err(self.launch_err(format!(
-                "{buffers} buffers; Metal binds at most {MAX_BUFFERS} (pack scalars)"
+                "{buffers} buffers (inputs, outputs and scalars, which MLX passes as one \
+                 buffer each, and any `_shape`/`_strides`/`_ndim`); Metal binds at most \
+                 {MAX_BUFFERS} buffers per kernel (pack scalars into one array)"
             )));
         }
         Ok(())
-    }
-}
-
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Block([u8; 64]);
-
-/// Bytes written around every buffer; a kernel that writes outside its buffers changes
-/// them, which [`AlignedBox::overrun`] reports. Reads of them give huge negative floats.
-const CANARY: u8 = 0xfe;
-const FRONT: usize = 256;
-const BACK: usize = 4096;
-
-/// 64-byte-aligned heap bytes between canary zones: kernels load `float4`s and the
-/// compiler may use aligned vector instructions, which a plain `Vec<u8>` would not satisfy.
-struct AlignedBox {
-    blocks: Vec<Block>,
-    len: usize,
-}
-
-impl AlignedBox {
-    fn new(bytes: &[u8]) -> AlignedBox {
-        let total = FRONT + bytes.len().div_ceil(64) * 64 + BACK;
-        let mut blocks = vec![Block([CANARY; 64]); total / 64];
-        let flat = Self::flat(&mut blocks);
-        flat[FRONT..FRONT + bytes.len()].copy_from_slice(bytes);
-        AlignedBox {
-            blocks,
-            len: bytes.len(),
-        }
-    }
-    fn flat(blocks: &mut [Block]) -> &mut [u8] {
-        // SAFETY: `Block` is 64 plain bytes with no padding.
-        unsafe {
-            std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), blocks.len() * 64)
-        }
-    }
-    fn ptr(&mut self) -> *mut c_void {
-        Self::flat(&mut self.blocks)[FRONT..].as_mut_ptr().cast()
-    }
-    fn bytes(&mut self) -> Vec<u8> {
-        let len = self.len;
-        Self::flat(&mut self.blocks)[FRONT..FRONT + len].to_vec()
-    }
-    /// Offset (relative to the buffer's start) of the first changed canary byte.
-    fn overrun(&mut self) -> Option<isize> {
-        let len = self.len;
-        let flat = Self::flat(&mut self.blocks);
-        if let Some(i) = flat[..FRONT].iter().position(|b| *b != CANARY) {
-            return Some(i as isize - FRONT as isize);
-        }
-        let tail = FRONT + len;
-        flat[tail..]
-            .iter()
-            .position(|b| *b != CANARY)
-            .map(|i| (len + i) as isize)
     }
 }
 
@@ -486,44 +509,59 @@ fn fill_bytes(dtype: DType, value: f32) -> Vec<u8> {
 }
 
 /// The C++ the harness compiles: shim, rewritten MLX source, and the launch entry.
-fn cpp_source(k: &MlxKernel, msl: &str) -> Result<String> {
+///
+/// The shim is marked as a system header (GNU line markers with flag 3), so the C++20 it
+/// uses is allowed while the kernel's own lines are held to C++17, the language MSL 3 is
+/// built on (clang's `pre-c++20-compat` diagnostics are errors, see `compile.rs`). The
+/// kernel never sees the host's target macros, so it compiles the branches a Metal compiler
+/// would take, and `double` (no such type in Metal) is not a type name in it.
+/// Also returns the threadgroup memory the kernel declares, where known.
+fn cpp_source(k: &MlxKernel, msl: &str) -> Result<(String, Option<usize>)> {
     let name = k.kernel_name()?;
-    let body = rewrite::msl_to_cpp(msl, &k.name)?;
+    let rewritten = rewrite::rewrite(msl, &k.name)?;
+    let body = rewritten.cpp;
     let mut args = Vec::new();
     for p in k.params() {
         args.push(match p {
             Param::Input { input, buffer } => {
-                let i = &k.inputs[input];
-                let ty = signature::type_string(i.dtype);
-                if i.is_scalar() {
-                    format!("*(const {ty}*)b[{buffer}]")
+                if k.inputs[input].is_scalar() {
+                    format!("::tm_rt::AnyRef{{b[{buffer}]}}")
                 } else {
-                    format!("(const {ty}*)b[{buffer}]")
+                    format!("::tm_rt::AnyPtr{{b[{buffer}]}}")
                 }
             }
-            Param::Shape { buffer, .. } => format!("(const int*)b[{buffer}]"),
-            Param::Strides { buffer, .. } => format!("(const int64_t*)b[{buffer}]"),
-            Param::Ndim { buffer, .. } => format!("*(const int*)b[{buffer}]"),
-            Param::Output { output, buffer } => {
-                let ty = signature::type_string(k.outputs[output].1);
-                if k.atomic_outputs {
-                    format!("(::metal::atomic<{ty}>*)b[{buffer}]")
-                } else {
-                    format!("({ty}*)b[{buffer}]")
-                }
-            }
+            Param::Ndim { buffer, .. } => format!("::tm_rt::AnyRef{{b[{buffer}]}}"),
+            Param::Shape { buffer, .. }
+            | Param::Strides { buffer, .. }
+            | Param::Output { buffer, .. } => format!("::tm_rt::AnyPtr{{b[{buffer}]}}"),
             Param::Attribute { name, .. } => format!("a.{name}"),
         });
     }
-    Ok(format!(
-        "#line 1 \"metal_core.h\"\n{METAL_CORE}\n#line 1 \"metal_shim.h\"\n{METAL_SHIM}\n#line 1 \"kernel.metal\"\n{body}\n#line 1 \"tm_entry.cpp\"\n\
+    // `bfloat` is a class here, and clang calls no member of a class on an object in a
+    // non-default address space: kernels using it keep one address space and the host's
+    // target macros (the branches written for CPU builds of such bodies).
+    let spaces = !msl.contains("bfloat");
+    let (no_spaces, hide, unhide) = if spaces {
+        (
+            "",
+            "#pragma push_macro(\"__x86_64__\")\n#pragma push_macro(\"__aarch64__\")\n#undef __x86_64__\n#undef __aarch64__\n",
+            "#pragma pop_macro(\"__aarch64__\")\n#pragma pop_macro(\"__x86_64__\")\n",
+        )
+    } else {
+        ("#define TM_NO_ADDRESS_SPACES 1\n", "", "")
+    };
+    let cpp = format!(
+        "# 1 \"metal_core.h\" 3\n#define TM_METAL_MODEL 1\n{no_spaces}{METAL_CORE}\n# 1 \"metal_shim.h\" 3\n{METAL_SHIM}\n\
+{hide}#define double tm_metal_has_no_double\n\
+# 1 \"kernel.metal\"\n{body}\n# 1 \"tm_entry.cpp\" 3\n#undef double\n{unhide}\
 static void tm_thunk(void** b, const ::tm_rt::Attrs& a) {{\n  (void)b; (void)a;\n  {name}{targs}({args});\n}}\n\
 extern \"C\" __attribute__((visibility(\"default\"))) int tm_emu_launch(void** bufs, const uint32_t* grid, \
-const uint32_t* tg, int reverse, int workers, char* err, size_t errlen) {{\n  \
-return ::tm_rt::launch(&tm_thunk, bufs, grid, tg, reverse, workers, err, errlen);\n}}\n",
+const uint32_t* tg, int schedule, uint64_t seed, int workers, char* err, size_t errlen) {{\n  \
+return ::tm_rt::launch(&tm_thunk, bufs, grid, tg, schedule, seed, workers, err, errlen);\n}}\n",
         targs = k.template_def(),
         args = args.join(", "),
-    ))
+    );
+    Ok((cpp, rewritten.threadgroup_bytes))
 }
 
 /// Compiles (cached) and runs one launch; returns the outputs in order.
@@ -531,38 +569,56 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
     launch.validate()?;
     let sig = launch.signature();
     let msl = sig.source()?;
-    let cpp = cpp_source(&sig, &msl)?;
+    let (cpp, tg_bytes) = cpp_source(&sig, &msl)?;
+    if let Some(bytes) = tg_bytes.filter(|b| *b > MAX_THREADGROUP_MEMORY) {
+        return Err(launch.launch_err(format!(
+            "the kernel declares {bytes} bytes of threadgroup memory; Metal allows at most \
+             {MAX_THREADGROUP_MEMORY} (32 KB) per threadgroup"
+        )));
+    }
     let entry = compile::load(&cpp, &launch.name, &msl)?;
 
-    let mut buffers: Vec<AlignedBox> = Vec::new();
+    // Reads before a buffer's start fault in the reverse schedules, reads past its end in
+    // the others; writes outside it are found in every schedule.
+    let edge = match launch.lane_order {
+        LaneOrder::Reverse | LaneOrder::SimdgroupsReverse => Edge::Start,
+        _ => Edge::End,
+    };
+    let mut contents: Vec<(String, usize, Vec<u8>)> = Vec::new();
     for p in sig.params() {
+        let i32s = |v: &mut dyn Iterator<Item = i32>| -> Vec<u8> {
+            v.flat_map(|d| d.to_le_bytes()).collect()
+        };
         match p {
             Param::Input { input, .. } => {
-                buffers.push(AlignedBox::new(&launch.inputs[input].bytes))
+                let b = &launch.inputs[input];
+                contents.push((
+                    format!("input `{}`", b.name),
+                    b.dtype.size_bytes(),
+                    b.bytes.clone(),
+                ));
             }
             Param::Shape { input, .. } => {
-                let shape = &launch.inputs[input].shape;
-                let b: Vec<u8> = shape
-                    .iter()
-                    .flat_map(|d| (*d as i32).to_le_bytes())
-                    .collect();
-                buffers.push(AlignedBox::new(&b));
+                let b = &launch.inputs[input];
+                let bytes = i32s(&mut b.shape.iter().map(|d| *d as i32));
+                contents.push((format!("`{}_shape`", b.name), 4, bytes));
             }
             Param::Strides { input, .. } => {
                 // Inputs are row-contiguous (MLX's ensure_row_contiguous default).
-                let shape = &launch.inputs[input].shape;
-                let mut strides = vec![0i64; shape.len()];
+                let b = &launch.inputs[input];
+                let mut strides = vec![0i64; b.shape.len()];
                 let mut acc = 1i64;
-                for (s, d) in strides.iter_mut().zip(shape).rev() {
+                for (s, d) in strides.iter_mut().zip(&b.shape).rev() {
                     *s = acc;
                     acc *= *d as i64;
                 }
-                let b: Vec<u8> = strides.iter().flat_map(|s| s.to_le_bytes()).collect();
-                buffers.push(AlignedBox::new(&b));
+                let bytes = strides.iter().flat_map(|s| s.to_le_bytes()).collect();
+                contents.push((format!("`{}_strides`", b.name), 8, bytes));
             }
             Param::Ndim { input, .. } => {
-                let ndim = launch.inputs[input].shape.len() as i32;
-                buffers.push(AlignedBox::new(&ndim.to_le_bytes()));
+                let b = &launch.inputs[input];
+                let bytes = (b.shape.len() as i32).to_le_bytes().to_vec();
+                contents.push((format!("`{}_ndim`", b.name), 4, bytes));
             }
             Param::Output { output, .. } => {
                 let o = &launch.outputs[output];
@@ -571,12 +627,17 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
                     Some(v) => fill_bytes(o.dtype, v).repeat(n),
                     None => vec![0xff; n * o.dtype.size_bytes()],
                 };
-                buffers.push(AlignedBox::new(&bytes));
+                contents.push((format!("output `{}`", o.name), o.dtype.size_bytes(), bytes));
             }
             Param::Attribute { .. } => {}
         }
     }
-    let ptrs: Vec<*mut c_void> = buffers.iter_mut().map(AlignedBox::ptr).collect();
+    let buffers = contents
+        .iter()
+        .map(|(_, _, bytes)| Guarded::new(bytes, edge))
+        .collect::<std::result::Result<Vec<_>, String>>()
+        .map_err(|msg| launch.runtime_err(msg))?;
+    let ptrs: Vec<*mut c_void> = buffers.iter().map(Guarded::ptr).collect();
     let grid = launch.grid.map(|d| d as u32);
     let tg = launch.threadgroup.map(|d| d as u32);
     let workers = if launch.workers == 0 {
@@ -584,16 +645,18 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
     } else {
         launch.workers
     };
+    let (schedule, seed) = launch.lane_order.code();
     let mut err = vec![0u8; 1024];
-    // SAFETY: `ptrs` holds one live, aligned buffer per buffer parameter, each as large as
-    // the kernel's view of it (out-of-bounds accesses by the kernel itself are its bug);
-    // grid/tg point at 3 u32s; err has errlen bytes.
+    // SAFETY: `ptrs` holds one live buffer per buffer parameter, each as large as the
+    // kernel's view of it and between guard pages (an access outside it faults, which the
+    // shim turns into an error); grid/tg point at 3 u32s; err has errlen bytes.
     let rc = unsafe {
         entry(
             ptrs.as_ptr(),
             grid.as_ptr(),
             tg.as_ptr(),
-            (launch.lane_order == LaneOrder::Reverse) as i32,
+            schedule,
+            seed,
             workers.min(64) as i32,
             err.as_mut_ptr().cast(),
             err.len(),
@@ -601,43 +664,22 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
     };
     if rc != 0 {
         let len = err.iter().position(|b| *b == 0).unwrap_or(err.len());
-        return Err(Error::Runtime {
-            kernel: launch.name.clone(),
-            msg: String::from_utf8_lossy(&err[..len]).into_owned(),
-        });
+        let msg = String::from_utf8_lossy(&err[..len]).into_owned();
+        return Err(launch.runtime_err(describe_fault(&msg, &contents, &buffers, &msl)));
     }
-    let names: Vec<String> = sig
-        .params()
-        .iter()
-        .filter_map(|p| match p {
-            Param::Input { input, .. } => Some(format!("input `{}`", launch.inputs[*input].name)),
-            Param::Shape { input, .. } => Some(format!("`{}_shape`", launch.inputs[*input].name)),
-            Param::Strides { input, .. } => {
-                Some(format!("`{}_strides`", launch.inputs[*input].name))
-            }
-            Param::Ndim { input, .. } => Some(format!("`{}_ndim`", launch.inputs[*input].name)),
-            Param::Output { output, .. } => {
-                Some(format!("output `{}`", launch.outputs[*output].name))
-            }
-            Param::Attribute { .. } => None,
-        })
-        .collect();
-    for (b, name) in buffers.iter_mut().zip(&names) {
+    for (b, (name, _, _)) in buffers.iter().zip(&contents) {
         if let Some(offset) = b.overrun() {
-            return Err(Error::Runtime {
-                kernel: launch.name.clone(),
-                msg: format!(
-                    "the kernel wrote outside {name} ({} bytes): byte offset {offset} changed",
-                    b.len
-                ),
-            });
+            return Err(launch.runtime_err(format!(
+                "the kernel wrote outside {name} ({} bytes): byte offset {offset} changed",
+                b.len
+            )));
         }
     }
     let first_output = buffers.len() - launch.outputs.len();
     Ok(launch
         .outputs
         .iter()
-        .zip(&mut buffers[first_output..])
+        .zip(&buffers[first_output..])
         .map(|(o, b)| EmuBuffer {
             name: o.name.clone(),
             dtype: o.dtype,
@@ -647,22 +689,118 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
         .collect())
 }
 
-/// Runs in forward and in reverse lane order and returns the forward outputs, or an error
-/// naming the first element that differs (usually a missing barrier). With
-/// `atomic_outputs`, float outputs may differ by rounding (the order of atomic adds).
+/// The shim's failure message, with a memory fault inside a buffer's mapping turned into
+/// an out-of-bounds report: the access (read or write), the buffer and element, the
+/// thread and its program (threadgroup), and the kernel line that made it. Other
+/// messages pass through without the machine-readable tail.
+fn describe_fault(
+    msg: &str,
+    contents: &[(String, usize, Vec<u8>)],
+    buffers: &[Guarded],
+    msl: &str,
+) -> String {
+    let Some(at) = msg.find(" tm_fault{") else {
+        return msg.to_string();
+    };
+    let (head, tail) = (&msg[..at], &msg[at + " tm_fault{".len()..]);
+    let field = |name: &str| -> Option<&str> {
+        let rest = &tail[tail.find(&format!("{name}="))? + name.len() + 1..];
+        Some(&rest[..rest.find([',', '}'])?])
+    };
+    let hex = |v: &str| usize::from_str_radix(v.trim_start_matches("0x"), 16).ok();
+    let Some(addr) = field("addr").and_then(hex) else {
+        return head.to_string();
+    };
+    let Some((i, offset)) = buffers
+        .iter()
+        .enumerate()
+        .find_map(|(i, b)| b.offset_of(addr).map(|o| (i, o)))
+    else {
+        return head.to_string();
+    };
+    let (name, elem, _) = &contents[i];
+    let access = match field("write") {
+        Some("1") => "a store",
+        Some("0") => "a load",
+        _ => "an access",
+    };
+    let (group, thread) = match (
+        head.find("threadgroup ("),
+        head.find("thread_position_in_grid ("),
+    ) {
+        (Some(g), Some(t)) => {
+            let paren = |s: &str| s[..s.find(')').map_or(s.len(), |e| e + 1)].to_string();
+            (
+                paren(&head[g + "threadgroup ".len()..]),
+                paren(&head[t + "thread_position_in_grid ".len()..]),
+            )
+        }
+        _ => ("(?)".into(), "(?)".into()),
+    };
+    // The shared object's path comes last: it runs to the closing brace.
+    let so = tail
+        .find("so=")
+        .and_then(|i| Some(&tail[i + 3..tail.rfind('}')?]));
+    let line = field("pc")
+        .and_then(hex)
+        .zip(so)
+        .and_then(|(pc, so)| kernel_line(std::path::Path::new(so), pc, msl))
+        .map(|l| format!(" at {l}"))
+        .unwrap_or_default();
+    format!(
+        "{access}{line} in program {group} (thread_position_in_grid {thread}): element offset \
+         {} is out of bounds for {name} ({} elements)",
+        offset.div_euclid(*elem as isize),
+        buffers[i].len / elem
+    )
+}
+
+/// The kernel line (and its text) of the instruction at `pc` bytes into the kernel's shared
+/// object, found with llvm-symbolizer (beside clang) in the line tables; the outermost
+/// kernel frame of an inlined helper.
+fn kernel_line(so: &std::path::Path, pc: usize, msl: &str) -> Option<String> {
+    let clang = compile::clang()?;
+    let file = clang.path.file_name()?.to_str()?;
+    let tool = clang
+        .path
+        .with_file_name(file.replacen("clang++", "llvm-symbolizer", 1));
+    let out = std::process::Command::new(&tool)
+        .arg(format!("--obj={}", so.display()))
+        .arg(format!("0x{pc:x}"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let n = text
+        .lines()
+        .filter_map(|l| {
+            let (file, rest) = l.rsplit_once("kernel.metal:")?;
+            (file.is_empty() || file.ends_with('/')).then_some(())?;
+            rest.split(':').next()?.parse::<usize>().ok()
+        })
+        .last()?;
+    let source = msl.lines().nth(n.checked_sub(1)?)?.trim();
+    Some(format!("line {n} of the kernel (`{source}`)"))
+}
+
+/// Runs in every schedule of [`LaneOrder::ALL`] and returns the forward outputs, or an
+/// error naming the first schedule and element that differ from forward order (usually a
+/// missing barrier). With `atomic_outputs`, float outputs may differ by rounding (the order
+/// of atomic adds).
 pub fn run_all_orders(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
     let fwd = run(&launch.clone().lane_order(LaneOrder::Forward))?;
-    let rev = run(&launch.clone().lane_order(LaneOrder::Reverse))?;
-    for (a, b) in fwd.iter().zip(&rev) {
-        if let Some(i) = first_difference(a, b, launch.atomic_outputs) {
-            return Err(Error::Runtime {
-                kernel: launch.name.clone(),
-                msg: format!(
-                    "output `{}` differs between forward and reverse lane order at element {i} \
-                     (a missing threadgroup_barrier?)",
-                    a.name
-                ),
-            });
+    for order in &LaneOrder::ALL[1..] {
+        let other = run(&launch.clone().lane_order(*order))?;
+        for (a, b) in fwd.iter().zip(&other) {
+            if let Some(i) = first_difference(a, b, launch.atomic_outputs) {
+                return Err(Error::Runtime {
+                    kernel: launch.name.clone(),
+                    msg: format!(
+                        "output `{}` differs between forward lane order and {order} at element \
+                         {i} (a missing threadgroup_barrier?)",
+                        a.name
+                    ),
+                });
+            }
         }
     }
     Ok(fwd)

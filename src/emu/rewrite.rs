@@ -135,15 +135,59 @@ fn is_vector_type(name: &str) -> bool {
     })
 }
 
+/// The C++ for the shim, and the bytes of threadgroup memory the kernel declares (each
+/// declaration 16-byte aligned, as the shim lays them out), when every declared type's size
+/// is known here (scalars, vectors, atomics and arrays of them with literal extents).
+pub(crate) struct Rewritten {
+    pub cpp: String,
+    pub threadgroup_bytes: Option<usize>,
+}
+
+/// Bytes of one `threadgroup` declaration of type `ty` with extents `dims` (`[`, `N`, `]`
+/// tokens), if known.
+fn declared_bytes(ty: &str, dims: &[&str]) -> Option<usize> {
+    let ty = ty.trim_start_matches("metal::");
+    let inner = ty
+        .strip_prefix("atomic<")
+        .and_then(|t| t.strip_suffix('>'))
+        .unwrap_or(ty);
+    let scalar = |t: &str| -> Option<usize> {
+        Some(match t {
+            "bool" | "char" | "uchar" | "int8_t" | "uint8_t" => 1,
+            "short" | "ushort" | "half" | "bfloat" | "int16_t" | "uint16_t" => 2,
+            "int" | "uint" | "float" | "int32_t" | "uint32_t" | "atomic_int" | "atomic_uint"
+            | "atomic_float" | "atomic_bool" => 4,
+            "long" | "ulong" | "int64_t" | "uint64_t" => 8,
+            _ => return None,
+        })
+    };
+    let mut size = scalar(inner).or_else(|| {
+        let n: usize = match inner.as_bytes().last()? {
+            b'2' => 2,
+            b'3' | b'4' => 4,
+            _ => return None,
+        };
+        Some(scalar(&inner[..inner.len() - 1])? * n)
+    })?;
+    for d in dims {
+        match *d {
+            "[" | "]" => {}
+            n => size = size.checked_mul(n.trim_end_matches(['u', 'U']).parse().ok()?)?,
+        }
+    }
+    Some(size)
+}
+
 /// Rewrites MSL (header + MLX's wrapped kernel) into C++ for the shim. `kernel` names the
 /// kernel in errors.
-pub(crate) fn msl_to_cpp(src: &str, kernel: &str) -> Result<String> {
+pub(crate) fn rewrite(src: &str, kernel: &str) -> Result<Rewritten> {
     let toks = lex(src);
     let sig: Vec<usize> = (0..toks.len())
         .filter(|&i| !matches!(toks[i].kind, Kind::Space | Kind::Comment))
         .collect();
     let mut out = String::with_capacity(src.len() + 1024);
     let mut slot = 0usize;
+    let mut tg_bytes = Some(0usize);
     let mut k = 0usize; // index into `sig`
     let mut emitted_to = 0usize; // tokens before this index are already written
     let flush = |out: &mut String, from: usize, to: usize| {
@@ -200,7 +244,7 @@ pub(crate) fn msl_to_cpp(src: &str, kernel: &str) -> Result<String> {
                 if t.text == "threadgroup"
                     && prev.is_none_or(|p| matches!(p, ";" | "{" | "}" | ":")) =>
             {
-                match threadgroup_decl(&toks, &sig, k, &mut slot, kernel)? {
+                match threadgroup_decl(&toks, &sig, k, &mut slot, &mut tg_bytes, kernel)? {
                     Some((text, end)) => {
                         flush(&mut out, emitted_to, i);
                         out.push_str(&text);
@@ -234,7 +278,10 @@ pub(crate) fn msl_to_cpp(src: &str, kernel: &str) -> Result<String> {
         }
     }
     flush(&mut out, emitted_to, toks.len());
-    Ok(out)
+    Ok(Rewritten {
+        cpp: out,
+        threadgroup_bytes: tg_bytes,
+    })
 }
 
 /// `threadgroup T a[N], b;` at statement start: returns the replacement text and the index
@@ -245,6 +292,7 @@ fn threadgroup_decl(
     sig: &[usize],
     k: usize,
     slot: &mut usize,
+    tg_bytes: &mut Option<usize>,
     kernel: &str,
 ) -> Result<Option<(String, usize)>> {
     let mut end = k + 1;
@@ -316,6 +364,9 @@ fn threadgroup_decl(
             join(dims),
             *slot
         ));
+        *tg_bytes = tg_bytes
+            .zip(declared_bytes(&ty, dims))
+            .map(|(sum, b)| sum + b.div_ceil(16) * 16);
         *slot += 1;
         if n + 1 < parts.len() {
             text.push(' ');
@@ -349,7 +400,7 @@ mod tests {
     #[test]
     fn rewrites_attributes_threadgroup_vectors_and_half_literals() {
         let src = "#include <metal_stdlib>\n[[kernel]] void f(const device float* a [[buffer(0)]],\n uint3 t [[thread_position_in_grid]]) {\n  threadgroup float tmp[32], other[4];\n  threadgroup atomic<int> count;\n  threadgroup float* p = tmp; // threadgroup float no[2];\n  float4 v = float4(1.0h, 2.0f, float2(0));\n  metal::float2 w = metal::float2(1);\n}\n";
-        let out = msl_to_cpp(src, "f").unwrap();
+        let out = rewrite(src, "f").unwrap().cpp;
         assert_eq!(out.lines().count(), src.lines().count());
         assert!(!out.contains("[["));
         assert!(out.contains("auto& tmp = ::tm_rt::tg_var<float[32]>(0); auto& other = ::tm_rt::tg_var<float[4]>(1);"));
@@ -360,11 +411,17 @@ mod tests {
         );
         assert!(out.contains("metal::vmake<float2>(1)"));
         assert!(!out.contains("metal_stdlib"));
+        // tmp: 128 bytes, other: 16, count: 4 -> 16 (each 16-byte aligned).
+        assert_eq!(rewrite(src, "f").unwrap().threadgroup_bytes, Some(160));
+        let generic = "threadgroup T buf[32];";
+        assert_eq!(rewrite(generic, "g").unwrap().threadgroup_bytes, None);
+        let vecs = "threadgroup float4 a[2][3]; threadgroup half3 b[1u];";
+        assert_eq!(rewrite(vecs, "v").unwrap().threadgroup_bytes, Some(96 + 16));
     }
 
     #[test]
     fn leaves_declarations_and_exponents_alone() {
         let src = "float4 load(const device float4* p) { return p[0] * 1e-3f + 0x1p+2f; }";
-        assert_eq!(msl_to_cpp(src, "k").unwrap(), src);
+        assert_eq!(rewrite(src, "k").unwrap().cpp, src);
     }
 }

@@ -92,8 +92,73 @@ fn missing_barrier_is_caught_in_reverse_order() {
     assert_eq!(shift(true, LaneOrder::Reverse).unwrap(), want);
     // Forward order happens to work: each writer runs before its reader.
     assert_eq!(shift(false, LaneOrder::Forward).unwrap(), want);
+    // Reverse order reads threadgroup memory before it is written: the fill pattern shows.
     let bad = shift(false, LaneOrder::Reverse).unwrap();
-    assert!(bad[1..].iter().all(|v| v.is_nan()), "{bad:?}");
+    assert!(
+        bad[1..].iter().all(|v| !(1.0..=64.0).contains(v)),
+        "{bad:?}"
+    );
+}
+
+/// Two phases through one staging array: the mean from the simdgroups' partial sums, then
+/// the sum of deviations. `barrier` is the one between reading the partial sums and
+/// overwriting them with the deviations.
+fn two_phase_launch(barrier: bool) -> MetalLaunch {
+    let src = format!(
+        r#"
+  threadgroup float stage[4];
+  uint lid = thread_index_in_threadgroup;
+  uint sg = simdgroup_index_in_threadgroup;
+  float v = x[lid];
+  float m = simd_sum(v);
+  if (thread_index_in_simdgroup == 0) stage[sg] = m;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  m = (stage[0] + stage[1] + stage[2] + stage[3]) / 128.0f;
+  {}
+  float s = simd_sum(v - m);
+  if (thread_index_in_simdgroup == 0) stage[sg] = s;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[lid] = stage[0] + stage[1] + stage[2] + stage[3];"#,
+        if barrier {
+            "threadgroup_barrier(mem_flags::mem_threadgroup);"
+        } else {
+            ""
+        }
+    );
+    let x: Vec<f32> = (0..128).map(|i| ((i * 37) % 128) as f32).collect();
+    MetalLaunch::new("two_phase", &src)
+        .input(EmuBuffer::new("x", &[128], &x))
+        .output(OutputSpec::new("out", DType::F32, &[128]))
+        .grid([128, 1, 1])
+        .threadgroup([128, 1, 1])
+}
+
+fn two_phase(barrier: bool, order: LaneOrder) -> Result<Vec<f32>> {
+    run(&two_phase_launch(barrier).lane_order(order))?[0].to_vec::<f32>()
+}
+
+#[test]
+fn a_missing_barrier_after_a_collective_needs_a_simdgroup_to_run_ahead() {
+    if !go("a_missing_barrier_after_a_collective_needs_a_simdgroup_to_run_ahead") {
+        return;
+    }
+    let want = two_phase(true, LaneOrder::Forward).unwrap();
+    for order in LaneOrder::ALL {
+        assert_eq!(two_phase(true, order).unwrap(), want, "{order}");
+    }
+    // In lane order every thread reads the partial sums before any simdgroup passes its
+    // second simd_sum, so the race stays hidden ...
+    assert_eq!(two_phase(false, LaneOrder::Forward).unwrap(), want);
+    assert_eq!(two_phase(false, LaneOrder::Reverse).unwrap(), want);
+    // ... until one simdgroup runs ahead and overwrites a partial sum another still reads.
+    for order in [LaneOrder::SimdgroupsForward, LaneOrder::SimdgroupsReverse] {
+        assert_ne!(two_phase(false, order).unwrap(), want, "{order}");
+    }
+    match run_all_orders(&two_phase_launch(false)) {
+        Err(Error::Runtime { msg, .. }) => assert!(msg.contains("SIMD-group-ahead"), "{msg}"),
+        other => panic!("expected the missing barrier to be reported, got {other:?}"),
+    }
+    run_all_orders(&two_phase_launch(true)).unwrap();
 }
 
 #[test]
@@ -282,17 +347,57 @@ fn compile_errors_and_limits_are_errors() {
     }
     let big = MetalLaunch::new("big", "out[0] = 1.0f;")
         .output(OutputSpec::new("out", DType::F32, &[1]))
-        .grid([2048, 1, 1])
+        .grid([2048, 64, 1])
         .threadgroup([32, 64, 1]);
-    assert!(matches!(run(&big), Err(Error::Launch { .. })));
+    match run(&big) {
+        Err(Error::Launch { kernel, msg }) => {
+            assert!(
+                kernel == "big" && msg.contains("at most 1024 threads"),
+                "{msg}"
+            )
+        }
+        other => panic!("expected a launch error, got {other:?}"),
+    }
+    // MLX clamps the threadgroup to the grid: 32 x 1 threads are fine.
+    run(&big.clone().grid([2048, 1, 1])).unwrap();
     let tg_mem = MetalLaunch::new(
         "tgmem",
         "threadgroup float a[8192];\n  threadgroup float b[16];\n  a[0] = 1.0f; b[0] = 2.0f;\n  out[0] = a[0] + b[0];",
     )
     .output(OutputSpec::new("out", DType::F32, &[1]));
     match run(&tg_mem) {
+        Err(Error::Launch { kernel, msg }) => {
+            assert!(
+                kernel == "tgmem" && msg.contains("32832 bytes") && msg.contains("32768"),
+                "{msg}"
+            )
+        }
+        other => panic!("expected a launch error, got {other:?}"),
+    }
+    // A size the launch check cannot know is still checked where the kernel declares it.
+    let tg_generic = MetalLaunch::new(
+        "tggeneric",
+        "threadgroup T a[8200];\n  a[0] = 1.0f;\n  out[0] = a[0];",
+    )
+    .output(OutputSpec::new("out", DType::F32, &[1]))
+    .template_arg("T", TemplateArg::DType(DType::F32));
+    match run(&tg_generic) {
         Err(Error::Runtime { msg, .. }) => assert!(msg.contains("32768"), "{msg}"),
         other => panic!("expected a runtime error, got {other:?}"),
+    }
+    let mut many =
+        MetalLaunch::new("many", "out[0] = s0;").output(OutputSpec::new("out", DType::F32, &[1]));
+    for i in 0..31 {
+        many = many.input(EmuBuffer::scalar(&format!("s{i}"), i as f32));
+    }
+    match run(&many) {
+        Err(Error::Launch { kernel, msg }) => {
+            assert!(
+                kernel == "many" && msg.contains("32 buffers") && msg.contains("at most 31"),
+                "{msg}"
+            )
+        }
+        other => panic!("expected a launch error, got {other:?}"),
     }
     let deadlock = MetalLaunch::new(
         "divergent",
@@ -538,27 +643,81 @@ fn simdgroup_matrix_bfloat_half_and_transposed_loads() {
     assert_eq!(out[1].to_vec::<half::bf16>().unwrap(), a);
 }
 
+fn oob(name: &str, body: &str, order: LaneOrder) -> String {
+    let l = MetalLaunch::new(name, body)
+        .input(EmuBuffer::new("x", &[100], &f32s(100)))
+        .output(OutputSpec::new("out", DType::F32, &[100]))
+        .grid([128, 1, 1])
+        .threadgroup([64, 1, 1])
+        .lane_order(order);
+    match run(&l) {
+        Err(Error::Runtime { kernel, msg }) => {
+            assert_eq!(kernel, name);
+            msg
+        }
+        other => panic!("expected an out-of-bounds error, got {other:?}"),
+    }
+}
+
 #[test]
-fn writes_past_a_buffer_are_reported() {
-    if !go("writes_past_a_buffer_are_reported") {
+fn out_of_bounds_accesses_name_the_access_buffer_element_program_and_line() {
+    if !go("out_of_bounds_accesses_name_the_access_buffer_element_program_and_line") {
         return;
     }
-    // The classic missing mask: the grid is rounded up and nobody checks `i < n`.
-    let l = MetalLaunch::new(
+    // The classic missing mask: the grid is rounded up and nobody checks `i < n`. The load
+    // past the end faults before it could return a neighbour's bytes.
+    let msg = oob(
         "nomask",
         "uint i = thread_position_in_grid.x;\n  out[i] = x[i] * 2.0f;",
-    )
-    .input(EmuBuffer::new("x", &[100], &f32s(100)))
-    .output(OutputSpec::new("out", DType::F32, &[100]))
-    .grid([128, 1, 1])
-    .threadgroup([64, 1, 1]);
-    match run(&l) {
-        Err(Error::Runtime { msg, .. }) => {
-            assert!(
-                msg.contains("wrote outside output `out` (400 bytes)"),
-                "{msg}"
-            )
-        }
-        other => panic!("expected an overrun error, got {other:?}"),
+        LaneOrder::Forward,
+    );
+    for want in [
+        "a load at line ",
+        "(`out[i] = x[i] * 2.0f;`)",
+        "in program (1,0,0) (thread_position_in_grid (100,0,0))",
+        "element offset 100 is out of bounds for input `x` (100 elements)",
+    ] {
+        assert!(msg.contains(want), "{want:?} not in {msg}");
     }
+    let msg = oob(
+        "nomask_store",
+        "uint i = thread_position_in_grid.x;\n  out[i] = i < 100 ? x[i] : 0.0f;",
+        LaneOrder::Forward,
+    );
+    assert!(
+        msg.contains("a store")
+            && msg.contains("element offset 100 is out of bounds for output `out`"),
+        "{msg}"
+    );
+    // Before the start: the reverse schedules put the guard there.
+    let msg = oob(
+        "before",
+        "int i = int(thread_position_in_grid.x);\n  if (i < 100) out[i] = x[i - 3];",
+        LaneOrder::Reverse,
+    );
+    assert!(
+        msg.contains("a load") && msg.contains("element offset -1 is out of bounds for input `x`"),
+        "{msg}"
+    );
+    // Every schedule catches a write outside a buffer, on the far side after the launch.
+    let msg = oob(
+        "before_store",
+        "int i = int(thread_position_in_grid.x);\n  if (i < 100) out[i - 1] = x[i];",
+        LaneOrder::Forward,
+    );
+    assert!(
+        msg.contains("wrote outside output `out` (400 bytes): byte offset -4 changed"),
+        "{msg}"
+    );
+    assert!(run_all_orders(
+        &MetalLaunch::new(
+            "fine",
+            "uint i = thread_position_in_grid.x;\n  if (i < 100) out[i] = x[i];"
+        )
+        .input(EmuBuffer::new("x", &[100], &f32s(100)))
+        .output(OutputSpec::new("out", DType::F32, &[100]))
+        .grid([128, 1, 1])
+        .threadgroup([64, 1, 1])
+    )
+    .is_ok());
 }

@@ -330,10 +330,11 @@ impl IntoArgs for Vec<Arg> {
 pub enum Target {
     /// Metal when MLX's default device is an Apple GPU, CUDA when it is an NVIDIA GPU and
     /// the crate feature `cuda` is on, otherwise the CPU executor. The environment variable
-    /// `TRITON_METAL_TARGET` (`cpu`, `cpu-compiled`, `metal`, `cuda`, `emulated`, `emulated-reverse`)
-    /// overrides the choice, e.g. to run a whole program on emulated Metal, unless the program
-    /// installed a [`crate::Config`] that sets [`crate::Config::target`] or turns the
-    /// environment off.
+    /// `TRITON_METAL_TARGET` (`cpu`, `cpu-compiled`, `metal`, `cuda`, `emulated`,
+    /// `emulated-reverse`, `emulated-simd-ahead`, `emulated-simd-behind`,
+    /// `emulated-shuffled`) overrides the choice, e.g. to run a whole program on emulated
+    /// Metal, unless the program installed a [`crate::Config`] that sets
+    /// [`crate::Config::target`] or turns the environment off.
     #[default]
     Auto,
     /// The CPU executor, as an MLX primitive (lazy outputs).
@@ -370,9 +371,13 @@ impl Target {
             "cuda" => Target::Cuda,
             "emulated" | "emu" => Target::Emulated(LaneOrder::Forward),
             "emulated-reverse" | "emu-reverse" => Target::Emulated(LaneOrder::Reverse),
+            "emulated-simd-ahead" => Target::Emulated(LaneOrder::SimdgroupsForward),
+            "emulated-simd-behind" => Target::Emulated(LaneOrder::SimdgroupsReverse),
+            "emulated-shuffled" => Target::Emulated(LaneOrder::Shuffled(1)),
             other => {
                 return Err(Error::InvalidArgument(format!(
-                    "{TARGET_ENV}={other}: expected cpu, cpu-compiled, metal, cuda, emulated or emulated-reverse"
+                    "{TARGET_ENV}={other}: expected cpu, cpu-compiled, metal, cuda, emulated, \
+                     emulated-reverse, emulated-simd-ahead, emulated-simd-behind or emulated-shuffled"
                 )))
             }
         }))
@@ -585,6 +590,22 @@ impl<'k> Launch<'k> {
     pub fn msl(&self) -> Result<Arc<MetalProgram>> {
         let kernel = self.specialize()?;
         self.metal_program(&kernel)
+    }
+
+    /// The launch [`Target::Emulated`] would make: the generated MSL with its inputs bound
+    /// and outputs described, to run under chosen schedules ([`emu::run_all_orders`]) or
+    /// to inspect or edit before running ([`emu::run`]).
+    pub fn emulated(&self) -> Result<emu::MetalLaunch> {
+        let kernel = self.specialize()?;
+        let grid = match &self.grid {
+            None => return Err(self.err("no grid given: call .grid([programs, ...])")),
+            Some(Grid::Fixed(g)) => *g,
+            Some(Grid::Dynamic(f)) => f(&Meta(self.constexprs.clone())),
+        };
+        let plan = self.bind(&kernel)?;
+        let prog = self.metal_program(&kernel)?;
+        let unstored = unstored_outputs(&prog.outputs, &plan)?;
+        emulated_launch(&kernel, &prog, grid, &plan, &unstored)
     }
 
     /// The CUDA program this launch would run on an NVIDIA GPU.
@@ -1235,15 +1256,14 @@ fn run_cuda(
     Ok(merge_outputs(plan, outs, unstored))
 }
 
-fn run_emulated(
+fn emulated_launch(
     kernel: &Kernel,
     prog: &MetalProgram,
     grid: [usize; 3],
     plan: &Bound,
-    order: LaneOrder,
-) -> Result<Vec<Array>> {
-    let unstored = unstored_outputs(&prog.outputs, plan)?;
-    let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
+    unstored: &[(usize, Array)],
+) -> Result<emu::MetalLaunch> {
+    let inputs = gpu_inputs(kernel, &prog.inputs, plan, unstored)?;
     let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
     // The emulator stands in for MLX's Metal launch, refusals included.
     check_fills(kernel, "metal_kernel", &prog.output_names, &outputs)?;
@@ -1252,8 +1272,7 @@ fn run_emulated(
         .header(&prog.header)
         .grid(g)
         .threadgroup(t)
-        .atomic_outputs(prog.atomic_outputs)
-        .lane_order(order);
+        .atomic_outputs(prog.atomic_outputs);
     for (name, arr) in prog.input_names.iter().zip(&inputs) {
         launch = launch.input(EmuBuffer {
             name: name.clone(),
@@ -1269,6 +1288,18 @@ fn run_emulated(
         }
         launch = launch.output(o);
     }
+    Ok(launch)
+}
+
+fn run_emulated(
+    kernel: &Kernel,
+    prog: &MetalProgram,
+    grid: [usize; 3],
+    plan: &Bound,
+    order: LaneOrder,
+) -> Result<Vec<Array>> {
+    let unstored = unstored_outputs(&prog.outputs, plan)?;
+    let launch = emulated_launch(kernel, prog, grid, plan, &unstored)?.lane_order(order);
     let outs = emu::run(&launch)
         .map_err(|e| from_program(e, kernel, &prog.name))?
         .into_iter()
