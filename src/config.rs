@@ -26,7 +26,7 @@
 //!
 //! | variable | `Config` method | what it does |
 //! |---|---|---|
-//! | `TRITON_METAL_TARGET` | [`Config::target`] | where [`Target::Auto`] launches run: `cpu`, `cpu-compiled`, `metal`, `cuda`, `emulated`, `emulated-reverse` |
+//! | `TRITON_METAL_TARGET` | [`Config::target`] | where [`Target::Auto`] launches run: `cpu`, `cpu-compiled`, `metal`, `cuda`, `emulated`, `emulated-reverse`, `emulated-simd-ahead`, `emulated-simd-behind`, `emulated-shuffled` (seed 1) |
 //! | `TRITON_METAL_HW` | [`Config::hardware`] | plan for another chip (`m1`, `m3-max`, `m4-pro`, `sm90`, `cpu`, ...) instead of the detected device |
 //! | `TRITON_METAL_DEBUG` | [`Config::debug`] | print the IR, the layouts, the generated source and the launch shape (`1` on, `0` off) |
 //! | `TRITON_METAL_CACHE_DIR` | [`Config::source_dir`] | write every generated source there; also the folder of the autotuning cache |
@@ -89,6 +89,10 @@ impl Config {
             Target::Cuda => "cuda",
             Target::Emulated(LaneOrder::Forward) => "emulated",
             Target::Emulated(LaneOrder::Reverse) => "emulated-reverse",
+            Target::Emulated(LaneOrder::SimdgroupsForward) => "emulated-simd-ahead",
+            Target::Emulated(LaneOrder::SimdgroupsReverse) => "emulated-simd-behind",
+            // The environment names one seed.
+            Target::Emulated(LaneOrder::Shuffled(_)) => "emulated-shuffled",
         };
         self.set("TRITON_METAL_TARGET", Some(name.into()))
     }
