@@ -770,14 +770,11 @@ fn kernel_line(so: &std::path::Path, pc: usize, msl: &str) -> Option<String> {
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let n = text
-        .lines()
-        .filter_map(|l| {
-            let (file, rest) = l.rsplit_once("kernel.metal:")?;
-            (file.is_empty() || file.ends_with('/')).then_some(())?;
-            rest.split(':').next()?.parse::<usize>().ok()
-        })
-        .last()?;
+    let n = text.lines().rev().find_map(|l| {
+        let (file, rest) = l.rsplit_once("kernel.metal:")?;
+        (file.is_empty() || file.ends_with('/')).then_some(())?;
+        rest.split(':').next()?.parse::<usize>().ok()
+    })?;
     let source = msl.lines().nth(n.checked_sub(1)?)?.trim();
     Some(format!("line {n} of the kernel (`{source}`)"))
 }
