@@ -103,6 +103,11 @@ fn missing_barrier_is_caught_in_reverse_order() {
 /// Two phases through one staging array: the mean from the simdgroups' partial sums, then
 /// the sum of deviations. `barrier` is the one between reading the partial sums and
 /// overwriting them with the deviations.
+///
+/// Lane 7 of each simdgroup stages its sum. In lane order the lane that completes a
+/// collective (the last to arrive: lane 31 forward, lane 0 reverse) runs on at once, so a
+/// writer at either end would overwrite its partial sum while lower (higher) simdgroups
+/// have yet to read it, and the race would show in plain lane order too.
 fn two_phase_launch(barrier: bool) -> MetalLaunch {
     let src = format!(
         r#"
@@ -111,12 +116,12 @@ fn two_phase_launch(barrier: bool) -> MetalLaunch {
   uint sg = simdgroup_index_in_threadgroup;
   float v = x[lid];
   float m = simd_sum(v);
-  if (thread_index_in_simdgroup == 0) stage[sg] = m;
+  if (thread_index_in_simdgroup == 7) stage[sg] = m;
   threadgroup_barrier(mem_flags::mem_threadgroup);
   m = (stage[0] + stage[1] + stage[2] + stage[3]) / 128.0f;
   {}
   float s = simd_sum(v - m);
-  if (thread_index_in_simdgroup == 0) stage[sg] = s;
+  if (thread_index_in_simdgroup == 7) stage[sg] = s;
   threadgroup_barrier(mem_flags::mem_threadgroup);
   out[lid] = stage[0] + stage[1] + stage[2] + stage[3];"#,
         if barrier {
@@ -146,8 +151,8 @@ fn a_missing_barrier_after_a_collective_needs_a_simdgroup_to_run_ahead() {
     for order in LaneOrder::ALL {
         assert_eq!(two_phase(true, order).unwrap(), want, "{order}");
     }
-    // In lane order every thread reads the partial sums before any simdgroup passes its
-    // second simd_sum, so the race stays hidden ...
+    // In lane order every thread reads the partial sums before any writer resumes from its
+    // second simd_sum (a pass over all threads lies between), so the race stays hidden ...
     assert_eq!(two_phase(false, LaneOrder::Forward).unwrap(), want);
     assert_eq!(two_phase(false, LaneOrder::Reverse).unwrap(), want);
     // ... until one simdgroup runs ahead and overwrites a partial sum another still reads.
