@@ -2,12 +2,12 @@
 //! (`LaneOrder::ALL`: lane order both ways, one SIMD-group running ahead of the others,
 //! seeded random).
 //!
-//! - A `debug_barrier` opening a loop body orders the previous iteration's accesses, and
-//!   the optimiser keeps it.
+//! - A `debug_barrier` opening a loop body or a branch orders the accesses before it (the
+//!   previous iteration's, those before the branch), and the optimiser keeps it.
 //! - Every `threadgroup_barrier` in the Metal generated for the examples' kernels is
 //!   needed: deleting it alone changes the result (or faults) in some schedule, unless it
-//!   provably guards nothing ([`leading_barrier_is_redundant`], or [`REDUNDANT`] with the
-//!   reason).
+//!   provably guards nothing ([`leading_barrier_is_redundant`]) or orders only loads whose
+//!   values nothing uses ([`broadcast_barrier_orders_only_dead_reads`]).
 
 #[allow(dead_code, unused_imports)]
 #[path = "../examples/dropout.rs"]
@@ -43,28 +43,44 @@ fn iota(n: usize) -> Result<Array> {
     Array::from_slice(&(0..n).map(|i| i as f32).collect::<Vec<_>>(), &[n])
 }
 
-/// Reverses a block through `buf` six times; each iteration's first barrier orders the
-/// previous iteration's store before this load (`with_top_barrier: false` leaves it out).
-fn ping_pong(with_top_barrier: bool) -> Result<JitKernel> {
+/// Which of the two region-opening barriers [`ping_pong`] has.
+#[derive(Clone, Copy)]
+struct Opening {
+    loop_body: bool,
+    branch: bool,
+}
+
+/// Reverses a block through `buf` six times, then once more in a branch. The barrier
+/// opening the loop body orders the previous iteration's store before this iteration's
+/// load; the one opening the branch orders the loop's last store before the branch's load.
+fn ping_pong(opening: Opening) -> Result<JitKernel> {
     tl::jit("ping_pong", move |k| {
         let (buf, x) = (k.ptr(F32, "buf"), k.ptr(F32, "x"));
         let block = k.constexpr("BLOCK");
         let offs = tl::arange(0, block);
         tl::store(buf + offs, tl::load(x + offs));
         tl::range(0, 6, 1).for_each(|_| {
-            if with_top_barrier {
+            if opening.loop_body {
                 tl::debug_barrier();
             }
             let v = tl::load(buf + ((block - 1) - offs));
             tl::debug_barrier();
             tl::store(buf + offs, v * 2.0 + offs.cast(F32));
         });
+        tl::if_then(tl::program_id(0).eq(0), || {
+            if opening.branch {
+                tl::debug_barrier();
+            }
+            let v = tl::load(buf + ((block - 1) - offs));
+            tl::debug_barrier();
+            tl::store(buf + offs, v - 1.0);
+        });
     })
 }
 
 #[test]
-fn a_barrier_opening_a_loop_body_orders_the_previous_iteration() -> Result<()> {
-    if !Emulator::should_run("a_barrier_opening_a_loop_body_orders_the_previous_iteration")? {
+fn a_barrier_opening_a_loop_body_or_a_branch_orders_what_came_before() -> Result<()> {
+    if !Emulator::should_run("a_barrier_opening_a_loop_body_or_a_branch_orders_what_came_before")? {
         return Ok(());
     }
     let x = iota(256)?;
@@ -78,19 +94,34 @@ fn a_barrier_opening_a_loop_body_orders_the_previous_iteration() -> Result<()> {
             .run()?[0]
             .to_vec::<f32>()
     };
-    let kernel = ping_pong(true)?;
+    let both = Opening {
+        loop_body: true,
+        branch: true,
+    };
+    let kernel = ping_pong(both)?;
     let want = run(&kernel, Target::Cpu)?;
     for order in LaneOrder::ALL {
         assert_eq!(run(&kernel, Target::Emulated(order))?, want, "{order}");
     }
-    // Without that barrier the emulator sees the race, so the check above can fail.
-    let racy = ping_pong(false)?;
-    assert_eq!(run(&racy, Target::Cpu)?, want);
-    let mut differs = 0;
-    for order in LaneOrder::ALL {
-        differs += (run(&racy, Target::Emulated(order))? != want) as usize;
+    // Without either barrier the emulator sees the race, so the check above can fail.
+    for racy in [
+        Opening {
+            loop_body: false,
+            ..both
+        },
+        Opening {
+            branch: false,
+            ..both
+        },
+    ] {
+        let racy = ping_pong(racy)?;
+        assert_eq!(run(&racy, Target::Cpu)?, want);
+        let mut differs = 0;
+        for order in LaneOrder::ALL {
+            differs += (run(&racy, Target::Emulated(order))? != want) as usize;
+        }
+        assert!(differs > 0, "no schedule exposed the missing barrier");
     }
-    assert!(differs > 0, "no schedule exposed the missing barrier");
     Ok(())
 }
 
@@ -254,11 +285,6 @@ fn cases() -> Result<Vec<Case>> {
     Ok(cases)
 }
 
-/// Barriers whose deletion no schedule can notice and that [`leading_barrier_is_redundant`]
-/// does not cover, each with the reason it guards nothing: (case, index of the barrier
-/// among the case's `threadgroup_barrier`s, why).
-const REDUNDANT: &[(&str, usize, &str)] = &[];
-
 /// Whether `name` occurs in `text` as a whole identifier, and how often.
 fn mentions(text: &str, name: &str) -> usize {
     let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -285,16 +311,117 @@ fn leading_barrier_is_redundant(source: &str, n: usize, outputs: &[String]) -> b
     if before.matches('{').count() != before.matches('}').count() {
         return false;
     }
-    let shared: Vec<&str> = source
-        .lines()
-        .filter_map(|l| l.trim_start().strip_prefix("threadgroup "))
-        .filter_map(|decl| decl.split('[').next()?.split_whitespace().last())
-        .collect();
-    shared.iter().all(|a| mentions(before, a) <= 1)
+    threadgroup_arrays(source)
+        .iter()
+        .all(|a| mentions(before, a) <= 1)
         && outputs.iter().all(|o| mentions(before, o) == 0)
 }
 
 const BARRIER: &str = "threadgroup_barrier(";
+
+/// The threadgroup arrays `source` declares.
+fn threadgroup_arrays(source: &str) -> Vec<&str> {
+    source
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("threadgroup "))
+        .filter_map(|decl| decl.split('[').next()?.split_whitespace().last())
+        .collect()
+}
+
+/// How many of the `threads` threads pass `guard`, a store's condition of the form
+/// `(tm_lid & M) == 0`, optionally `&& tm_l < L` with `tm_l` defined in `code` as
+/// `(tm_i0 & A) | (tm_lid << S)` and `tm_i0` as 0; `None` for any other form.
+fn storing_threads(guard: &str, code: &str, threads: usize) -> Option<usize> {
+    let uint = |s: &str| s.trim().trim_end_matches('u').parse::<usize>().ok();
+    let mut terms = guard.split(" && ");
+    let mask = uint(
+        terms
+            .next()?
+            .strip_prefix("(tm_lid & ")?
+            .strip_suffix(") == 0")?,
+    )?;
+    let mut bound = threads;
+    if let Some(term) = terms.next() {
+        let limit = uint(term.strip_prefix("tm_l < ")?)?;
+        let lines: Vec<&str> = code.lines().map(str::trim).collect();
+        lines.contains(&"const uint tm_i0 = 0u;").then_some(())?;
+        let shift = lines.iter().find_map(|l| {
+            let rest = l.strip_prefix("const uint tm_l = (tm_i0 & ")?;
+            uint(rest.split_once(") | (tm_lid << ")?.1.strip_suffix(");")?)
+        })?;
+        // tm_l == tm_lid << shift.
+        bound = bound.min(limit.div_ceil(1 << shift));
+    }
+    terms
+        .next()
+        .is_none()
+        .then(|| (0..bound).filter(|l| (l & mask) == 0).count())
+}
+
+/// A proof from the source alone that deleting the `n`-th barrier can change no output: the
+/// barrier before a reduction's result is broadcast through threadgroup memory.
+///
+/// It sits in top-level code. Between it and the next barrier the only threadgroup access
+/// is one store, `if ((tm_lid & M) == 0 ...) buf[0u] = part[...];`, made by one thread
+/// ([`storing_threads`]). Between the previous barrier and it, `buf` is only read, each read
+/// into `part` (`part[..] = ... buf[..] ...`), and `part` is never mentioned after the
+/// store. The barrier orders those reads against the store: the storing thread made its
+/// own reads before its store (program order), and a read racing with the store in any
+/// other thread lands in that thread's `part`, which nothing uses any more. Nothing was
+/// written to `buf` since the previous barrier, so the store races with no other store,
+/// and everything after the next barrier is ordered by it. (The deletion leaves a race on
+/// a dead load only: no schedule can change an output, which is all the emulator compares.)
+fn broadcast_barrier_orders_only_dead_reads(source: &str, n: usize, threads: usize) -> bool {
+    let starts: Vec<usize> = source.match_indices(BARRIER).map(|(i, _)| i).collect();
+    let (Some(&at), Some(&prev), Some(&next)) = (
+        starts.get(n),
+        n.checked_sub(1).and_then(|p| starts.get(p)),
+        starts.get(n + 1),
+    ) else {
+        return false;
+    };
+    let top_level = |s: &str| s.matches('{').count() == s.matches('}').count();
+    if !top_level(&source[..prev]) || !top_level(&source[..at]) || !top_level(&source[..next]) {
+        return false;
+    }
+    let (before, after) = (&source[prev..at], &source[at..next]);
+    let arrays = threadgroup_arrays(source);
+    let touched: Vec<&str> = arrays
+        .iter()
+        .copied()
+        .filter(|a| mentions(after, a) > 0)
+        .collect();
+    let [buf] = touched[..] else {
+        return false;
+    };
+    if mentions(after, buf) != 1 {
+        return false;
+    }
+    let Some(store) = after.lines().map(str::trim).find(|l| mentions(l, buf) == 1) else {
+        return false;
+    };
+    let Some((guard, part)) = store
+        .strip_prefix("if (")
+        .and_then(|r| r.split_once(&format!(") {buf}[0u] = ")))
+        .and_then(|(guard, rhs)| Some((guard, rhs.split('[').next()?)))
+    else {
+        return false;
+    };
+    if storing_threads(guard, after, threads) != Some(1) {
+        return false;
+    }
+    let reads_into_part = before
+        .lines()
+        .map(str::trim)
+        .filter(|l| mentions(l, buf) > 0)
+        .all(|l| {
+            l.split_once(" = ").is_some_and(|(lhs, _)| {
+                lhs.starts_with(&format!("{part}[")) && mentions(lhs, buf) == 0
+            })
+        });
+    let after_store = &source[at + after.find(store).unwrap_or(0) + store.len()..];
+    reads_into_part && mentions(after_store, part) == 0
+}
 
 /// `source` without its `n`-th `threadgroup_barrier(...);` statement.
 fn delete_barrier(source: &str, n: usize) -> Option<String> {
@@ -390,14 +517,17 @@ fn every_barrier_in_the_examples_kernels_is_needed_or_proven_redundant() -> Resu
         let c = &cases[*ci];
         let name = &c.name;
         let outputs: Vec<String> = c.launch.outputs.iter().map(|o| o.name.clone()).collect();
-        let listed = REDUNDANT.iter().any(|(c, n, _)| c == name && n == i)
-            || leading_barrier_is_redundant(&c.launch.source, *i, &outputs);
+        let threads: usize = (0..3)
+            .map(|d| c.launch.threadgroup[d].min(c.launch.grid[d]))
+            .product();
+        let listed = leading_barrier_is_redundant(&c.launch.source, *i, &outputs)
+            || broadcast_barrier_orders_only_dead_reads(&c.launch.source, *i, threads);
         match (how, listed) {
             (Some(_), false) => detected += 1,
             (None, true) => redundant += 1,
             (None, false) => problems.push(format!(
                 "{name}: deleting barrier #{i} went unnoticed in every schedule (prove it \
-                 redundant in REDUNDANT, or make the emulator catch it):\n{}",
+                 redundant here, or make the emulator catch it):\n{}",
                 around_barrier(&cases[*ci].launch.source, *i)
             )),
             (Some(how), true) => problems.push(format!(

@@ -1170,7 +1170,10 @@ template <class V, class... A> inline V vmake(A... a) {
   }
 }
 
-// Packed vectors: element alignment, so they may start at any element of a buffer.
+// Packed vectors: element alignment, so they may start at any element of a buffer. Kernels
+// compiled without address spaces see the host's target macros and take the branches
+// written for CPU builds, which declare their own.
+#ifndef TM_NO_ADDRESS_SPACES
 #define TM_PACKED_TYPES(T, N)                                                        \
   typedef T packed_##N##2 __attribute__((ext_vector_type(2), aligned(alignof(T)))); \
   typedef T packed_##N##3 __attribute__((ext_vector_type(3), aligned(alignof(T)))); \
@@ -1184,6 +1187,7 @@ TM_PACKED_TYPES(ushort, ushort)
 TM_PACKED_TYPES(char, char)
 TM_PACKED_TYPES(uchar, uchar)
 #undef TM_PACKED_TYPES
+#endif
 
 namespace precise {
 using metal::acos, metal::acosh, metal::asin, metal::asinh, metal::atan, metal::atan2, metal::atanh, metal::ceil, metal::copysign,
