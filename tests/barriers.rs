@@ -6,8 +6,8 @@
 //!   previous iteration's, those before the branch), and the optimiser keeps it.
 //! - Every `threadgroup_barrier` in the Metal generated for the examples' kernels is
 //!   needed: deleting it alone changes the result (or faults) in some schedule, unless it
-//!   provably guards nothing ([`leading_barrier_is_redundant`]) or orders only loads whose
-//!   values nothing uses ([`broadcast_barrier_orders_only_dead_reads`]).
+//!   provably guards nothing ([`barrier_separates_disjoint_accesses`]) or orders only
+//!   loads whose values nothing uses ([`broadcast_barrier_orders_only_dead_reads`]).
 
 #[allow(dead_code, unused_imports)]
 #[path = "../examples/dropout.rs"]
@@ -297,24 +297,36 @@ fn mentions(text: &str, name: &str) -> usize {
 
 /// A proof from the source alone that deleting the `n`-th barrier changes nothing: it sits
 /// in the kernel's top-level code (no loop or branch around it, so every thread passes it
-/// once, before anything after it), and no code before it touches memory another thread
-/// could touch after it: threadgroup arrays are only declared there and no output is
-/// named there, so the code before it only reads inputs (which nobody writes) and computes
-/// in registers (SIMD-group collectives exchange registers, not memory). A barrier orders
-/// a memory access before it against a conflicting one (one of them a write) after it;
-/// here there is none before it to order.
-fn leading_barrier_is_redundant(source: &str, n: usize, outputs: &[String]) -> bool {
-    let Some((at, _)) = source.match_indices(BARRIER).nth(n) else {
+/// once), and nothing before it touches memory that the code from it to the next top-level
+/// barrier (or the end) touches: each threadgroup array used there is only declared before
+/// it, and each output is named on at most one side. Threadgroup memory is reached only
+/// through the arrays' names (no `threadgroup` pointer is declared anywhere), inputs are
+/// only read, and SIMD-group collectives exchange registers, not memory. A barrier orders
+/// a memory access before it against a conflicting one (one of them a write) after it,
+/// before the next barrier orders them anyway; here there is no such pair. (This covers a
+/// barrier that nothing precedes, and one between phases that use different arrays.)
+fn barrier_separates_disjoint_accesses(source: &str, n: usize, outputs: &[String]) -> bool {
+    let starts: Vec<usize> = source.match_indices(BARRIER).map(|(i, _)| i).collect();
+    let top_level = |i: usize| source[..i].matches('{').count() == source[..i].matches('}').count();
+    let Some(&at) = starts.get(n).filter(|&&at| top_level(at)) else {
         return false;
     };
-    let before = &source[..at];
-    if before.matches('{').count() != before.matches('}').count() {
-        return false;
-    }
-    threadgroup_arrays(source)
+    let end = starts[n + 1..]
         .iter()
-        .all(|a| mentions(before, a) <= 1)
-        && outputs.iter().all(|o| mentions(before, o) == 0)
+        .copied()
+        .find(|&i| top_level(i))
+        .unwrap_or(source.len());
+    let (before, between) = (&source[..at], &source[at..end]);
+    let only_by_name = source
+        .lines()
+        .all(|l| !l.contains("threadgroup ") || l.trim_start().starts_with("threadgroup "));
+    only_by_name
+        && threadgroup_arrays(source)
+            .iter()
+            .all(|a| mentions(between, a) == 0 || mentions(before, a) <= 1)
+        && outputs
+            .iter()
+            .all(|o| mentions(before, o) == 0 || mentions(between, o) == 0)
 }
 
 const BARRIER: &str = "threadgroup_barrier(";
@@ -520,7 +532,7 @@ fn every_barrier_in_the_examples_kernels_is_needed_or_proven_redundant() -> Resu
         let threads: usize = (0..3)
             .map(|d| c.launch.threadgroup[d].min(c.launch.grid[d]))
             .product();
-        let listed = leading_barrier_is_redundant(&c.launch.source, *i, &outputs)
+        let listed = barrier_separates_disjoint_accesses(&c.launch.source, *i, &outputs)
             || broadcast_barrier_orders_only_dead_reads(&c.launch.source, *i, threads);
         match (how, listed) {
             (Some(_), false) => detected += 1,
