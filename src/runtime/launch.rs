@@ -597,11 +597,18 @@ impl<'k> Launch<'k> {
     /// to inspect or edit before running ([`emu::run`]).
     pub fn emulated(&self) -> Result<emu::MetalLaunch> {
         let kernel = self.specialize()?;
+        let meta = Meta(self.constexprs.clone(), Default::default());
         let grid = match &self.grid {
             None => return Err(self.err("no grid given: call .grid([programs, ...])")),
             Some(Grid::Fixed(g)) => *g,
-            Some(Grid::Dynamic(f)) => f(&Meta(self.constexprs.clone())),
+            Some(Grid::Dynamic(f)) => f(&meta),
         };
+        if let Some(name) = meta.1.borrow().first() {
+            return Err(self.err(format!(
+                "the grid function reads meta[\"{name}\"], which this launch does not give"
+            )));
+        }
+        check_grid(grid).map_err(|m| self.err(m))?;
         let plan = self.bind(&kernel)?;
         let prog = self.metal_program(&kernel)?;
         let unstored = unstored_outputs(&prog.outputs, &plan)?;
