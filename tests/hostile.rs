@@ -690,7 +690,7 @@ fn errors_of_generated_programs_name_the_kernel() {
             // The emulator names the program's output by its generated identifier: the
             // error gives the user's name too.
             assert!(
-                e.contains(&program) && e.contains("`ausgabe_ö`") && e.contains("wrote outside"),
+                e.contains(&program) && e.contains("`ausgabe_ö`") && e.contains("out of bounds"),
                 "{e}"
             );
         }
