@@ -21,9 +21,9 @@
 use super::data::{canon_i32, multiversion, round_f32, Data};
 use super::elementwise::{max_f32, max_f64, min_f32, min_f64};
 use super::reduce;
-use crate::codegen::ReductionLayout;
 use crate::dtype::DType;
 use crate::ir::ReduceKind;
+use crate::opt::options::ReductionLayout;
 
 type Res = std::result::Result<(), String>;
 
