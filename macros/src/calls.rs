@@ -21,8 +21,33 @@ pub fn tl_name(func: &Expr) -> Option<(String, Span)> {
 
 /// Triton's parameters of each function that takes optional or keyword arguments.
 const SPECS: &[(&str, &[&str])] = &[
-    ("load", &["pointer", "mask", "other"]),
-    ("store", &["pointer", "value", "mask"]),
+    (
+        "load",
+        &[
+            "pointer",
+            "mask",
+            "other",
+            "boundary_check",
+            "padding_option",
+        ],
+    ),
+    ("store", &["pointer", "value", "mask", "boundary_check"]),
+    (
+        "make_block_ptr",
+        &[
+            "base",
+            "shape",
+            "strides",
+            "offsets",
+            "block_shape",
+            "order",
+        ],
+    ),
+    ("advance", &["base", "offsets"]),
+    (
+        "make_tensor_descriptor",
+        &["base", "shape", "strides", "block_shape", "padding_option"],
+    ),
     ("sum", &["input", "axis", "keep_dims", "dtype"]),
     ("max", &["input", "axis", "return_indices", "keep_dims"]),
     ("min", &["input", "axis", "return_indices", "keep_dims"]),
@@ -149,6 +174,52 @@ impl Bound {
         })
     }
 
+    /// A list of index operands (`shape`, `strides`, `offsets`): Triton's tuple or list
+    /// `(M, 0)` / `[M, 0]` becomes a Rust tuple, whose entries may mix tensors and integers.
+    fn operands(&self, p: &str) -> syn::Result<TokenStream> {
+        Ok(match self.required(p)? {
+            Expr::Tuple(t) => {
+                let elems = t.elems.iter();
+                quote!((#(#elems,)*))
+            }
+            Expr::Array(a) => {
+                let elems = a.elems.iter();
+                quote!((#(#elems,)*))
+            }
+            e => quote!(#e),
+        })
+    }
+
+    /// A list of constant dimensions (`block_shape`, `order`, `boundary_check`): a tuple,
+    /// list or single integer becomes an array; `()` the empty list.
+    fn dims(&self, p: &str) -> syn::Result<TokenStream> {
+        let elems: Vec<&Expr> = match self.required(p)? {
+            Expr::Tuple(t) => t.elems.iter().collect(),
+            Expr::Array(a) => a.elems.iter().collect(),
+            e @ Expr::Lit(_) => vec![e],
+            e => return Ok(quote!(#e)),
+        };
+        Ok(if elems.is_empty() {
+            quote!([0i64; 0])
+        } else {
+            quote!([#(#elems),*])
+        })
+    }
+
+    /// An error when `mask`/`other` come with a block pointer's keyword arguments.
+    fn no_mask(&self, block_kw: &str) -> syn::Result<()> {
+        match self.get("mask").or_else(|| self.get("other")) {
+            Some(m) => Err(syn::Error::new_spanned(
+                m,
+                format!(
+                    "`mask` and `other` cannot be given with `{block_kw}`: a block pointer \
+                     takes `boundary_check` and `padding_option` instead (Triton's rule)"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The axis argument of a reduction: `None` when left out, with `keep_dims`.
     fn axis(&self) -> syn::Result<TokenStream> {
         let axis = self.or("axis", quote!(::core::option::Option::<i64>::None));
@@ -244,7 +315,10 @@ pub fn call(c: &syn::ExprCall) -> syn::Result<Option<TokenStream>> {
     let tuple_axes = name == "expand_dims" && matches!(args.get(1), Some(Expr::Tuple(_)));
     if !has_kw
         && args.len() == params.len()
-        && !matches!(name.as_str(), "load" | "store")
+        && !matches!(
+            name.as_str(),
+            "load" | "store" | "make_block_ptr" | "advance" | "make_tensor_descriptor"
+        )
         && !tuple_axes
     {
         return Ok(None);
@@ -256,7 +330,7 @@ pub fn call(c: &syn::ExprCall) -> syn::Result<Option<TokenStream>> {
 /// `x.sum(axis = 0)` and the like: the function form with `x` first.
 pub fn method_call(m: &syn::ExprMethodCall) -> syn::Result<Option<TokenStream>> {
     if !m.args.iter().any(|a| kwarg(a).is_some()) {
-        return Ok(None);
+        return Ok(descriptor_access(m));
     }
     let method = m.method.to_string();
     let Some((_, name)) = METHODS.iter().find(|(n, _)| *n == method) else {
@@ -274,6 +348,21 @@ pub fn method_call(m: &syn::ExprMethodCall) -> syn::Result<Option<TokenStream>> 
     args.extend(m.args.iter().cloned());
     let b = bind(name, m.method.span(), params, args)?;
     emit(&b).map(Some)
+}
+
+/// `desc.load([x, 0])`, `desc.store([x, 0], v)`: a tensor descriptor's offsets, a list
+/// whose entries may mix tensors and integers, become a tuple.
+fn descriptor_access(m: &syn::ExprMethodCall) -> Option<TokenStream> {
+    let method = m.method.to_string();
+    if !matches!(method.as_str(), "load" | "store") {
+        return None;
+    }
+    let Some(Expr::Array(a)) = m.args.first() else {
+        return None;
+    };
+    let (receiver, name, elems) = (&m.receiver, &m.method, a.elems.iter());
+    let rest = m.args.iter().skip(1);
+    Some(quote!(#receiver.#name((#(#elems,)*) #(, #rest)*)))
 }
 
 fn emit(b: &Bound) -> syn::Result<TokenStream> {
@@ -295,6 +384,47 @@ fn emit(b: &Bound) -> syn::Result<TokenStream> {
         }
     };
     Ok(match b.name.as_str() {
+        "load" if b.get("boundary_check").is_some() || b.get("padding_option").is_some() => {
+            b.no_mask("boundary_check`/`padding_option")?;
+            let p = b.required("pointer")?;
+            let check = match b.get("boundary_check") {
+                Some(_) => b.dims("boundary_check")?,
+                None => quote!([0i64; 0]),
+            };
+            let pad = b.or("padding_option", quote!(""));
+            quote_spanned!(span=> #tl::load_block(#p, #check, #pad))
+        }
+        "store" if b.get("boundary_check").is_some() => {
+            b.no_mask("boundary_check")?;
+            let (p, v) = (b.required("pointer")?, b.required("value")?);
+            let check = b.dims("boundary_check")?;
+            quote_spanned!(span=> #tl::store_block(#p, #v, #check))
+        }
+        "make_block_ptr" => {
+            let base = b.required("base")?;
+            let (shape, strides, offsets) = (
+                b.operands("shape")?,
+                b.operands("strides")?,
+                b.operands("offsets")?,
+            );
+            let (block, order) = (b.dims("block_shape")?, b.dims("order")?);
+            quote_spanned!(span=> #tl::make_block_ptr(#base, #shape, #strides, #offsets, #block, #order))
+        }
+        "advance" => {
+            let (base, offsets) = (b.required("base")?, b.operands("offsets")?);
+            quote_spanned!(span=> #tl::advance(#base, #offsets))
+        }
+        "make_tensor_descriptor" => {
+            let base = b.required("base")?;
+            let (shape, strides) = (b.operands("shape")?, b.operands("strides")?);
+            let block = b.dims("block_shape")?;
+            let d =
+                quote_spanned!(span=> #tl::make_tensor_descriptor(#base, #shape, #strides, #block));
+            match b.get("padding_option") {
+                Some(p) => quote_spanned!(span=> #d.padding_option(#p)),
+                None => d,
+            }
+        }
         "load" => {
             let p = b.required("pointer")?;
             let mut t = masked(quote_spanned!(span=> #tl::load(#p)));

@@ -260,3 +260,36 @@ fn mutable_constexpr_is_an_error() {
     let msg = error_at("fn k(mut B: Constexpr) {}", "mut B");
     assert!(msg.contains("drop `mut`"), "{msg}");
 }
+
+#[test]
+fn block_pointers_and_descriptors_take_triton_lists() {
+    let out = expand_src(
+        "fn k(x: Ptr<F32>, m: i32, B: Constexpr) {\n    \
+         let p = tl::make_block_ptr(base = x, shape = (m, 4), strides = (4, 1), offsets = (0, m), block_shape = (B, 8), order = (1, 0));\n    \
+         let p = tl::advance(p, (B, 0));\n    \
+         let a = tl::load(p, boundary_check = (0, 1), padding_option = \"nan\");\n    \
+         tl::store(p, a, boundary_check = 0);\n    \
+         let d = tl::make_tensor_descriptor(x, shape = [m, 4], strides = [4, 1], block_shape = [B, 8], padding_option = \"nan\");\n    \
+         d.store([m, 0], d.load([0, m]));\n}",
+    )
+    .unwrap();
+    for want in [
+        "tl :: make_block_ptr (x , (m , 4 ,) , (4 , 1 ,) , (0 , m ,) , [B , 8] , [1 , 0])",
+        "tl :: advance (p , (B , 0 ,))",
+        "tl :: load_block (p , [0 , 1] , \"nan\")",
+        "tl :: store_block (p , a , [0])",
+        "tl :: make_tensor_descriptor (x , (m , 4 ,) , (4 , 1 ,) , [B , 8]) . padding_option (\"nan\")",
+        "d . store ((m , 0 ,) , d . load ((0 , m ,)))",
+    ] {
+        assert!(out.contains(want), "{want}\n{out}");
+    }
+}
+
+#[test]
+fn mask_with_boundary_check_is_an_error() {
+    let msg = error_at(
+        "fn k(x: Ptr<F32>) {\n    let a = tl::load(x, mask = c, boundary_check = (0,));\n}",
+        "c,",
+    );
+    assert!(msg.contains("`mask` and `other` cannot be given"), "{msg}");
+}

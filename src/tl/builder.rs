@@ -41,6 +41,8 @@ pub(crate) struct Builder {
     pub(crate) reordered: bool,
     /// Declared parameter and constexpr names (duplicates are errors).
     pub(crate) declared: Vec<String>,
+    /// Loads and stores through block pointers and tensor descriptors (`.mask()` refuses them).
+    pub(crate) block_ops: Vec<OpId>,
 }
 
 thread_local! {
@@ -72,6 +74,7 @@ impl Builder {
             wants_constexpr: false,
             reordered: false,
             declared: Vec::new(),
+            block_ops: Vec::new(),
         }
     }
 

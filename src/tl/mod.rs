@@ -49,12 +49,16 @@
 //! | `tl.expand_dims(x, (0, 2))`, `tl.trans(x, 2, 0, 1)` | `tl::expand_dims_axes(x, [0, 2])`, `tl::trans_dims(x, [2, 0, 1])` |
 //! | `tl.cumsum(x, 0, reverse=True)`, `tl.cumprod(x, 0, reverse=True)` | `tl::cumsum_reverse(x, 0)`, `tl::cumprod_reverse(x, 0)` |
 //! | `tl.sum(x, 1, dtype=tl.float32)` | `tl::sum_dtype(x, 1, F32)` |
+//! | `tl.make_block_ptr(b, shape, strides, offsets, block_shape, order)`, `tl.advance(p, offs)` | `tl::make_block_ptr(b, (m, n), (sm, 1), (o, 0), [BM, BN], [1, 0])`, `tl::advance(p, (0, BN))` |
+//! | `tl.load(p, boundary_check=(0, 1), padding_option="zero")`, `tl.store(p, v, boundary_check=(0,))` | `tl::load_block(p, [0, 1], "zero")`, `tl::store_block(p, v, [0])` |
+//! | `d = tl.make_tensor_descriptor(b, [m, n], [sm, 1], [BM, BN])`, `d.load([i, j])`, `d.store([i, j], v)` | `let d = tl::make_tensor_descriptor(b, (m, n), (sm, 1), [BM, BN]);`, `d.load((i, j))`, `d.store((i, j), v)` |
 //!
 //! Semantics follow Triton 3.x (promotion, broadcasting, `/` vs [`floordiv`], reductions,
 //! Philox random numbers); `semantics.rs` holds the rules. Mistakes never panic: the first
 //! one is returned from [`jit`] / [`JitKernel::specialize`] as
 //! [`Error::Build`](crate::Error::Build) with the kernel, the op and the user's source line.
 
+mod block_ptr;
 mod builder;
 mod control;
 #[doc(hidden)]
@@ -66,6 +70,10 @@ mod standard;
 mod tensor;
 
 pub use crate::ir::MAX_NESTING;
+pub use block_ptr::{
+    advance, load_block, make_block_ptr, make_tensor_descriptor, store_block, BlockPtr,
+    IntoOperands, Pointer, TensorDescriptor, MAX_BLOCK_PTR_DIMS, MAX_DESCRIPTOR_DIMS,
+};
 pub use control::{
     associative_scan, if_, if_then, range, reduce, static_range, while_loop, Carry, Range,
 };

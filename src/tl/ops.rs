@@ -1,5 +1,6 @@
 //! The `triton.language` functions: argument normalisation only; `semantics.rs` does the work.
 
+use super::block_ptr::{self, Pointer};
 use super::builder::{op, op_any};
 use super::semantics::Opnd;
 use super::tensor::{compare, resolve, Operand, Tensor};
@@ -147,10 +148,15 @@ pub fn zeros_like(x: Tensor) -> Tensor {
 // ---- memory -------------------------------------------------------------------------------
 
 /// `load(ptr)`; add Triton's `mask=` and `other=` with [`Tensor::mask`] and [`Tensor::other`]:
-/// `tl::load(p + offs).mask(offs.lt(n)).other(0.0)`.
+/// `tl::load(p + offs).mask(offs.lt(n)).other(0.0)`. Of a [`BlockPtr`](super::BlockPtr), the
+/// block without boundary checks ([`load_block`](super::load_block) adds them).
 #[track_caller]
-pub fn load(ptr: Tensor) -> Tensor {
+pub fn load(ptr: impl Into<Pointer>) -> Tensor {
     let loc = SourceLoc::caller();
+    let ptr = match ptr.into() {
+        Pointer::Tensor(t) => t,
+        Pointer::Block(p) => return block_ptr::load_at(loc, *p, Vec::new(), ""),
+    };
     op("load", loc, |b| {
         let p = b.value(ptr)?;
         b.load(p, None, None)
@@ -193,10 +199,18 @@ impl Store {
 }
 
 /// `store(ptr, value)`; chain `.mask(m)` for Triton's `mask=`. `value` is broadcast to the
-/// pointer shape and cast to the pointee dtype.
+/// pointer shape and cast to the pointee dtype. Through a [`BlockPtr`](super::BlockPtr), the
+/// block without boundary checks ([`store_block`](super::store_block) adds them).
 #[track_caller]
-pub fn store(ptr: Tensor, value: impl Into<Operand>) -> Store {
+pub fn store(ptr: impl Into<Pointer>, value: impl Into<Operand>) -> Store {
     let (loc, value) = (SourceLoc::caller(), value.into());
+    let ptr = match ptr.into() {
+        Pointer::Tensor(t) => t,
+        Pointer::Block(p) => {
+            let op = block_ptr::store_at(loc, *p, value, Vec::new());
+            return Store { op };
+        }
+    };
     let op = op_any("store", loc, |b| {
         let p = b.value(ptr)?;
         let v = resolve(b, value)?;

@@ -20,6 +20,10 @@ pub(crate) enum Opnd {
     Weak(Scalar),
 }
 
+/// The error for `.mask()`/`.other()` on an access through a block pointer or descriptor.
+const BLOCK_MASK: &str = "`mask` and `other` cannot be given for accesses through block pointers \
+    or tensor descriptors (Triton's rule): use `boundary_check` and `padding_option`";
+
 /// Triton's type kinds, ordered `bool < int < float`.
 fn kind(d: DType) -> u8 {
     if d.is_bool() {
@@ -1126,6 +1130,9 @@ impl Builder {
             .k
             .def_op(v)
             .ok_or("`.mask()`/`.other()` apply to the result of tl::load or an atomic")?;
+        if self.block_ops.contains(&id) {
+            return Err(BLOCK_MASK.into());
+        }
         let region = self.current_region();
         let data = &self.k.ops[id.index()];
         if data.parent != region || self.uses[v.index()] != 0 {
@@ -1240,6 +1247,9 @@ impl Builder {
     /// Adds (or replaces) the mask of a store op.
     pub(crate) fn patch_store(&mut self, id: OpId, mask: Opnd) -> Res<()> {
         let region = self.current_region();
+        if self.block_ops.contains(&id) {
+            return Err(BLOCK_MASK.into());
+        }
         let Some(data) = self.k.ops.get(id.index()) else {
             return Err("unknown store".into());
         };
