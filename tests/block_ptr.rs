@@ -10,6 +10,10 @@ use triton_metal::runtime::{out, LaneOrder, Launch, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{jit, mlx, Array, DType, DType::*};
 
+#[allow(dead_code)]
+#[path = "../examples/persistent_matmul.rs"]
+mod persistent_matmul;
+
 const POISON: f64 = -777.0;
 
 fn targets(test: &str) -> Vec<Target> {
@@ -583,6 +587,38 @@ fn descriptor_tiles_f16() {
     descriptor_tiles(F16);
 }
 
+/// The kernels of the `persistent_matmul` example (which runs itself on the other targets in
+/// `tests/examples.rs`) compile as CUDA with NVRTC, descriptors and split epilogue included.
+#[test]
+fn persistent_matmul_kernels_compile_as_cuda() {
+    let a = Array::from_slice(&[half::f16::ZERO; 64 * 64], &[64, 64]).unwrap();
+    let k = persistent_matmul::matmul_kernel_persistent().unwrap();
+    let l = k
+        .launch()
+        .grid([4])
+        .args((&a, &a, out(&[64, 64], F16), 64, 64, 64, 64, 1, 1, 64, 64, 1))
+        .constexpr("BLOCK_SIZE_M", 64)
+        .constexpr("BLOCK_SIZE_N", 64)
+        .constexpr("BLOCK_SIZE_K", 32)
+        .constexpr("GROUP_SIZE_M", 8)
+        .target(Target::Cuda);
+    nvrtc_compiles(&k, l);
+    let k = persistent_matmul::matmul_kernel_descriptor_persistent().unwrap();
+    for subtile in [0, 1] {
+        let l = k
+            .launch()
+            .grid([4])
+            .args((&a, &a, out(&[64, 64], F16), 64, 64, 64))
+            .constexpr("BLOCK_SIZE_M", 64)
+            .constexpr("BLOCK_SIZE_N", 64)
+            .constexpr("BLOCK_SIZE_K", 32)
+            .constexpr("GROUP_SIZE_M", 8)
+            .constexpr("EPILOGUE_SUBTILE", subtile)
+            .target(Target::Cuda);
+        nvrtc_compiles(&k, l);
+    }
+}
+
 // ---- errors -------------------------------------------------------------------------------
 
 /// The build error of a kernel whose body is `body`, which must name the kernel, `op`,
@@ -790,12 +826,8 @@ fn bad_descriptor_arguments_are_build_errors() {
     build_error(
         |k| {
             let x = k.ptr(F32, "x");
-            tl::make_tensor_descriptor(
-                x,
-                (2, 2, 2, 2, 2, 8),
-                (1, 1, 1, 1, 8, 1),
-                [1, 1, 1, 1, 1, 8],
-            );
+            let (shape, strides) = ((2, 2, 2, 2, 2, 8), (1, 1, 1, 1, 8, 1));
+            tl::make_tensor_descriptor(x, shape, strides, [1, 1, 1, 1, 1, 8]);
         },
         "make_tensor_descriptor",
         line!() - 3,

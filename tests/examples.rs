@@ -88,6 +88,11 @@ fn fused_attention() {
 }
 
 #[test]
+fn persistent_matmul() {
+    run("persistent_matmul");
+}
+
+#[test]
 fn compiled_cpu_without_clang_is_a_clear_error() {
     let out = Command::new(example("vector_add"))
         .env("TRITON_METAL_TARGET", "cpu-compiled")

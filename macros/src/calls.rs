@@ -312,7 +312,13 @@ pub fn call(c: &syn::ExprCall) -> syn::Result<Option<TokenStream>> {
     };
     let args: Vec<Expr> = c.args.iter().cloned().collect();
     // Calls already in the builder's own form are left alone.
-    let tuple_axes = name == "expand_dims" && matches!(args.get(1), Some(Expr::Tuple(_)));
+    // A shape or axes given as Triton's tuple needs rewriting into an array.
+    let shape_at = match name.as_str() {
+        "zeros" | "full" => Some(0),
+        "expand_dims" | "reshape" | "view" | "broadcast_to" | "permute" => Some(1),
+        _ => None,
+    };
+    let tuple_axes = shape_at.is_some_and(|i| matches!(args.get(i), Some(Expr::Tuple(_))));
     if !has_kw
         && args.len() == params.len()
         && !matches!(
