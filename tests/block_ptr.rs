@@ -485,8 +485,9 @@ fn unchecked_block_ptr_access_is_reported() {
 }
 
 /// Tensor descriptors of `dtype` over a ragged 13 x 37 tensor with padded rows: tiles read
-/// at offsets shifted by (-3, -5) (so tiles straddle every edge, negative indices
-/// included) with zero and NaN padding, and a copy into a wider output through
+/// at offsets shifted by (-3, -8) (so tiles straddle every edge, negative indices
+/// included; the last dimension's shift is 16 bytes of either dtype, which an H100's TMA
+/// requires) with zero and NaN padding, and a copy into a wider output through
 /// `desc.store` (the out-of-bounds part of every tile dropped, the padding columns
 /// keeping their poison).
 fn descriptor_tiles(dtype: DType) {
@@ -503,7 +504,7 @@ fn descriptor_tiles(dtype: DType) {
         let dx = tl::make_tensor_descriptor(x, (m, n), (ldx, 1), [BM, BN]);
         let dn = tl::make_tensor_descriptor(x, [m, n], (ldx, 1), [BM, BN]).padding_option("nan");
         let dy = tl::make_tensor_descriptor(y, (m, n), (ldy, 1), [BM, BN]);
-        let shifted = (p0 * BM as i64 - 3, p1 * BN as i64 - 5);
+        let shifted = (p0 * BM as i64 - 3, p1 * BN as i64 - 8);
         let tile = (p0 * tl::num_programs(1) + p1) * (BM * BN) as i64;
         let idx = tl::arange(0, BM as i64).col() * BN as i64 + tl::arange(0, BN as i64).row();
         tl::store(tz + tile + idx, dx.load(shifted));
@@ -535,7 +536,7 @@ fn descriptor_tiles(dtype: DType) {
                 for a in 0..BM {
                     for b in 0..BN {
                         let r = (t0 * BM + a) as i64 - 3;
-                        let c = (t1 * BN + b) as i64 - 5;
+                        let c = (t1 * BN + b) as i64 - 8;
                         w.push(x.at(r, c).unwrap_or(pad));
                     }
                 }

@@ -213,7 +213,7 @@ def desc_tiles_kernel(x_ptr, tz_ptr, y_ptr, M, N, LDX, LDY, BM: tl.constexpr, BN
     dy = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[LDY, 1], block_shape=[BM, BN])
     tile = (p0 * tl.num_programs(1) + p1) * (BM * BN)
     idx = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-    tl.store(tz_ptr + tile + idx, dx.load([p0 * BM - 3, p1 * BN - 5]))
+    tl.store(tz_ptr + tile + idx, dx.load([p0 * BM - 3, p1 * BN - 8]))
     dy.store([p0 * BM, p1 * BN], dx.load([p0 * BM, p1 * BN]))
 
 
@@ -225,7 +225,7 @@ def desc_nan_kernel(x_ptr, tn_ptr, M, N, LDX, BM: tl.constexpr, BN: tl.constexpr
                                    padding_option="nan")
     tile = (p0 * tl.num_programs(1) + p1) * (BM * BN)
     idx = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-    tl.store(tn_ptr + tile + idx, dn.load([p0 * BM - 3, p1 * BN - 5]))
+    tl.store(tn_ptr + tile + idx, dn.load([p0 * BM - 3, p1 * BN - 8]))
 
 
 def descriptor_tiles():
@@ -241,17 +241,17 @@ def descriptor_tiles():
         tz = torch.full((tiles,), -777.0, device=DEV).to(tdt)
         y = torch.full((m * ldy,), -777.0, device=DEV).to(tdt)
         desc_tiles_kernel[(g0, g1)](x, tz, y, m, n, ldx, ldy, BM=BM, BN=BN)
-        want = np.concatenate([model_tile(x2, t0 * BM - 3, t1 * BN - 5, 0.0).ravel() for t0 in range(g0) for t1 in range(g1)])
-        compare(f"descriptor.{dtype}.tiles_shifted_-3_-5.padding_zero", tz.float().cpu().numpy(), want)
+        want = np.concatenate([model_tile(x2, t0 * BM - 3, t1 * BN - 8, 0.0).ravel() for t0 in range(g0) for t1 in range(g1)])
+        compare(f"descriptor.{dtype}.tiles_shifted_-3_-8.padding_zero", tz.float().cpu().numpy(), want)
         want_y = np.full((m, ldy), float(torch.tensor(-777.0).to(tdt)))
         want_y[:, :n] = x2
         compare(f"descriptor.{dtype}.store_drops_out_of_bounds", y.float().cpu().numpy(), want_y.ravel())
         try:
             tn = torch.full((tiles,), -777.0, device=DEV).to(tdt)
             desc_nan_kernel[(g0, g1)](x, tn, m, n, ldx, BM=BM, BN=BN)
-            want = np.concatenate([model_tile(x2, t0 * BM - 3, t1 * BN - 5, float("nan")).ravel()
+            want = np.concatenate([model_tile(x2, t0 * BM - 3, t1 * BN - 8, float("nan")).ravel()
                                    for t0 in range(g0) for t1 in range(g1)])
-            compare(f"descriptor.{dtype}.tiles_shifted_-3_-5.padding_nan", tn.float().cpu().numpy(), want)
+            compare(f"descriptor.{dtype}.tiles_shifted_-3_-8.padding_nan", tn.float().cpu().numpy(), want)
         except Exception as e:  # noqa: BLE001
             out(f"descriptor.{dtype}.padding_nan", f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:200]}")
 
