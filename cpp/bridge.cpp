@@ -616,6 +616,7 @@ ArrayPtr op_sdpa(const MlxArray& q, const MlxArray& k, const MlxArray& v, float 
 }
 
 ArrayPtr op_astype(const MlxArray& a, uint8_t dtype) { return wrap(mx::astype(a.a, to_dtype(dtype))); }
+ArrayPtr op_view(const MlxArray& a, uint8_t dtype) { return wrap(mx::view(a.a, to_dtype(dtype))); }
 ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.a, to_shape(shape))); }
 
 ArrayPtr op_transpose(const MlxArray& a, rust::Slice<const int32_t> axes, bool reverse) {

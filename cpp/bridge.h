@@ -52,6 +52,7 @@ ArrayPtr op_layer_norm(const MlxArray& x, const MlxArray* w, const MlxArray* b, 
 ArrayPtr op_rms_norm(const MlxArray& x, const MlxArray* w, float eps);
 ArrayPtr op_sdpa(const MlxArray& q, const MlxArray& k, const MlxArray& v, float scale);
 ArrayPtr op_astype(const MlxArray& a, uint8_t dtype);
+ArrayPtr op_view(const MlxArray& a, uint8_t dtype);
 ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape);
 ArrayPtr op_transpose(const MlxArray& a, rust::Slice<const int32_t> axes, bool reverse);
 ArrayPtr op_broadcast_to(const MlxArray& a, rust::Slice<const int32_t> shape);

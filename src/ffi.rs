@@ -67,6 +67,7 @@ pub(crate) mod bridge {
             scale: f32,
         ) -> Result<UniquePtr<MlxArray>>;
         fn op_astype(a: &MlxArray, dtype: u8) -> Result<UniquePtr<MlxArray>>;
+        fn op_view(a: &MlxArray, dtype: u8) -> Result<UniquePtr<MlxArray>>;
         fn op_reshape(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;
         fn op_transpose(a: &MlxArray, axes: &[i32], reverse: bool) -> Result<UniquePtr<MlxArray>>;
         fn op_broadcast_to(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;

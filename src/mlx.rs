@@ -210,6 +210,11 @@ pub fn astype(a: &Array, dtype: DType) -> Result<Array> {
     )
 }
 
+/// The same bytes read as `dtype` (the last axis scales by the ratio of the sizes).
+pub fn view(a: &Array, dtype: DType) -> Result<Array> {
+    Array::wrap(bridge::op_view(a.raw(), dtype.code())?, a.pending().clone())
+}
+
 /// Reshapes (one dimension may be `-1`).
 pub fn reshape(a: &Array, shape: &[i32]) -> Result<Array> {
     Array::wrap(bridge::op_reshape(a.raw(), shape)?, a.pending().clone())

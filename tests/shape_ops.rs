@@ -332,3 +332,162 @@ fn bad_arguments_are_errors() {
     .to_string();
     assert!(e.contains("flip") && e.contains("out of range"), "{e}");
 }
+
+/// `gather` along either axis of a 2-D block (values bit-exact: NaN, -0.0, inf, a
+/// subnormal), with indices out of range (negative, past the end) giving 0; on f32, f16
+/// and i64 sources with i32 and i64 indices.
+#[test]
+fn gather_along_either_axis() {
+    const R: usize = 8;
+    const C: usize = 16;
+    for axis in [0usize, 1] {
+        for (sd, id) in [(F32, I32), (F16, I64), (I64, I32)] {
+            let name = format!("gather_{axis}_{}_{}", sd.short_name(), id.short_name());
+            // index: [R, C] along axis 1 (J = C), [R2, C] along axis 0 (J = 4).
+            let (ir, ic) = if axis == 1 { (R, 8) } else { (4, C) };
+            let k = tl::jit(&name, move |k| {
+                let (s, i, o) = (k.ptr(sd, "s"), k.ptr(id, "i"), k.ptr(sd, "o"));
+                let (rs, cs) = (tl::arange(0, R as i64), tl::arange(0, C as i64));
+                let src = tl::load(s + rs.col() * C as i32 + cs.row());
+                let (ri, ci) = (tl::arange(0, ir as i64), tl::arange(0, ic as i64));
+                let idx = tl::load(i + ri.col() * ic as i32 + ci.row());
+                let g = tl::gather(src, idx, axis as i64);
+                tl::store(o + ri.col() * ic as i32 + ci.row(), g);
+            })
+            .unwrap();
+            let vals = values(R * C, 3);
+            let n = if axis == 1 { C } else { R } as i64;
+            let idx: Vec<i64> = (0..ir * ic)
+                .map(|j| match j % 11 {
+                    0 => -1,
+                    5 => n,
+                    _ => (j as i64 * 7 + 3) % n,
+                })
+                .collect();
+            let want: Vec<f64> = (0..ir * ic)
+                .map(|j| {
+                    let (r, c) = (j / ic, j % ic);
+                    let x = idx[j];
+                    if !(0..n).contains(&x) {
+                        return 0.0;
+                    }
+                    let x = x as usize;
+                    let e = if axis == 1 { r * C + x } else { x * C + c };
+                    vals[e] as f64
+                })
+                .collect();
+            let src = match sd {
+                F32 => Array::from_slice(&vals, &[R * C]).unwrap(),
+                F16 => {
+                    let h: Vec<half::f16> = vals.iter().map(|&x| half::f16::from_f32(x)).collect();
+                    Array::from_slice(&h, &[R * C]).unwrap()
+                }
+                _ => {
+                    let h: Vec<i64> = vals
+                        .iter()
+                        .map(|&x| {
+                            if x.is_finite() {
+                                (x * 1e12) as i64
+                            } else {
+                                -1 << 62
+                            }
+                        })
+                        .collect();
+                    Array::from_slice(&h, &[R * C]).unwrap()
+                }
+            };
+            let ia = if id == I32 {
+                let v: Vec<i32> = idx.iter().map(|&x| x as i32).collect();
+                Array::from_slice(&v, &[ir * ic]).unwrap()
+            } else {
+                Array::from_slice(&idx, &[ir * ic]).unwrap()
+            };
+            for (t, o) in every_target(&k, |l| {
+                l.grid([1])
+                    .args((&src, &ia, out(&[ir * ic], sd).fill(POISON)))
+            }) {
+                match sd {
+                    F32 => {
+                        let got = o[0].to_vec::<f32>().unwrap();
+                        let w: Vec<f32> = want.iter().map(|&x| x as f32).collect();
+                        assert!(same_bits(&got, &w), "{name} on {t:?}: {got:?}\n{w:?}");
+                    }
+                    F16 => {
+                        let got: Vec<u16> = o[0]
+                            .to_vec::<half::f16>()
+                            .unwrap()
+                            .iter()
+                            .map(|x| x.to_bits())
+                            .collect();
+                        let w: Vec<u16> = want
+                            .iter()
+                            .map(|&x| half::f16::from_f64(x).to_bits())
+                            .collect();
+                        let nan = |b: u16| half::f16::from_bits(b).is_nan();
+                        assert!(
+                            got.iter()
+                                .zip(&w)
+                                .all(|(a, b)| a == b || (nan(*a) && nan(*b))),
+                            "{name} on {t:?}: {got:?}\n{w:?}"
+                        );
+                    }
+                    _ => {
+                        let got = o[0].to_vec::<i64>().unwrap();
+                        let w: Vec<i64> = (0..ir * ic)
+                            .map(|j| {
+                                let x = idx[j];
+                                if !(0..n).contains(&x) {
+                                    return 0;
+                                }
+                                let (r, c, x) = (j / ic, j % ic, x as usize);
+                                let v = vals[if axis == 1 { r * C + x } else { x * C + c }];
+                                if v.is_finite() {
+                                    (v * 1e12) as i64
+                                } else {
+                                    -1 << 62
+                                }
+                            })
+                            .collect();
+                        assert_eq!(got, w, "{name} on {t:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `histogram` with and without a mask, counting values in `[0, num_bins)` only (negative
+/// values and values past the last bin are not counted).
+#[test]
+fn histogram_with_a_mask() {
+    for masked in [false, true] {
+        let name = format!("histogram_{masked}");
+        let k = tl::jit(&name, move |k| {
+            let (x, n, o) = (k.ptr(I32, "x"), k.scalar(I32, "n"), k.ptr(I32, "o"));
+            let offs = tl::arange(0, 128);
+            let v = tl::load(x + offs);
+            let h = if masked {
+                tl::histogram(v, 16, Some(offs.lt(n)))
+            } else {
+                tl::histogram(v, 16, None)
+            };
+            tl::store(o + tl::arange(0, 16), h);
+        })
+        .unwrap();
+        let xs: Vec<i32> = (0..128).map(|i| (i * 37 % 23) - 3).collect();
+        let n = 77usize;
+        let mut want = vec![0i32; 16];
+        for (i, &v) in xs.iter().enumerate() {
+            if (0..16).contains(&v) && (!masked || i < n) {
+                want[v as usize] += 1;
+            }
+        }
+        let xa = Array::from_slice(&xs, &[128]).unwrap();
+        for (t, o) in every_target(&k, |l| {
+            l.grid([1])
+                .args((&xa, n as i32, out(&[16], I32).fill(POISON)))
+        }) {
+            assert_eq!(o[0].to_vec::<i32>().unwrap(), want, "{name} on {t:?}");
+        }
+    }
+}

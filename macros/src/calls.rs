@@ -60,6 +60,8 @@ const SPECS: &[(&str, &[&str])] = &[
     ("sort", &["x", "dim", "descending"]),
     ("flip", &["x", "dim"]),
     ("cat", &["input", "other", "can_reorder"]),
+    ("gather", &["src", "index", "axis"]),
+    ("histogram", &["input", "num_bins", "mask"]),
     ("program_id", &["axis"]),
     ("num_programs", &["axis"]),
     ("arange", &["start", "end"]),
@@ -84,14 +86,14 @@ const SPECS: &[(&str, &[&str])] = &[
     ("randn", &["seed", "offset"]),
     ("randint", &["seed", "offset"]),
     ("randint4x", &["seed", "offset"]),
-    ("atomic_add", &["pointer", "val", "mask"]),
-    ("atomic_max", &["pointer", "val", "mask"]),
-    ("atomic_min", &["pointer", "val", "mask"]),
-    ("atomic_and", &["pointer", "val", "mask"]),
-    ("atomic_or", &["pointer", "val", "mask"]),
-    ("atomic_xor", &["pointer", "val", "mask"]),
-    ("atomic_xchg", &["pointer", "val", "mask"]),
-    ("atomic_cas", &["pointer", "cmp", "val"]),
+    ("atomic_add", &["pointer", "val", "mask", "sem", "scope"]),
+    ("atomic_max", &["pointer", "val", "mask", "sem", "scope"]),
+    ("atomic_min", &["pointer", "val", "mask", "sem", "scope"]),
+    ("atomic_and", &["pointer", "val", "mask", "sem", "scope"]),
+    ("atomic_or", &["pointer", "val", "mask", "sem", "scope"]),
+    ("atomic_xor", &["pointer", "val", "mask", "sem", "scope"]),
+    ("atomic_xchg", &["pointer", "val", "mask", "sem", "scope"]),
+    ("atomic_cas", &["pointer", "cmp", "val", "sem", "scope"]),
     ("cdiv", &["x", "div"]),
     ("clamp", &["x", "min", "max"]),
     ("cast", &["input", "dtype", "bitcast"]),
@@ -117,6 +119,8 @@ const METHODS: &[(&str, &str)] = &[
     ("expand_dims", "expand_dims"),
     ("broadcast_to", "broadcast_to"),
     ("permute", "permute"),
+    ("gather", "gather"),
+    ("histogram", "histogram"),
 ];
 
 struct Bound {
@@ -389,6 +393,16 @@ fn emit(b: &Bound) -> syn::Result<TokenStream> {
             None => call,
         }
     };
+    // An atomic's `sem=` and `scope=` (Triton's memory ordering and its scope).
+    let ordered = |mut call: TokenStream| -> TokenStream {
+        if let Some(s) = b.get("sem") {
+            call = quote_spanned!(span=> #call.sem(#s));
+        }
+        if let Some(s) = b.get("scope") {
+            call = quote_spanned!(span=> #call.scope(#s));
+        }
+        call
+    };
     Ok(match b.name.as_str() {
         "load" if b.get("boundary_check").is_some() || b.get("padding_option").is_some() => {
             b.no_mask("boundary_check`/`padding_option")?;
@@ -498,6 +512,14 @@ fn emit(b: &Bound) -> syn::Result<TokenStream> {
             let dim = b.or("dim", quote!(-1));
             quote_spanned!(span=> #tl::flip(#x, #dim))
         }
+        "histogram" => {
+            let (x, n) = (b.required("input")?, b.required("num_bins")?);
+            let m = match b.get("mask") {
+                Some(m) => quote_spanned!(span=> ::core::option::Option::Some(#m)),
+                None => quote_spanned!(span=> ::core::option::Option::None),
+            };
+            quote_spanned!(span=> #tl::histogram(#x, #n, #m))
+        }
         "cat" => {
             let (x, y) = (b.required("input")?, b.required("other")?);
             let r = b.or("can_reorder", quote!(false));
@@ -543,7 +565,8 @@ fn emit(b: &Bound) -> syn::Result<TokenStream> {
             quote_spanned!(span=> #tl::associative_scan(#x, #axis, #rev, #c))
         }
         "atomic_add" | "atomic_max" | "atomic_min" | "atomic_and" | "atomic_or" | "atomic_xor"
-        | "atomic_xchg" => masked(positional(&["pointer", "val"])?),
+        | "atomic_xchg" => ordered(masked(positional(&["pointer", "val"])?)),
+        "atomic_cas" => ordered(positional(&["pointer", "cmp", "val"])?),
         "cast" => {
             let (x, d) = (b.required("input")?, b.required("dtype")?);
             let func = f(if b.flag("bitcast")? {

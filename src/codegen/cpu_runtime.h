@@ -153,53 +153,54 @@ template <class T, class U> inline void tm_atomic_store(T* p, U v) {
   using B = typename tm_bits<T>::type;
   __atomic_store_n((B*)p, __builtin_bit_cast(B, (T)v), __ATOMIC_RELAXED);
 }
-template <class T, class U> inline T tm_atomic_fetch_add(T* p, U v) {
-  if constexpr (std::is_integral_v<T>) {
-    return __atomic_fetch_add(p, (T)v, __ATOMIC_RELAXED);
-  } else {
-    using B = typename tm_bits<T>::type;
-    B old = __atomic_load_n((B*)p, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n((B*)p, &old, __builtin_bit_cast(B, (T)(__builtin_bit_cast(T, old) + (T)v)),
-                                        true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
-    return __builtin_bit_cast(T, old);
-  }
-}
-template <class T, class U> inline T tm_atomic_fetch_max(T* p, U v) {
-  T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (old < (T)v && !__atomic_compare_exchange_n(p, &old, (T)v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
-  return old;
-}
-template <class T, class U> inline T tm_atomic_fetch_min(T* p, U v) {
-  T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (old > (T)v && !__atomic_compare_exchange_n(p, &old, (T)v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
-  return old;
-}
-template <class T, class U> inline T tm_atomic_fetch_and(T* p, U v) { return __atomic_fetch_and(p, (T)v, __ATOMIC_RELAXED); }
-template <class T, class U> inline T tm_atomic_fetch_or(T* p, U v) { return __atomic_fetch_or(p, (T)v, __ATOMIC_RELAXED); }
-template <class T, class U> inline T tm_atomic_fetch_xor(T* p, U v) { return __atomic_fetch_xor(p, (T)v, __ATOMIC_RELAXED); }
-template <class T, class U> inline T tm_atomic_exchange(T* p, U v) {
+// tl.atomic_*: MO is the `__ATOMIC_*` order of Triton's `sem=`. Updates the hardware has
+// no instruction for are compare-and-swap loops on the element's bits (a real
+// read-modify-write even when the value does not change, so the order holds either way).
+template <int MO, class T, class F> inline T tm_atomic_update(T* p, F f) {
   using B = typename tm_bits<T>::type;
-  return __builtin_bit_cast(T, __atomic_exchange_n((B*)p, __builtin_bit_cast(B, (T)v), __ATOMIC_RELAXED));
+  B old = __atomic_load_n((B*)p, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n((B*)p, &old, __builtin_bit_cast(B, (T)f(__builtin_bit_cast(T, old))), true, MO,
+                                      __ATOMIC_RELAXED)) {
+  }
+  return __builtin_bit_cast(T, old);
 }
-template <class T, class U, class V> inline T tm_cas_strong(T* p, U cmp, V val) {
-  T expected = (T)cmp;
-  __atomic_compare_exchange_n(p, &expected, (T)val, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-  return expected;
-}
-// Float max/min as a CAS loop on the bits (NaN-ignoring, like fmax/fmin).
-template <bool MAX> inline float tm_atomic_fminmax(float* p, float v) {
-  uint32_t old = __atomic_load_n((uint32_t*)p, __ATOMIC_RELAXED);
-  while (true) {
-    const float o = __builtin_bit_cast(float, old);
-    const uint32_t next = __builtin_bit_cast(uint32_t, MAX ? __builtin_fmaxf(o, v) : __builtin_fminf(o, v));
-    if (next == old) return o;
-    if (__atomic_compare_exchange_n((uint32_t*)p, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return o;
+template <int MO, class T, class U> inline T tm_atomic_fetch_add(T* p, U v) {
+  if constexpr (std::is_integral_v<T>) {
+    return __atomic_fetch_add(p, (T)v, MO);
+  } else {
+    const T x = (T)v;
+    return tm_atomic_update<MO>(p, [x](T o) { return (T)(o + x); });
   }
 }
-inline float tm_atomic_fmax(float* p, float v) { return tm_atomic_fminmax<true>(p, v); }
-inline float tm_atomic_fmin(float* p, float v) { return tm_atomic_fminmax<false>(p, v); }
+template <int MO, class T, class U> inline T tm_atomic_fetch_max(T* p, U v) {
+  const T x = (T)v;
+  return tm_atomic_update<MO>(p, [x](T o) { return o < x ? x : o; });
+}
+template <int MO, class T, class U> inline T tm_atomic_fetch_min(T* p, U v) {
+  const T x = (T)v;
+  return tm_atomic_update<MO>(p, [x](T o) { return o > x ? x : o; });
+}
+template <int MO, class T, class U> inline T tm_atomic_fetch_and(T* p, U v) { return __atomic_fetch_and(p, (T)v, MO); }
+template <int MO, class T, class U> inline T tm_atomic_fetch_or(T* p, U v) { return __atomic_fetch_or(p, (T)v, MO); }
+template <int MO, class T, class U> inline T tm_atomic_fetch_xor(T* p, U v) { return __atomic_fetch_xor(p, (T)v, MO); }
+template <int MO, class T, class U> inline T tm_atomic_exchange(T* p, U v) {
+  using B = typename tm_bits<T>::type;
+  return __builtin_bit_cast(T, __atomic_exchange_n((B*)p, __builtin_bit_cast(B, (T)v), MO));
+}
+// Compare-and-swap of the bits (as GPUs compare), for any element type.
+template <int MO, class T, class U, class V> inline T tm_atomic_cas(T* p, U cmp, V val) {
+  using B = typename tm_bits<T>::type;
+  B expected = __builtin_bit_cast(B, (T)cmp);
+  constexpr int fail = MO == __ATOMIC_ACQ_REL || MO == __ATOMIC_ACQUIRE ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED;
+  __atomic_compare_exchange_n((B*)p, &expected, __builtin_bit_cast(B, (T)val), false, MO, fail);
+  return __builtin_bit_cast(T, expected);
+}
+// Float max/min (NaN-ignoring, like fmax/fmin).
+template <int MO> inline float tm_atomic_fmax(float* p, float v) {
+  return tm_atomic_update<MO>(p, [v](float o) { return __builtin_fmaxf(o, v); });
+}
+template <int MO> inline float tm_atomic_fmin(float* p, float v) {
+  return tm_atomic_update<MO>(p, [v](float o) { return __builtin_fminf(o, v); });
+}
 
 using namespace metal;

@@ -388,53 +388,101 @@ __device__ inline bool isnan(__half a) { return __hisnan(a); }
 __device__ inline bool isnan(__nv_bfloat16 a) { return __hisnan(a); }
 "#;
 
-/// Relaxed atomics on plain pointers (Triton's default semantics). The value parameter is
-/// not deduced, so a literal of another integer type converts to the element type.
+/// Atomics on plain pointers. CUDA's atomic functions are relaxed and device-scoped;
+/// `tm_atomic_*<O, S>` puts fences of scope `S` (0: the block, 1: the device) around one:
+/// before it when `O` releases (bit 2), after it when `O` acquires (bit 1). 64-bit elements
+/// go through CUDA's `unsigned long long` / `long long` functions (same bits); half and
+/// bfloat add natively (sm_70 / sm_80). The value parameter is not deduced, so a literal of
+/// another type converts to the element type.
 pub(super) const ATOMIC: &str = r#"
-template <typename T> __device__ inline T tm_atomic_fetch_add(T* p, typename tm_id<T>::type v) { return atomicAdd(p, v); }
-template <typename T> __device__ inline T tm_atomic_fetch_max(T* p, typename tm_id<T>::type v) { return atomicMax(p, v); }
-template <typename T> __device__ inline T tm_atomic_fetch_min(T* p, typename tm_id<T>::type v) { return atomicMin(p, v); }
-template <typename T> __device__ inline T tm_atomic_fetch_and(T* p, typename tm_id<T>::type v) { return atomicAnd(p, v); }
-template <typename T> __device__ inline T tm_atomic_fetch_or(T* p, typename tm_id<T>::type v) { return atomicOr(p, v); }
-template <typename T> __device__ inline T tm_atomic_fetch_xor(T* p, typename tm_id<T>::type v) { return atomicXor(p, v); }
-template <typename T> __device__ inline T tm_atomic_exchange(T* p, typename tm_id<T>::type v) { return atomicExch(p, v); }
+template <int S> __device__ inline void tm_fence() {
+  if (S == 0) __threadfence_block(); else __threadfence();
+}
+typedef unsigned long long tm_ull;
+template <typename T> __device__ inline T tm_at_add(T* p, T v) { return atomicAdd(p, v); }
+__device__ inline long tm_at_add(long* p, long v) { return (long)atomicAdd((tm_ull*)p, (tm_ull)v); }
+__device__ inline ulong tm_at_add(ulong* p, ulong v) { return (ulong)atomicAdd((tm_ull*)p, (tm_ull)v); }
+template <typename T> __device__ inline T tm_at_max(T* p, T v) { return atomicMax(p, v); }
+__device__ inline long tm_at_max(long* p, long v) { return (long)atomicMax((long long*)p, (long long)v); }
+__device__ inline ulong tm_at_max(ulong* p, ulong v) { return (ulong)atomicMax((tm_ull*)p, (tm_ull)v); }
+template <typename T> __device__ inline T tm_at_min(T* p, T v) { return atomicMin(p, v); }
+__device__ inline long tm_at_min(long* p, long v) { return (long)atomicMin((long long*)p, (long long)v); }
+__device__ inline ulong tm_at_min(ulong* p, ulong v) { return (ulong)atomicMin((tm_ull*)p, (tm_ull)v); }
+template <typename T> __device__ inline T tm_at_and(T* p, T v) { return (T)atomicAnd((tm_ull*)p, (tm_ull)v); }
+__device__ inline int tm_at_and(int* p, int v) { return atomicAnd(p, v); }
+__device__ inline uint tm_at_and(uint* p, uint v) { return atomicAnd(p, v); }
+template <typename T> __device__ inline T tm_at_or(T* p, T v) { return (T)atomicOr((tm_ull*)p, (tm_ull)v); }
+__device__ inline int tm_at_or(int* p, int v) { return atomicOr(p, v); }
+__device__ inline uint tm_at_or(uint* p, uint v) { return atomicOr(p, v); }
+template <typename T> __device__ inline T tm_at_xor(T* p, T v) { return (T)atomicXor((tm_ull*)p, (tm_ull)v); }
+__device__ inline int tm_at_xor(int* p, int v) { return atomicXor(p, v); }
+__device__ inline uint tm_at_xor(uint* p, uint v) { return atomicXor(p, v); }
+template <typename T> __device__ inline T tm_at_exch(T* p, T v) { return (T)atomicExch((tm_ull*)p, (tm_ull)v); }
+__device__ inline int tm_at_exch(int* p, int v) { return atomicExch(p, v); }
+__device__ inline uint tm_at_exch(uint* p, uint v) { return atomicExch(p, v); }
+__device__ inline float tm_at_exch(float* p, float v) { return atomicExch(p, v); }
+#define TM_ORDERED(name, raw)                                                                  \
+  template <int O, int S, typename T>                                                          \
+  __device__ inline T tm_atomic_##name(T* p, typename tm_id<T>::type v) {                      \
+    if (O & 2) tm_fence<S>();                                                                  \
+    const T r = raw(p, (T)v);                                                                  \
+    if (O & 1) tm_fence<S>();                                                                  \
+    return r;                                                                                  \
+  }
+TM_ORDERED(fetch_add, tm_at_add)
+TM_ORDERED(fetch_max, tm_at_max)
+TM_ORDERED(fetch_min, tm_at_min)
+TM_ORDERED(fetch_and, tm_at_and)
+TM_ORDERED(fetch_or, tm_at_or)
+TM_ORDERED(fetch_xor, tm_at_xor)
+TM_ORDERED(exchange, tm_at_exch)
 template <typename T> __device__ inline T tm_atomic_load(const T* p) { return *(const volatile T*)p; }
 template <typename T> __device__ inline void tm_atomic_store(T* p, typename tm_id<T>::type v) { *(volatile T*)p = v; }
 "#;
 
-/// CUDA's `atomicCAS` is already strong.
+/// Compare-and-swap (`atomicCAS` is strong) on the bits of the element: 16-, 32- and 64-bit
+/// elements of any type, compared bitwise as on every GPU; ordered as [`ATOMIC`].
 pub(super) const ATOMIC_CAS: &str = r#"
-template <typename T>
-__device__ inline T tm_cas_strong(T* p, typename tm_id<T>::type cmp, typename tm_id<T>::type val) {
-  return atomicCAS(p, cmp, val);
+template <int N> struct tm_cas_bits;
+template <> struct tm_cas_bits<2> { typedef unsigned short type; };
+template <> struct tm_cas_bits<4> { typedef unsigned int type; };
+template <> struct tm_cas_bits<8> { typedef unsigned long long type; };
+template <int O, int S, typename T>
+__device__ inline T tm_atomic_cas(T* p, typename tm_id<T>::type cmp, typename tm_id<T>::type val) {
+  typedef typename tm_cas_bits<sizeof(T)>::type B;
+  if (O & 2) tm_fence<S>();
+  const B r = atomicCAS((B*)p, tm_bitcast<B>((T)cmp), tm_bitcast<B>((T)val));
+  if (O & 1) tm_fence<S>();
+  return tm_bitcast<T>(r);
 }
 "#;
 
-/// Float max/min: CUDA float atomics only add and exchange, so loop a CAS on the bits.
+/// Float max/min: CUDA float atomics only add and exchange, so loop a CAS on the bits;
+/// ordered as [`ATOMIC`].
 pub(super) const ATOMIC_FMINMAX: &str = r#"
-__device__ inline float tm_atomic_fmax(float* p, float v) {
+template <bool MAX> __device__ inline float tm_at_fminmax(float* p, float v) {
   uint* u = (uint*)p;
   uint old = *(volatile uint*)u;
   while (true) {
     const float o = __uint_as_float(old);
-    const uint next = __float_as_uint(fmaxf(o, v));
+    const uint next = __float_as_uint(MAX ? fmaxf(o, v) : fminf(o, v));
     if (next == old) return o;
     const uint seen = atomicCAS(u, old, next);
     if (seen == old) return o;
     old = seen;
   }
 }
-__device__ inline float tm_atomic_fmin(float* p, float v) {
-  uint* u = (uint*)p;
-  uint old = *(volatile uint*)u;
-  while (true) {
-    const float o = __uint_as_float(old);
-    const uint next = __float_as_uint(fminf(o, v));
-    if (next == old) return o;
-    const uint seen = atomicCAS(u, old, next);
-    if (seen == old) return o;
-    old = seen;
-  }
+template <int O, int S> __device__ inline float tm_atomic_fmax(float* p, float v) {
+  if (O & 2) tm_fence<S>();
+  const float r = tm_at_fminmax<true>(p, v);
+  if (O & 1) tm_fence<S>();
+  return r;
+}
+template <int O, int S> __device__ inline float tm_atomic_fmin(float* p, float v) {
+  if (O & 2) tm_fence<S>();
+  const float r = tm_at_fminmax<false>(p, v);
+  if (O & 1) tm_fence<S>();
+  return r;
 }
 "#;
 

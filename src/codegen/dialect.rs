@@ -9,6 +9,7 @@
 //! typedefs, so the shared printer needs no per-dialect index type.
 
 use crate::dtype::DType;
+use crate::ir::{MemScope, MemSem};
 
 /// Spellings of one target language.
 /// The rounds of Philox-4x32 as Triton computes them (`philox_impl`), on `uint` counters
@@ -83,9 +84,20 @@ pub struct Dialect {
     pub prefix_exclusive_sum: Option<&'static str>,
     /// Exclusive prefix product over the SIMD-group (`{x}`).
     pub prefix_exclusive_product: Option<&'static str>,
-    /// Relaxed atomic read-modify-write returning the old value: `{op}` (`fetch_add`,
-    /// `fetch_max`, `exchange`, ...), `{addr}` and `{val}` substituted.
+    /// Atomic read-modify-write returning the old value: `{op}` (`fetch_add`,
+    /// `fetch_max`, `exchange`, ...), `{addr}`, `{val}` and `{ord}` (the
+    /// [`Dialect::atomic_order`] spelling) substituted.
     pub atomic_rmw: &'static str,
+    /// An atomic the header implements (`{op}`: `fmax`, `fmin`, `cas`; `{val}`: the operand,
+    /// or `cmp, val` for `cas`), same substitutions as [`Dialect::atomic_rmw`].
+    pub atomic_helper: &'static str,
+    /// The `{ord}` text that gives an atomic Triton's `sem=` (`None`: Triton's default,
+    /// `acq_rel`) and `scope=`, or why this language cannot honour them.
+    pub atomic_order: AtomicOrdering,
+    /// MLX declares every output of a kernel with atomics `device atomic<T>*` and the
+    /// language's atomics are 32-bit: outputs of other widths are allocated as 32-bit words
+    /// (`float`, rounded up) and their elements read and written inside the words.
+    pub word_atomic_outputs: bool,
     /// Relaxed atomic load of `{addr}`.
     pub atomic_load: &'static str,
     /// Relaxed atomic store statement of `{val}` to `{addr}`.
@@ -285,6 +297,9 @@ pub const METAL: Dialect = Dialect {
     prefix_exclusive_sum: Some("simd_prefix_exclusive_sum({x})"),
     prefix_exclusive_product: Some("simd_prefix_exclusive_product({x})"),
     atomic_rmw: "atomic_{op}_explicit({addr}, {val}, memory_order_relaxed)",
+    atomic_helper: "tm_atomic_{op}({addr}, {val})",
+    atomic_order: AtomicOrdering::Metal,
+    word_atomic_outputs: true,
     atomic_load: "atomic_load_explicit({addr}, memory_order_relaxed)",
     atomic_store: "atomic_store_explicit({addr}, {val}, memory_order_relaxed);",
     mulhi: "mulhi({a}, {b})",
@@ -298,6 +313,7 @@ pub const METAL: Dialect = Dialect {
         ("math", super::math::METAL_MATH),
         ("atomic_cas", super::metal::ATOMIC_CAS),
         ("atomic_fminmax", super::metal::ATOMIC_FMINMAX),
+        ("atomic_words", super::metal::ATOMIC_WORDS),
         ("philox", super::metal::PHILOX),
         ("packed", super::metal::PACKED),
         ("minmax", METAL_VALUES.0),
@@ -320,8 +336,9 @@ pub const METAL: Dialect = Dialect {
 ///
 /// Threads of a program are `threadIdx.x` of one block; a warp is 32 lanes, like a Metal
 /// SIMD-group. Warp collectives are butterflies of `__shfl_xor_sync` over all 32 lanes (the
-/// printer calls them in uniform control flow only). Atomics are relaxed, as Triton's
-/// default; float max/min are CAS loops. 16-byte vector accesses check alignment at run
+/// printer calls them in uniform control flow only). Atomics are CUDA's relaxed functions
+/// between fences that give Triton's `sem=` ([`AtomicOrdering::Cuda`]); float max/min are
+/// CAS loops. 16-byte vector accesses check alignment at run
 /// time and fall back to element accesses (CUDA's vector types, unlike Metal's packed ones,
 /// must be naturally aligned).
 pub const CUDA: Dialect = Dialect {
@@ -361,7 +378,10 @@ pub const CUDA: Dialect = Dialect {
     shuffle_up: "__shfl_up_sync(0xffffffffu, {x}, {d})",
     prefix_exclusive_sum: None,
     prefix_exclusive_product: None,
-    atomic_rmw: "tm_atomic_{op}({addr}, {val})",
+    atomic_rmw: "tm_atomic_{op}<{ord}>({addr}, {val})",
+    atomic_helper: "tm_atomic_{op}<{ord}>({addr}, {val})",
+    atomic_order: AtomicOrdering::Cuda,
+    word_atomic_outputs: false,
     atomic_load: "tm_atomic_load({addr})",
     atomic_store: "tm_atomic_store({addr}, {val});",
     mulhi: "tm_mulhi({a}, {b})",
@@ -441,7 +461,10 @@ pub const CPU: Dialect = Dialect {
     shuffle_up: "{x}",
     prefix_exclusive_sum: None,
     prefix_exclusive_product: None,
-    atomic_rmw: "tm_atomic_{op}({addr}, {val})",
+    atomic_rmw: "tm_atomic_{op}<{ord}>({addr}, {val})",
+    atomic_helper: "tm_atomic_{op}<{ord}>({addr}, {val})",
+    atomic_order: AtomicOrdering::Cpu,
+    word_atomic_outputs: false,
     atomic_load: "tm_atomic_load({addr})",
     atomic_store: "tm_atomic_store({addr}, {val});",
     mulhi: "mulhi({a}, {b})",
@@ -475,3 +498,93 @@ pub const CPU: Dialect = Dialect {
     op_marker: Some("tm_status->op = {id};"),
     zero_step: Some("tm_zero_step(tm_status, {id});"),
 };
+
+/// How a language gives an atomic Triton's `sem=` and `scope=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOrdering {
+    /// Metal's device atomics are relaxed only: `sem="relaxed"` (and Triton's default,
+    /// which Metal runs relaxed) at `cta` or `gpu` scope; a device-scope atomic serves
+    /// `cta` too.
+    Metal,
+    /// `{ord}` is `O, S`: the order's bits (1 acquire, 2 release) and the scope (0 the
+    /// block, 1 the device). The header's atomics are CUDA's relaxed device-scope functions
+    /// between fences of that scope (`__threadfence_block`/`__threadfence`): a fence before
+    /// gives release, one after gives acquire. System scope is not generated.
+    Cuda,
+    /// The `__atomic` builtin order itself; every scope is the process's memory, which the
+    /// builtins order at every scope.
+    Cpu,
+}
+
+impl AtomicOrdering {
+    /// The `{ord}` text for `sem` (`None`: Triton's default, `acq_rel`) and `scope`, or
+    /// why the language cannot honour them.
+    pub fn spell(
+        self,
+        sem: Option<MemSem>,
+        scope: MemScope,
+    ) -> std::result::Result<&'static str, String> {
+        match self {
+            AtomicOrdering::Metal => metal_atomic_order(sem, scope),
+            AtomicOrdering::Cuda => cuda_atomic_order(sem, scope),
+            AtomicOrdering::Cpu => Ok(cpu_atomic_order(sem)),
+        }
+    }
+}
+
+fn metal_atomic_order(
+    sem: Option<MemSem>,
+    scope: MemScope,
+) -> std::result::Result<&'static str, String> {
+    if let Some(s @ (MemSem::Acquire | MemSem::Release | MemSem::AcqRel)) = sem {
+        return Err(format!(
+            "sem=\"{}\" (Metal's device atomics are relaxed only; pass sem=\"relaxed\" where \
+             the kernel does not order other memory accesses through the atomic, or run on \
+             Target::Cpu, Target::CpuCompiled or CUDA)",
+            s.name()
+        ));
+    }
+    if scope == MemScope::Sys {
+        return Err(
+            "scope=\"sys\" (Metal's atomics reach the GPU only; use scope=\"gpu\", or \
+                    run on Target::Cpu or Target::CpuCompiled)"
+                .into(),
+        );
+    }
+    Ok("")
+}
+
+fn cuda_atomic_order(
+    sem: Option<MemSem>,
+    scope: MemScope,
+) -> std::result::Result<&'static str, String> {
+    let o = match sem.unwrap_or(MemSem::AcqRel) {
+        MemSem::Relaxed => 0,
+        MemSem::Acquire => 1,
+        MemSem::Release => 2,
+        MemSem::AcqRel => 3,
+    };
+    let s = match scope {
+        MemScope::Cta => 0,
+        MemScope::Gpu => 1,
+        MemScope::Sys => {
+            return Err(
+                "scope=\"sys\" (not generated for CUDA; use scope=\"gpu\", or run on \
+                        Target::Cpu or Target::CpuCompiled)"
+                    .into(),
+            )
+        }
+    };
+    Ok([
+        "0, 0", "0, 1", "1, 0", "1, 1", "2, 0", "2, 1", "3, 0", "3, 1",
+    ][o * 2 + s])
+}
+
+fn cpu_atomic_order(sem: Option<MemSem>) -> &'static str {
+    match sem.unwrap_or(MemSem::AcqRel) {
+        MemSem::Relaxed => "__ATOMIC_RELAXED",
+        MemSem::Acquire => "__ATOMIC_ACQUIRE",
+        MemSem::Release => "__ATOMIC_RELEASE",
+        MemSem::AcqRel => "__ATOMIC_ACQ_REL",
+    }
+}

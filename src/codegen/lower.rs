@@ -19,7 +19,8 @@ use super::{LaunchOptions, LayoutChoice};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{
-    AtomicOp, BinaryOp, CmpPred, Const, Kernel, Op, OpId, ParamKind, RegionId, Type, UnaryOp, Value,
+    AtomicOp, BinaryOp, CmpPred, Const, Kernel, MemScope, MemSem, Op, OpId, ParamKind, RegionId,
+    Type, UnaryOp, Value,
 };
 use crate::opt::axis::AxisInfo;
 use crate::opt::plan::{plan, KernelPlan, MatrixUnit, Printer};
@@ -183,7 +184,7 @@ impl<'k> Lowering<'k> {
         let mut names: HashSet<String> = idents.iter().cloned().collect();
         names.insert(k.name.clone());
         let axis = crate::opt::axis::analyse(k);
-        Lowering {
+        let mut lw = Lowering {
             vec: plan.vec,
             k,
             d,
@@ -227,6 +228,27 @@ impl<'k> Lowering<'k> {
             splits: Vec::new(),
             flags: HashMap::new(),
             plan,
+        };
+        if k.params.iter().any(|p| lw.word_param(p)) {
+            lw.helpers.insert("atomic_words");
+        }
+        lw
+    }
+
+    /// Whether output `p` lives in 32-bit words ([`Dialect::word_atomic_outputs`]).
+    fn word_param(&self, p: &crate::ir::Param) -> bool {
+        self.d.word_atomic_outputs
+            && self.atomic_outputs
+            && p.stored
+            && matches!(p.kind, ParamKind::Ptr(dt) if dt.size_bytes() != 4)
+    }
+
+    /// The element type of `ptr`'s output when that output lives in 32-bit words.
+    fn in_words(&self, ptr: Value) -> Option<DType> {
+        let p = &self.k.params[self.prov[ptr.index()]?];
+        match p.kind {
+            ParamKind::Ptr(dt) if self.word_param(p) => Some(dt),
+            _ => None,
         }
     }
 
@@ -957,10 +979,16 @@ impl<'k> Lowering<'k> {
                 ptr,
                 value,
                 mask,
-            } => self.atomic(res, Some(*kind), *ptr, None, *value, *mask)?,
-            Op::AtomicCas { ptr, cmp, value } => {
-                self.atomic(res, None, *ptr, Some(*cmp), *value, None)?
-            }
+                sem,
+                scope,
+            } => self.atomic(res, Some(*kind), *ptr, None, *value, *mask, (*sem, *scope))?,
+            Op::AtomicCas {
+                ptr,
+                cmp,
+                value,
+                sem,
+                scope,
+            } => self.atomic(res, None, *ptr, Some(*cmp), *value, None, (*sem, *scope))?,
             Op::Broadcast { src } => self.broadcast(res, *src)?,
             Op::ExpandDims { src, .. } | Op::Reshape { src } => self.reshape(res, *src)?,
             Op::Permute { src, order } => self.permute(res, *src, order)?,
@@ -1255,6 +1283,10 @@ impl<'k> Lowering<'k> {
 
     fn access(&self, ptr: Value, off: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
+        if let Some(dt) = self.in_words(ptr) {
+            let wide = if dt.size_bytes() == 8 { "8" } else { "" };
+            return Ok(format!("tm_pk_load{wide}<{}>({p}, {off})", self.cty(dt)?));
+        }
         Ok(if self.atomic_outputs && self.is_output_ptr(ptr) {
             self.d
                 .atomic_load
@@ -1660,6 +1692,13 @@ impl<'k> Lowering<'k> {
 
     fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
+        if let Some(dt) = self.in_words(ptr) {
+            let wide = if dt.size_bytes() == 8 { "8" } else { "" };
+            return Ok(format!(
+                "tm_pk_store{wide}<{}>({p}, {off}, {val});",
+                self.cty(dt)?
+            ));
+        }
         Ok(if self.atomic_outputs {
             self.d
                 .atomic_store
@@ -1743,61 +1782,84 @@ impl<'k> Lowering<'k> {
         Ok(())
     }
 
+    /// The expression of one atomic on element `off` of `ptr`'s argument, returning the old
+    /// value (`kind` `None`: compare-and-swap of `cmp` by `val`).
     fn atomic_expr(
         &mut self,
         kind: Option<AtomicOp>,
-        dt: DType,
-        addr: &str,
-        cmp: &str,
-        val: &str,
+        ptr: Value,
+        off: &str,
+        (cmp, val): (&str, &str),
+        (sem, scope): (Option<MemSem>, MemScope),
     ) -> Result<String> {
-        if !matches!(dt, DType::I32 | DType::U32 | DType::F32) {
-            let op = kind.map_or("atomic_cas", |k| k.name());
+        let dt = self.ty(ptr).dtype;
+        let op = kind.map_or("cas", |k| k.name());
+        let ord = (self.d.atomic_order)
+            .spell(sem, scope)
+            .map_err(|why| unsupported_on(self.d, self.k, format!("`atomic_{op}` with {why}")))?;
+        if self.d.word_atomic_outputs && dt.size_bytes() == 8 {
             return Err(unsupported_on(
                 self.d,
                 self.k,
                 format!(
-                    "`atomic_{}` on {dt} (generated code has 32-bit atomics only; accumulate                      in an f32 or i32 buffer and convert, or run on Target::Cpu)",
-                    op.trim_start_matches("atomic_")
+                    "`atomic_{op}` on {dt} (Apple GPUs have no 64-bit atomic read-modify-write; \
+                     use a 32-bit dtype, or run on Target::Cpu, Target::CpuCompiled or CUDA)"
                 ),
             ));
         }
+        let p = self.param_name(ptr)?;
+        let ct = self.cty(dt)?;
+        if self.in_words(ptr).is_some() {
+            // A 16-bit element inside its 32-bit word: a compare-and-swap loop on the word.
+            return match kind {
+                None => Ok(format!("tm_pk_cas<{ct}>({p}, {off}, {cmp}, {val})")),
+                Some(AtomicOp::Add) if dt.is_float() => {
+                    Ok(format!("tm_pk_add<{ct}>({p}, {off}, {val})"))
+                }
+                Some(k) => Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    format!("`atomic_{}` on {dt}", k.name()),
+                )),
+            };
+        }
         self.helpers.insert("atomic");
-        let t = self.d.atomic_rmw;
-        let f = |name: &str| {
+        let addr = format!("&{p}[{off}]");
+        let sub = |t: &str, name: &str, v: &str| {
             t.replace("{op}", name)
-                .replace("{addr}", addr)
-                .replace("{val}", val)
+                .replace("{addr}", &addr)
+                .replace("{val}", v)
+                .replace("{ord}", ord)
         };
+        let (rmw, helper) = (self.d.atomic_rmw, self.d.atomic_helper);
         Ok(match kind {
-            None if dt == DType::F32 => {
-                return Err(unsupported_on(self.d, self.k, "atomic_cas on f32"));
-            }
             None => {
                 self.helpers.insert("atomic_cas");
-                format!("tm_cas_strong({addr}, {cmp}, {val})")
+                sub(helper, "cas", &format!("{cmp}, {val}"))
             }
-            Some(AtomicOp::Add) => f("fetch_add"),
-            Some(AtomicOp::Max) if dt == DType::F32 => {
+            Some(AtomicOp::Max | AtomicOp::Min) if dt.is_float() => {
                 self.helpers.insert("atomic_fminmax");
-                format!("tm_atomic_fmax({addr}, {val})")
+                let name = if kind == Some(AtomicOp::Max) {
+                    "fmax"
+                } else {
+                    "fmin"
+                };
+                sub(helper, name, val)
             }
-            Some(AtomicOp::Min) if dt == DType::F32 => {
-                self.helpers.insert("atomic_fminmax");
-                format!("tm_atomic_fmin({addr}, {val})")
+            Some(AtomicOp::And | AtomicOp::Or | AtomicOp::Xor) if dt.is_float() => {
+                return Err(unsupported_on(self.d, self.k, "bitwise atomics on floats"));
             }
-            Some(AtomicOp::Max) => f("fetch_max"),
-            Some(AtomicOp::Min) => f("fetch_min"),
-            Some(AtomicOp::And | AtomicOp::Or | AtomicOp::Xor) if dt == DType::F32 => {
-                return Err(unsupported_on(self.d, self.k, "bitwise atomics on f32"));
-            }
-            Some(AtomicOp::And) => f("fetch_and"),
-            Some(AtomicOp::Or) => f("fetch_or"),
-            Some(AtomicOp::Xor) => f("fetch_xor"),
-            Some(AtomicOp::Xchg) => f("exchange"),
+            Some(AtomicOp::Add) => sub(rmw, "fetch_add", val),
+            Some(AtomicOp::Max) => sub(rmw, "fetch_max", val),
+            Some(AtomicOp::Min) => sub(rmw, "fetch_min", val),
+            Some(AtomicOp::And) => sub(rmw, "fetch_and", val),
+            Some(AtomicOp::Or) => sub(rmw, "fetch_or", val),
+            Some(AtomicOp::Xor) => sub(rmw, "fetch_xor", val),
+            Some(AtomicOp::Xchg) => sub(rmw, "exchange", val),
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn atomic(
         &mut self,
         res: Value,
@@ -1806,16 +1868,16 @@ impl<'k> Lowering<'k> {
         cmp: Option<Value>,
         value: Value,
         mask: Option<Value>,
+        order: (Option<MemSem>, MemScope),
     ) -> Result<()> {
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
-        let p = self.param_name(ptr)?;
         let name_base = format!("{}_old", self.stem(ptr));
         if self.ty(ptr).is_scalar() {
             // One thread updates; the old value reaches everyone through scratch.
-            let addr = format!("&{p}[{}]", self.el(ptr, ""));
             let c = cmp.map(|c| self.el(c, "")).unwrap_or_default();
-            let e = self.atomic_expr(kind, dt, &addr, &c, &self.el(value, ""))?;
+            let (off, v) = (self.el(ptr, ""), self.el(value, ""));
+            let e = self.atomic_expr(kind, ptr, &off, (&c, &v), order)?;
             let mut cond = "tm_lid == 0".to_string();
             if let Some(m) = mask {
                 cond = format!("{cond} && {}", self.el(m, ""));
@@ -1835,9 +1897,9 @@ impl<'k> Lowering<'k> {
         let name = self.declare_block(&name_base, dt, lay.n)?;
         let guard = lay.has_idle_threads();
         self.open_regs(lay, guard);
-        let addr = format!("&{p}[{}]", self.el(ptr, "tm_i"));
         let c = cmp.map(|c| self.el(c, "tm_i")).unwrap_or_default();
-        let e = self.atomic_expr(kind, dt, &addr, &c, &self.el(value, "tm_i"))?;
+        let (off, v) = (self.el(ptr, "tm_i"), self.el(value, "tm_i"));
+        let e = self.atomic_expr(kind, ptr, &off, (&c, &v), order)?;
         let mut conds = Vec::new();
         if guard {
             conds.push(format!("tm_l < {}u", lay.n));

@@ -39,6 +39,11 @@ pub struct MetalProgram {
     /// Pass `atomic_outputs = true` to `metal_kernel` (the kernel uses atomics; every
     /// output is then `device atomic<T>*`).
     pub atomic_outputs: bool,
+    /// For each output, whether it lives in 32-bit words: in a kernel with atomics, an
+    /// output whose elements are not 32-bit is allocated as `float` words (rounded up, so
+    /// that no access to an element's word leaves the buffer) and read back as its dtype;
+    /// [`MetalProgram::words`] gives the length.
+    pub word_outputs: Vec<bool>,
     /// Layout and strategy decisions, in program order (for `TRITON_METAL_DEBUG` and tools).
     pub layouts: Vec<LayoutChoice>,
 }
@@ -47,6 +52,12 @@ impl MetalProgram {
     /// `(grid, threadgroup)` in threads for MLX, from the number of programs per axis.
     pub fn launch_dims(&self, programs: [usize; 3]) -> ([usize; 3], [usize; 3]) {
         abi::grid(programs, self.threads_per_threadgroup)
+    }
+
+    /// The number of 32-bit words that hold `elems` elements of `dt` (an output in
+    /// [`MetalProgram::word_outputs`]).
+    pub fn words(dt: crate::DType, elems: usize) -> usize {
+        (elems * dt.size_bytes()).div_ceil(4).max(1)
     }
 
     /// A readable dump: layouts, launch shape, header and source.
@@ -157,19 +168,13 @@ pub fn compile_with(
 
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
+    let mut word_outputs = Vec::new();
     let mut read_write = Vec::new();
     for (i, p) in kernel.params.iter().enumerate() {
         match p.kind {
             ParamKind::Ptr(dt) if p.stored => {
-                if lw.atomic_outputs
-                    && !matches!(
-                        dt,
-                        crate::DType::I32 | crate::DType::U32 | crate::DType::F32
-                    )
-                {
-                    return Err(unsupported(kernel, format!("output `{}` of {dt} in a kernel with atomics (MLX makes every output atomic)", p.name)));
-                }
                 outputs.push(i);
+                word_outputs.push(lw.atomic_outputs && dt.size_bytes() != 4);
                 if p.loaded {
                     read_write.push(idents[i].clone());
                 }
@@ -204,6 +209,7 @@ pub fn compile_with(
         threads_per_threadgroup: threads,
         threadgroup_mem_bytes: tg_bytes,
         atomic_outputs: lw.atomic_outputs,
+        word_outputs,
         layouts: lw.layouts,
     })
 }
@@ -232,16 +238,86 @@ inline float tm_erf(float x) {
 }
 "#;
 
-/// Strong compare-and-swap from Metal's weak one: retries spurious failures only.
+/// Strong compare-and-swap from Metal's weak one: retries spurious failures only. Floats
+/// compare bits (as GPUs do), through `atomic_uint`: Metal's `atomic_float` has no CAS.
 pub(super) const ATOMIC_CAS: &str = r#"
 template <typename T>
-inline T tm_cas_strong(device atomic<T>* p, T cmp, T val) {
+inline T tm_atomic_cas(device atomic<T>* p, T cmp, T val) {
   T expected = cmp;
   while (!atomic_compare_exchange_weak_explicit(p, &expected, val, memory_order_relaxed, memory_order_relaxed)) {
     if (expected != cmp) break;
     expected = cmp;
   }
   return expected;
+}
+inline float tm_atomic_cas(device atomic<float>* p, float cmp, float val) {
+  return as_type<float>(tm_atomic_cas((device atomic<uint>*)p, as_type<uint>(cmp), as_type<uint>(val)));
+}
+"#;
+
+/// Outputs in 32-bit words ([`MetalProgram::word_outputs`]): element `i` of a 1- or 2-byte
+/// type sits in bits `(i % n) * w` of word `i / n` (`n` elements of `w` bits per word,
+/// little-endian as MLX reads the buffer back), an 8-byte element in words `2i` and
+/// `2i + 1`. A read loads the word; a store or an atomic of a narrow element is a
+/// compare-and-swap loop on its word, so the neighbours other threads write in the same
+/// word are never lost. `fetch_add` of a half or bfloat adds in float and rounds once (the
+/// float sum of two 16-bit floats rounds to the same 16-bit value as the exact sum).
+pub(super) const ATOMIC_WORDS: &str = r#"
+template <int N> struct tm_pk_raw;
+template <> struct tm_pk_raw<1> { typedef uchar type; };
+template <> struct tm_pk_raw<2> { typedef ushort type; };
+template <typename T> inline T tm_pk_from(uint b) { return as_type<T>((typename tm_pk_raw<sizeof(T)>::type)b); }
+template <> inline bool tm_pk_from<bool>(uint b) { return (b & 0xffu) != 0u; }
+template <typename T> inline uint tm_pk_to(T v) { return (uint)as_type<typename tm_pk_raw<sizeof(T)>::type>(v); }
+template <> inline uint tm_pk_to<bool>(bool v) { return v ? 1u : 0u; }
+template <typename T> inline device atomic<uint>* tm_pk_word(device atomic<float>* p, uint i) {
+  return (device atomic<uint>*)p + i / (4u / sizeof(T));
+}
+template <typename T> inline uint tm_pk_shift(uint i) { return (i % (4u / sizeof(T))) * (8u * sizeof(T)); }
+template <typename T> inline uint tm_pk_mask(uint i) { return (sizeof(T) == 1 ? 0xffu : 0xffffu) << tm_pk_shift<T>(i); }
+template <typename T> inline T tm_pk_load(device atomic<float>* p, uint i) {
+  return tm_pk_from<T>(atomic_load_explicit(tm_pk_word<T>(p, i), memory_order_relaxed) >> tm_pk_shift<T>(i));
+}
+template <typename T> inline void tm_pk_store(device atomic<float>* p, uint i, T v) {
+  device atomic<uint>* w = tm_pk_word<T>(p, i);
+  const uint m = tm_pk_mask<T>(i), b = tm_pk_to<T>(v) << tm_pk_shift<T>(i);
+  uint old = atomic_load_explicit(w, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit(w, &old, (old & ~m) | b, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+template <typename T> inline T tm_pk_add(device atomic<float>* p, uint i, T v) {
+  device atomic<uint>* w = tm_pk_word<T>(p, i);
+  const uint sh = tm_pk_shift<T>(i), m = tm_pk_mask<T>(i);
+  uint old = atomic_load_explicit(w, memory_order_relaxed);
+  while (true) {
+    const T o = tm_pk_from<T>(old >> sh);
+    const T n = T(float(o) + float(v));
+    if (atomic_compare_exchange_weak_explicit(w, &old, (old & ~m) | (tm_pk_to<T>(n) << sh), memory_order_relaxed, memory_order_relaxed)) {
+      return o;
+    }
+  }
+}
+template <typename T> inline T tm_pk_cas(device atomic<float>* p, uint i, T cmp, T val) {
+  device atomic<uint>* w = tm_pk_word<T>(p, i);
+  const uint sh = tm_pk_shift<T>(i), m = tm_pk_mask<T>(i);
+  uint old = atomic_load_explicit(w, memory_order_relaxed);
+  while (true) {
+    if (((old & m) >> sh) != tm_pk_to<T>(cmp)) return tm_pk_from<T>(old >> sh);
+    if (atomic_compare_exchange_weak_explicit(w, &old, (old & ~m) | (tm_pk_to<T>(val) << sh), memory_order_relaxed, memory_order_relaxed)) {
+      return cmp;
+    }
+  }
+}
+template <typename T> inline T tm_pk_load8(device atomic<float>* p, uint i) {
+  device atomic<uint>* w = (device atomic<uint>*)p + 2u * i;
+  const uint lo = atomic_load_explicit(w, memory_order_relaxed), hi = atomic_load_explicit(w + 1, memory_order_relaxed);
+  return as_type<T>(uint2(lo, hi));
+}
+template <typename T> inline void tm_pk_store8(device atomic<float>* p, uint i, T v) {
+  device atomic<uint>* w = (device atomic<uint>*)p + 2u * i;
+  const uint2 b = as_type<uint2>(v);
+  atomic_store_explicit(w, b.x, memory_order_relaxed);
+  atomic_store_explicit(w + 1, b.y, memory_order_relaxed);
 }
 "#;
 

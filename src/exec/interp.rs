@@ -683,11 +683,14 @@ impl<'k, 'a> Launch<'k, 'a> {
                     })
                     .map_err(memw)?;
             }
+            // Every atomic is a sequentially consistent compare-and-swap on the shared
+            // buffer: each `sem=` and `scope=` is honoured (or exceeded).
             Op::AtomicRmw {
                 kind,
                 ptr,
                 value,
                 mask,
+                ..
             } => {
                 let d = ty(*ptr).dtype;
                 let r = r0()?;
@@ -706,7 +709,9 @@ impl<'k, 'a> Launch<'k, 'a> {
                 env[r.index()] = out;
                 res.map_err(memw)?;
             }
-            Op::AtomicCas { ptr, cmp, value } => {
+            Op::AtomicCas {
+                ptr, cmp, value, ..
+            } => {
                 let d = ty(*ptr).dtype;
                 let r = r0()?;
                 let mut out = take(env, r);

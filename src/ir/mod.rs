@@ -39,7 +39,9 @@ pub use kernel::{
     Hint, Kernel, OpData, OpId, Param, ParamKind, RegionData, RegionId, Value, ValueData, ValueDef,
     ValueRange,
 };
-pub use op::{AtomicOp, BinaryOp, CmpPred, Op, OpProps, ReduceKind, ScanKind, UnaryOp};
+pub use op::{
+    AtomicOp, BinaryOp, CmpPred, MemScope, MemSem, Op, OpProps, ReduceKind, ScanKind, UnaryOp,
+};
 pub use types::{Const, Type};
 mod edit;
 mod filecheck;

@@ -367,6 +367,76 @@ impl AtomicOp {
     }
 }
 
+/// Memory ordering of an atomic (Triton's `sem=`). Triton's default, when none is given,
+/// is `AcqRel`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemSem {
+    /// `"relaxed"`: atomicity only.
+    Relaxed,
+    /// `"acquire"`: later accesses of the thread stay after it.
+    Acquire,
+    /// `"release"`: earlier accesses of the thread stay before it.
+    Release,
+    /// `"acq_rel"`: both.
+    AcqRel,
+}
+
+impl MemSem {
+    /// Every ordering, in text order.
+    pub const ALL: [MemSem; 4] = [
+        MemSem::Relaxed,
+        MemSem::Acquire,
+        MemSem::Release,
+        MemSem::AcqRel,
+    ];
+
+    /// Triton's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemSem::Relaxed => "relaxed",
+            MemSem::Acquire => "acquire",
+            MemSem::Release => "release",
+            MemSem::AcqRel => "acq_rel",
+        }
+    }
+
+    /// Whether earlier accesses are ordered before the atomic.
+    pub fn releases(self) -> bool {
+        matches!(self, MemSem::Release | MemSem::AcqRel)
+    }
+
+    /// Whether later accesses are ordered after the atomic.
+    pub fn acquires(self) -> bool {
+        matches!(self, MemSem::Acquire | MemSem::AcqRel)
+    }
+}
+
+/// The threads an atomic's ordering is promised to (Triton's `scope=`; default `Gpu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MemScope {
+    /// `"cta"`: the threads of one program.
+    Cta,
+    /// `"gpu"`: every program of the launch.
+    #[default]
+    Gpu,
+    /// `"sys"`: the whole system (host and other devices included).
+    Sys,
+}
+
+impl MemScope {
+    /// Every scope, in text order.
+    pub const ALL: [MemScope; 3] = [MemScope::Cta, MemScope::Gpu, MemScope::Sys];
+
+    /// Triton's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemScope::Cta => "cta",
+            MemScope::Gpu => "gpu",
+            MemScope::Sys => "sys",
+        }
+    }
+}
+
 /// What a [`Op::Reduce`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceKind {
@@ -568,6 +638,10 @@ pub enum Op {
         value: Value,
         /// `bool` of `ptr`'s shape.
         mask: Option<Value>,
+        /// `sem=`; `None`: Triton's default (`acq_rel`).
+        sem: Option<MemSem>,
+        /// `scope=`.
+        scope: MemScope,
     },
     /// Atomic compare-and-swap: where `*ptr == cmp` store `value`; result = old values.
     AtomicCas {
@@ -577,6 +651,10 @@ pub enum Op {
         cmp: Value,
         /// New values.
         value: Value,
+        /// `sem=`; `None`: Triton's default (`acq_rel`).
+        sem: Option<MemSem>,
+        /// `scope=`.
+        scope: MemScope,
     },
 
     // ---- shape ------------------------------------------------------------------------
@@ -896,7 +974,9 @@ impl Op {
                 g(value);
                 mask.iter_mut().for_each(&mut g)
             }
-            Op::AtomicCas { ptr, cmp, value } => {
+            Op::AtomicCas {
+                ptr, cmp, value, ..
+            } => {
                 g(ptr);
                 g(cmp);
                 g(value)
@@ -981,7 +1061,9 @@ impl Op {
                 f(value);
                 mask.iter().for_each(f)
             }
-            Op::AtomicCas { ptr, cmp, value } => {
+            Op::AtomicCas {
+                ptr, cmp, value, ..
+            } => {
                 f(ptr);
                 f(cmp);
                 f(value)

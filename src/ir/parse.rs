@@ -6,7 +6,7 @@ use super::kernel::{
     Hint, Kernel, OpData, OpId, Param, ParamKind, RegionData, RegionId, Value, ValueData, ValueDef,
     ValueRange,
 };
-use super::op::{AtomicOp, BinaryOp, CmpPred, Op, ReduceKind, ScanKind, UnaryOp};
+use super::op::{AtomicOp, BinaryOp, CmpPred, MemScope, MemSem, Op, ReduceKind, ScanKind, UnaryOp};
 use super::types::{Const, Type};
 use super::verify::verify;
 use crate::dtype::DType;
@@ -135,7 +135,7 @@ impl<'a> Args<'a> {
             .peekable();
         while let Some(t) = toks.next() {
             match t {
-                "mask" | "other" | "axis" | "rounds" => {
+                "mask" | "other" | "axis" | "rounds" | "sem" | "scope" => {
                     let v = toks
                         .next()
                         .ok_or_else(|| format!("missing value after `{t}`"))?;
@@ -156,6 +156,19 @@ impl<'a> Args<'a> {
 
     fn kw_val(&self, k: &str) -> PResult<Option<Value>> {
         self.kw(k).map(parse_value).transpose()
+    }
+
+    /// An atomic's `sem` and `scope` (defaults where absent).
+    fn ordering(&self) -> PResult<(Option<MemSem>, MemScope)> {
+        let sem = match self.kw("sem") {
+            Some(w) => Some(by_name(&MemSem::ALL, w, |m| m.name()).ok_or("unknown sem")?),
+            None => None,
+        };
+        let scope = match self.kw("scope") {
+            Some(w) => by_name(&MemScope::ALL, w, |m| m.name()).ok_or("unknown scope")?,
+            None => MemScope::default(),
+        };
+        Ok((sem, scope))
     }
 
     fn n(&self, n: usize, name: &str) -> PResult<&[Value]> {
@@ -586,10 +599,13 @@ impl<'a> Parser<'a> {
             }
             "atomic_cas" => {
                 let v = a.n(3, name)?;
+                let (sem, scope) = a.ordering()?;
                 Op::AtomicCas {
                     ptr: v[0],
                     cmp: v[1],
                     value: v[2],
+                    sem,
+                    scope,
                 }
             }
             "reduce" => {
@@ -661,11 +677,14 @@ impl<'a> Parser<'a> {
                     .and_then(|k| by_name(&ATOMICS, k, |x| x.name()))
                 {
                     let v = a.n(2, name)?;
+                    let (sem, scope) = a.ordering()?;
                     Op::AtomicRmw {
                         kind,
                         ptr: v[0],
                         value: v[1],
                         mask: a.kw_val("mask")?,
+                        sem,
+                        scope,
                     }
                 } else if let Some(kind) = by_name(&UnaryOp::ALL, other, |x| x.name()) {
                     Op::Unary {

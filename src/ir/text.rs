@@ -15,7 +15,7 @@
 use std::fmt::{self, Write};
 
 use super::kernel::{Hint, Kernel, OpId, RegionId, Value};
-use super::op::Op;
+use super::op::{MemScope, MemSem, Op};
 
 impl Kernel {
     /// The text form.
@@ -118,11 +118,25 @@ impl Kernel {
                 ptr,
                 value,
                 mask,
+                sem,
+                scope,
             } => write!(
                 out,
-                "atomic_{} {ptr}, {value}{}",
+                "atomic_{} {ptr}, {value}{}{}",
                 kind.name(),
-                opt(mask, "mask")
+                opt(mask, "mask"),
+                ordering(*sem, *scope)
+            )?,
+            Op::AtomicCas {
+                ptr,
+                cmp,
+                value,
+                sem,
+                scope,
+            } => write!(
+                out,
+                "atomic_cas {ptr}, {cmp}, {value}{}",
+                ordering(*sem, *scope)
             )?,
             Op::ExpandDims { src, axis } => write!(out, "expand_dims {src}, axis {axis}")?,
             Op::Permute { src, order } => write!(out, "permute {src}, {order:?}")?,
@@ -230,4 +244,16 @@ impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.write_ir(f)
     }
+}
+
+/// ` , sem S, scope C` for an atomic's non-default ordering and scope.
+fn ordering(sem: Option<MemSem>, scope: MemScope) -> String {
+    let mut s = String::new();
+    if let Some(m) = sem {
+        s += &format!(", sem {}", m.name());
+    }
+    if scope != MemScope::default() {
+        s += &format!(", scope {}", scope.name());
+    }
+    s
 }

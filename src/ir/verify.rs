@@ -436,6 +436,7 @@ impl<'k> Verifier<'k> {
                 ptr,
                 value,
                 mask,
+                ..
             } => {
                 let t = one(&res)?;
                 let p = self.ty(*ptr);
@@ -449,7 +450,9 @@ impl<'k> Verifier<'k> {
                 )?;
                 self.mask(p, *mask)
             }
-            Op::AtomicCas { ptr, cmp, value } => {
+            Op::AtomicCas {
+                ptr, cmp, value, ..
+            } => {
                 let t = one(&res)?;
                 let p = self.ty(*ptr);
                 ensure(p.ptr, || format!("atomic_cas needs pointers, got {p}"))?;

@@ -1138,6 +1138,8 @@ fn gpu_outputs(
 
 /// The parts of a generated GPU program that MLX's custom-kernel calls need.
 struct GpuSource<'a> {
+    /// Per output, whether the program keeps it in 32-bit words (`MetalProgram::word_outputs`).
+    words: &'a [bool],
     name: &'a str,
     source: &'a str,
     header: &'a str,
@@ -1156,6 +1158,7 @@ fn kernel_call<'a>(
     (grid, threadgroup): ([usize; 3], [usize; 3]),
 ) -> Result<KernelCall<'a>> {
     let outputs = gpu_outputs(kernel, prog.outputs, plan)?;
+    let outputs = super::words::specs(&kernel.name, prog.output_names, &outputs, prog.words)?;
     check_fills(kernel, api, prog.output_names, &outputs)?;
     let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
     if fills
@@ -1223,6 +1226,7 @@ fn run_metal(
         input_names: &prog.input_names,
         output_names: &prog.output_names,
         outputs: &prog.outputs,
+        words: &prog.word_outputs,
     };
     let dims = prog.launch_dims(grid);
     register_program(&prog.name, &kernel.name);
@@ -1232,6 +1236,8 @@ fn run_metal(
     }
     .launch()
     .map_err(|e| from_program(e, kernel, &prog.name))?;
+    let specs = gpu_outputs(kernel, &prog.outputs, plan)?;
+    let outs = super::words::read_all(outs, &specs, &prog.word_outputs)?;
     Ok(merge_outputs(plan, outs, unstored))
 }
 
@@ -1250,6 +1256,7 @@ fn run_cuda(
         input_names: &prog.input_names,
         output_names: &prog.output_names,
         outputs: &prog.outputs,
+        words: &[],
     };
     let dims = prog.launch_dims(grid)?;
     // Shared arrays are static `__shared__` declarations in the source: no dynamic bytes.
@@ -1272,6 +1279,12 @@ fn emulated_launch(
 ) -> Result<emu::MetalLaunch> {
     let inputs = gpu_inputs(kernel, &prog.inputs, plan, unstored)?;
     let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
+    let outputs = super::words::specs(
+        &kernel.name,
+        &prog.output_names,
+        &outputs,
+        &prog.word_outputs,
+    )?;
     // The emulator stands in for MLX's Metal launch, refusals included.
     check_fills(kernel, "metal_kernel", &prog.output_names, &outputs)?;
     let (g, t) = prog.launch_dims(grid);
@@ -1312,5 +1325,7 @@ fn run_emulated(
         .into_iter()
         .map(|b| Array::from_bytes(&b.bytes, &b.shape, b.dtype))
         .collect::<Result<Vec<Array>>>()?;
+    let specs = gpu_outputs(kernel, &prog.outputs, plan)?;
+    let outs = super::words::read_all(outs, &specs, &prog.word_outputs)?;
     Ok(merge_outputs(plan, outs, unstored))
 }

@@ -3,6 +3,7 @@
 pub mod cpu_primitive;
 pub mod launch;
 pub mod mlx_kernel;
+mod words;
 
 pub use launch::{
     cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target, MAX_COMPILED_OPS,

@@ -816,6 +816,29 @@ impl Tensor {
         })
     }
 
+    /// Triton's `sem=` of the atomic that produced `self`: `"relaxed"`, `"acquire"`,
+    /// `"release"` or `"acq_rel"` (Triton's default). Each target honours it or refuses
+    /// the kernel with `Unsupported` (the guide's table says which emits what).
+    #[track_caller]
+    pub fn sem(self, sem: &str) -> Tensor {
+        let loc = SourceLoc::caller();
+        op("atomic", loc, |b| {
+            let v = b.value(self)?;
+            b.patch_atomic_ordering(v, Some(sem), None)
+        })
+    }
+
+    /// Triton's `scope=` of the atomic that produced `self`: `"cta"`, `"gpu"` (Triton's
+    /// default) or `"sys"`.
+    #[track_caller]
+    pub fn scope(self, scope: &str) -> Tensor {
+        let loc = SourceLoc::caller();
+        op("atomic", loc, |b| {
+            let v = b.value(self)?;
+            b.patch_atomic_ordering(v, None, Some(scope))
+        })
+    }
+
     /// Triton's `other=` of the masked `load` that produced `self`.
     #[track_caller]
     pub fn other(self, other: impl Into<Operand>) -> Tensor {

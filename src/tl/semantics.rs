@@ -9,8 +9,8 @@ use super::builder::{Builder, Res};
 use super::tensor::Scalar;
 use crate::dtype::DType;
 use crate::ir::{
-    AtomicOp, BinaryOp, CmpPred, Const, Hint, Op, OpId, ReduceKind, RegionId, ScanKind, Type,
-    UnaryOp, Value,
+    AtomicOp, BinaryOp, CmpPred, Const, Hint, MemScope, MemSem, Op, OpId, ReduceKind, RegionId,
+    ScanKind, Type, UnaryOp, Value,
 };
 
 /// A resolved operand: an IR value or a weakly typed Rust scalar.
@@ -1171,14 +1171,62 @@ impl Builder {
                 Ok(v)
             }
             (Op::Load { other: Some(_), .. }, _, _) => Err("other given twice".into()),
-            (Op::AtomicRmw { kind, ptr, value, mask: None }, Some(m), None) => {
+            (Op::AtomicRmw { kind, ptr, value, mask: None, sem, scope }, Some(m), None) => {
                 let pt = self.tyc(*ptr);
-                let (kind, ptr, value) = (*kind, *ptr, *value);
+                let (kind, ptr, value, sem, scope) = (*kind, *ptr, *value, *sem, *scope);
                 let mask = self.mask_for(&pt, Some(m), "atomic")?;
-                self.move_to_end(id, pos, Op::AtomicRmw { kind, ptr, value, mask })?;
+                self.move_to_end(id, pos, Op::AtomicRmw { kind, ptr, value, mask, sem, scope })?;
                 Ok(v)
             }
             _ => Err("`.mask()`/`.other()` apply to the result of tl::load (`.other()` to loads only) or an atomic".into()),
+        }
+    }
+
+    /// Sets Triton's `sem=` (`"relaxed"`, `"acquire"`, `"release"`, `"acq_rel"`) or `scope=`
+    /// (`"cta"`, `"gpu"`, `"sys"`) of the atomic that produced `v`, before `v` is used.
+    pub(crate) fn patch_atomic_ordering(
+        &mut self,
+        v: Value,
+        sem: Option<&str>,
+        scope: Option<&str>,
+    ) -> Res<Value> {
+        let what = if sem.is_some() { "sem" } else { "scope" };
+        let id = self
+            .k
+            .def_op(v)
+            .ok_or_else(|| format!("`.{what}()` applies to the result of an atomic"))?;
+        let data = &self.k.ops[id.index()];
+        if data.parent != self.current_region() || self.uses[v.index()] != 0 {
+            return Err(format!(
+                "`.{what}()` must be applied directly to the result of an atomic, before it is used"
+            ));
+        }
+        let new_sem = match sem {
+            None => None,
+            Some(s) => Some(MemSem::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+                format!("memory semantic `{s}` not supported (relaxed, acquire, release or acq_rel)")
+            })?),
+        };
+        let new_scope = match scope {
+            None => None,
+            Some(s) => Some(
+                MemScope::ALL
+                    .into_iter()
+                    .find(|m| m.name() == s)
+                    .ok_or_else(|| format!("memory scope `{s}` not supported (cta, gpu or sys)"))?,
+            ),
+        };
+        match &mut self.k.ops[id.index()].op {
+            Op::AtomicRmw { sem, scope, .. } | Op::AtomicCas { sem, scope, .. } => {
+                if new_sem.is_some() {
+                    *sem = new_sem;
+                }
+                if let Some(c) = new_scope {
+                    *scope = c;
+                }
+                Ok(v)
+            }
+            _ => Err(format!("`.{what}()` applies to the result of an atomic")),
         }
     }
 
@@ -1312,6 +1360,8 @@ impl Builder {
                 ptr,
                 value: val,
                 mask,
+                sem: None,
+                scope: MemScope::default(),
             },
             pt.with_dtype(d),
         ))
@@ -1351,7 +1401,16 @@ impl Builder {
         };
         let cmp = conv(cmp, "cmp", self)?;
         let value = conv(val, "val", self)?;
-        Ok(self.emit1(Op::AtomicCas { ptr, cmp, value }, pt.with_dtype(d)))
+        Ok(self.emit1(
+            Op::AtomicCas {
+                ptr,
+                cmp,
+                value,
+                sem: None,
+                scope: MemScope::default(),
+            },
+            pt.with_dtype(d),
+        ))
     }
 
     // ---------------------------------------------------------------------------------

@@ -246,3 +246,135 @@ fn direction(b: &mut Builder, a: usize, c: usize, post: usize, n: usize, stage: 
     let bit = b.bitwise(BinaryOp::And, Opnd::Val(bit), int(1))?;
     b.compare(CmpPred::Ne, Opnd::Val(bit), int(0))
 }
+
+/// The same-width integer whose bits carry `d` through an integer sum unchanged (`None`:
+/// `bool`, carried as 0/1).
+fn carrier(d: DType) -> Option<DType> {
+    match d.size_bytes() {
+        _ if d.is_bool() => None,
+        1 => Some(DType::U8),
+        2 => Some(DType::U16),
+        4 => Some(DType::U32),
+        _ => Some(DType::U64),
+    }
+}
+
+/// Elements of the one-hot block `[.., J, K, ..]` (`index` against `arange(K)`) that
+/// [`gather`] and [`histogram`] build.
+const ONE_HOT_MAX: usize = 1 << 20;
+
+/// `gather(src, index, axis)`: `out[.., j, ..] = src[.., index[.., j, ..], ..]` along
+/// `axis`; `index` has `src`'s rank and its shape off `axis`, the result has `index`'s
+/// shape. An index outside `[0, src.shape[axis])` gives 0 (Triton leaves it undefined).
+/// Each index is compared with every position of the axis and the one match is summed in
+/// the element's bits, so every target computes it with its builtin ops, bit-exactly
+/// (NaN payloads and -0.0 included); the work is `index.numel() x src.shape[axis]`, at
+/// most 2^20.
+#[track_caller]
+pub fn gather(src: Tensor, index: Tensor, axis: i64) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("gather", loc, |b| {
+        let (s, i) = (b.value(src)?, b.value(index)?);
+        let (st, it) = (b.ty(s).clone(), b.ty(i).clone());
+        if !st.is_block() || st.ptr {
+            return Err(format!("gather: src must be a block of numbers, got {st}"));
+        }
+        if !it.is_block() || it.ptr || !it.dtype.is_int() {
+            return Err(format!(
+                "gather: index must be a block of integers, got {it}"
+            ));
+        }
+        let r = st.rank() as i64;
+        if it.rank() as i64 != r {
+            return Err(format!(
+                "gather: src and index must have the same rank, got {st} and {it}"
+            ));
+        }
+        let a = if axis < 0 { axis + r } else { axis };
+        if !(0..r).contains(&a) {
+            return Err(format!("gather: axis {axis} is out of range for {st}"));
+        }
+        let a = a as usize;
+        for d in 0..st.rank() {
+            if d != a && st.shape[d] != it.shape[d] {
+                return Err(format!(
+                    "gather: index dim {d} must match the source's ({st} and {it})"
+                ));
+            }
+        }
+        let k = st.shape[a];
+        if it.numel().saturating_mul(k) > ONE_HOT_MAX {
+            return Err(format!(
+                "gather: {} indices into an axis of {k} exceed the {ONE_HOT_MAX} elements \
+                 this gather compares at once (gather in smaller blocks)",
+                it.numel()
+            ));
+        }
+        let bits = match carrier(st.dtype) {
+            Some(c) => b.bitcast(s, c)?,
+            None => b.cast(s, DType::U8)?,
+        };
+        // [.., 1, K, ..] against [.., J, 1, ..].
+        let bits = b.expand_dims(bits, a as i64)?;
+        let idx = b.expand_dims(i, a as i64 + 1)?;
+        let mut pos_shape = vec![1usize; st.rank() + 1];
+        pos_shape[a + 1] = k;
+        let pos = b.arange(0, k as i64)?;
+        let pos = b.reshape(pos, &pos_shape)?;
+        let hit = b.compare(CmpPred::Eq, Opnd::Val(idx), Opnd::Val(pos))?;
+        let picked = b.where_(Opnd::Val(hit), Opnd::Val(bits), int(0))?;
+        let summed = b.reduce_builtin(ReduceKind::Sum, picked, Some(a as i64 + 1), false)?;
+        match carrier(st.dtype) {
+            Some(c) => {
+                let c_bits = b.cast(summed, c)?;
+                b.bitcast(c_bits, st.dtype)
+            }
+            None => b.compare(CmpPred::Ne, Opnd::Val(summed), int(0)),
+        }
+    })
+}
+
+/// `histogram(x, num_bins, mask=)`: `out[v]` (int32) counts the elements of the 1-D integer
+/// block `x` equal to `v`, for `v` in `[0, num_bins)` (a power of two, as every block
+/// size); elements outside that range, or whose `mask` is false, are not counted. Each
+/// element is compared with every bin and the matches summed, on every target with its
+/// builtin ops; `x.numel() x num_bins` is at most 2^20.
+#[track_caller]
+pub fn histogram(x: Tensor, num_bins: i64, mask: Option<Tensor>) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("histogram", loc, |b| {
+        let v = b.value(x)?;
+        let t = b.ty(v).clone();
+        if t.rank() != 1 || t.ptr || !t.dtype.is_int() {
+            return Err(format!("histogram needs a 1-D block of integers, got {t}"));
+        }
+        if num_bins <= 0 || !(num_bins as u64).is_power_of_two() {
+            return Err(format!(
+                "histogram: num_bins must be a power of two, got {num_bins}"
+            ));
+        }
+        let n = t.shape[0];
+        if n.saturating_mul(num_bins as usize) > ONE_HOT_MAX {
+            return Err(format!(
+                "histogram: {n} elements into {num_bins} bins exceed the {ONE_HOT_MAX} \
+                 comparisons made at once (count smaller blocks)"
+            ));
+        }
+        let row = b.expand_dims(v, 0)?;
+        let bins = b.arange(0, num_bins)?;
+        let bins = b.expand_dims(bins, 1)?;
+        let mut hit = b.compare(CmpPred::Eq, Opnd::Val(row), Opnd::Val(bins))?;
+        if let Some(m) = mask {
+            let m = b.value(m)?;
+            let mt = b.ty(m).clone();
+            if !mt.dtype.is_bool() {
+                return Err(format!("histogram: mask must be a block of int1, got {mt}"));
+            }
+            let m = b.broadcast_to(m, &[n])?;
+            let m = b.expand_dims(m, 0)?;
+            hit = b.bitwise(BinaryOp::And, Opnd::Val(hit), Opnd::Val(m))?;
+        }
+        let ones = b.cast(hit, DType::I32)?;
+        b.reduce_builtin(ReduceKind::Sum, ones, Some(1), false)
+    })
+}
