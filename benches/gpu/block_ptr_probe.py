@@ -29,10 +29,20 @@ def guarded(fn):
         out(fn.__name__, f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:200]}")
 
 
-def compare(name, got, want):
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    same = got.shape == want.shape and bool(np.all((got == want) | (np.isnan(got) & np.isnan(want))))
-    out(name, "ok" if same else f"MISMATCH triton={got.tolist()} model={want.tolist()}")
+def compare(name, got, want, width=None):
+    """`ok`, or the number of differing elements and the first few as (index, triton, model);
+    with `width`, indices are (row, column) of rows of that many elements."""
+    got, want = np.asarray(got, dtype=np.float64).ravel(), np.asarray(want, dtype=np.float64).ravel()
+    if got.shape != want.shape:
+        out(name, f"MISMATCH shapes {got.shape} {want.shape}")
+        return
+    bad = np.nonzero(~((got == want) | (np.isnan(got) & np.isnan(want))))[0]
+    if len(bad) == 0:
+        out(name, "ok")
+        return
+    at = (lambda i: divmod(int(i), width)) if width else int
+    first = [(at(i), float(got[i]), float(want[i])) for i in bad[:6]]
+    out(name, f"MISMATCH {len(bad)} of {len(got)} elements, first (index, triton, model): {first}")
 
 
 def values(n, seed):
@@ -94,7 +104,7 @@ def block_ptr_tiles():
             compare(f"block_ptr.tiles.{layout}.padding_{'zero' if pad == 0.0 else 'nan'}", got, want)
         want_y = np.full((m, ldy), -777.0)
         want_y[:, :n] = x2
-        compare(f"block_ptr.store_checked.{layout}", y, want_y.ravel())
+        compare(f"block_ptr.store_checked.{layout}", y, want_y, width=ldy)
 
 
 @triton.jit
@@ -245,7 +255,7 @@ def descriptor_tiles():
         compare(f"descriptor.{dtype}.tiles_shifted_-3_-8.padding_zero", tz.float().cpu().numpy(), want)
         want_y = np.full((m, ldy), float(torch.tensor(-777.0).to(tdt)))
         want_y[:, :n] = x2
-        compare(f"descriptor.{dtype}.store_drops_out_of_bounds", y.float().cpu().numpy(), want_y.ravel())
+        compare(f"descriptor.{dtype}.store_drops_out_of_bounds", y.float().cpu().numpy(), want_y, width=ldy)
         try:
             tn = torch.full((tiles,), -777.0, device=DEV).to(tdt)
             desc_nan_kernel[(g0, g1)](x, tn, m, n, ldx, BM=BM, BN=BN)
@@ -254,6 +264,23 @@ def descriptor_tiles():
             compare(f"descriptor.{dtype}.tiles_shifted_-3_-8.padding_nan", tn.float().cpu().numpy(), want)
         except Exception as e:  # noqa: BLE001
             out(f"descriptor.{dtype}.padding_nan", f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+
+
+@triton.jit
+def desc_store_edge_kernel(y_ptr, M, N, LD, BM: tl.constexpr, BN: tl.constexpr):
+    d = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[LD, 1], block_shape=[BM, BN])
+    d.store([0, 32], tl.full((BM, BN), 1.0, tl.float32))
+
+
+def descriptor_store_edge():
+    """Which columns a [2, 16] f32 store at column 32 writes, for N = 33, 37, 40 (row stride 48)."""
+    triton.set_allocator(alloc)
+    for n in (33, 37, 40):
+        y = torch.full((2 * 48,), -7.0, device=DEV)
+        desc_store_edge_kernel[(1,)](y, 2, n, 48, BM=2, BN=16)
+        row = y[:48].cpu().tolist()
+        written = [c for c in range(48) if row[c] == 1.0]
+        out(f"descriptor.f32.store_at_col_32.N_{n}.columns_written (model: 32..{n - 1}) info", written)
 
 
 @triton.jit
@@ -284,5 +311,5 @@ if __name__ == "__main__":
     out("device", torch.cuda.get_device_name(0))
     out("versions", f"torch {torch.__version__} triton {triton.__version__}")
     for f in (block_ptr_tiles, block_ptr_default_padding, block_ptr_offsets_advance_and_dtypes, block_ptr_errors,
-              descriptor_tiles, descriptor_errors):
+              descriptor_tiles, descriptor_store_edge, descriptor_errors):
         guarded(f)
