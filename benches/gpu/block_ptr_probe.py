@@ -8,6 +8,8 @@ Cases Triton leaves undefined print what it returned (`info`); argument errors p
 exception Triton raised (`refused`) or `ACCEPTED` if it took the bad argument.
 """
 import datetime
+import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -284,6 +286,37 @@ def descriptor_store_edge():
 
 
 @triton.jit
+def desc_offset_kernel(x_ptr, o_ptr, M, N, LD, OFF1, BM: tl.constexpr, BN: tl.constexpr):
+    d = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[LD, 1], block_shape=[BM, BN])
+    tl.store(o_ptr + tl.arange(0, BN), tl.reshape(d.load([0, OFF1]), (BM * BN,)))
+
+
+def child_offset(off1):
+    """One f32 [1, 16] descriptor load at column `off1` of a 13 x 37 tensor (child process:
+    a fault ends the CUDA context)."""
+    triton.set_allocator(alloc)
+    x = torch.arange(13 * 40, dtype=torch.float32, device=DEV)
+    o = torch.full((16,), -1.0, device=DEV)
+    desc_offset_kernel[(1,)](x, o, 13, 37, 40, off1, BM=1, BN=16)
+    torch.cuda.synchronize()
+    print(o.cpu().tolist())
+
+
+def descriptor_offsets():
+    """Descriptor loads at last-dimension offsets that are and are not multiples of 16 bytes."""
+    for off1 in (4, -4, 5, -5, 33):
+        r = subprocess.run([sys.executable, __file__, "--offset", str(off1)], capture_output=True, text=True,
+                           timeout=120)
+        got = r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else None
+        if got is None:
+            err = [ln for ln in r.stderr.splitlines() if "Error" in ln or "error" in ln]
+            out(f"descriptor.f32.load_at_col_{off1}", f"FAILED: {err[-1][:160] if err else r.returncode}")
+        else:
+            want = [float(c) if 0 <= c < 37 else 0.0 for c in range(off1, off1 + 16)]
+            compare(f"descriptor.f32.load_at_col_{off1}", eval(got), want)
+
+
+@triton.jit
 def desc_bad_kernel(x_ptr, N, CASE: tl.constexpr):
     if CASE == 0:
         d = tl.make_tensor_descriptor(x_ptr, shape=[8, 8], strides=[8, 1], block_shape=[8, 2])
@@ -307,9 +340,12 @@ def descriptor_errors():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--offset":
+        child_offset(int(sys.argv[2]))
+        sys.exit(0)
     out("date", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     out("device", torch.cuda.get_device_name(0))
     out("versions", f"torch {torch.__version__} triton {triton.__version__}")
     for f in (block_ptr_tiles, block_ptr_default_padding, block_ptr_offsets_advance_and_dtypes, block_ptr_errors,
-              descriptor_tiles, descriptor_store_edge, descriptor_errors):
+              descriptor_tiles, descriptor_store_edge, descriptor_offsets, descriptor_errors):
         guarded(f)
