@@ -309,7 +309,7 @@ def descriptor_offsets():
                            timeout=120)
         got = r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else None
         if got is None:
-            err = [ln for ln in r.stderr.splitlines() if "Error" in ln or "error" in ln]
+            err = [ln for ln in r.stderr.splitlines() if "CUDA error:" in ln] or r.stderr.splitlines()
             out(f"descriptor.f32.load_at_col_{off1}", f"FAILED: {err[-1][:160] if err else r.returncode}")
         else:
             want = [float(c) if 0 <= c < 37 else 0.0 for c in range(off1, off1 + 16)]
