@@ -54,7 +54,10 @@ const SPECS: &[(&str, &[&str])] = &[
     ("argmax", &["input", "axis", "keep_dims"]),
     ("argmin", &["input", "axis", "keep_dims"]),
     ("xor_sum", &["input", "axis", "keep_dims"]),
-    ("dot", &["input", "other", "acc", "out_dtype"]),
+    (
+        "dot",
+        &["input", "other", "acc", "out_dtype", "input_precision"],
+    ),
     ("cumsum", &["input", "axis", "reverse"]),
     ("cumprod", &["input", "axis", "reverse"]),
     ("sort", &["x", "dim", "descending"]),
@@ -476,6 +479,13 @@ fn emit(b: &Bound) -> syn::Result<TokenStream> {
         "dot" => {
             let (x, y) = (b.required("input")?, b.required("other")?);
             let acc = b.or("acc", quote!(::core::option::Option::None));
+            if let Some(p) = b.get("input_precision") {
+                let d = match b.get("out_dtype") {
+                    Some(d) => quote_spanned!(span=> ::core::option::Option::Some(#d)),
+                    None => quote_spanned!(span=> ::core::option::Option::None),
+                };
+                return Ok(quote_spanned!(span=> #tl::dot_with(#x, #y, #acc, #d, #p)));
+            }
             match b.get("out_dtype") {
                 Some(d) => quote_spanned!(span=> #tl::dot_out(#x, #y, #acc, #d)),
                 None => quote_spanned!(span=> #tl::dot(#x, #y, #acc)),

@@ -1769,8 +1769,10 @@ impl Builder {
     /// `randint4x(seed, offset, n_rounds)`: four `u32` blocks.
     pub(crate) fn randint4x(&mut self, seed: Opnd, offset: Value, rounds: u32) -> Res<[Value; 4]> {
         let ot = self.tyc(offset);
-        if ot.ptr || !matches!(ot.dtype, DType::I32 | DType::U32) {
-            return Err(format!("random offsets must be int32 or uint32, got {ot}"));
+        if ot.ptr || !matches!(ot.dtype, DType::I32 | DType::U32 | DType::I64 | DType::U64) {
+            return Err(format!(
+                "random offsets must be int32, uint32, int64 or uint64, got {ot}"
+            ));
         }
         let seed = self.value_of(seed)?;
         let st = self.tyc(seed);
@@ -1785,14 +1787,23 @@ impl Builder {
         let sh = self.constant(Const::Int(32), Type::scalar(DType::U64));
         let hi64 = self.bin(BinaryOp::Shr, s64, sh);
         let hi = self.cast(hi64, DType::U32)?;
-        let c0 = self.bitcast(offset, DType::U32)?;
+        // Triton's `randint4x`: the offset's low 32 bits are the first counter; a 64-bit
+        // offset's high 32 bits (`offset >> 32`, arithmetic for int64) the second.
+        let c0 = self.cast(offset, DType::U32)?;
         let ct = self.tyc(c0);
         let zero = self.constant(Const::Int(0), ct.clone());
+        let c1 = if ot.dtype.size_bytes() == 8 {
+            let sh = self.constant(Const::Int(32), ot.clone());
+            let hi = self.bin(BinaryOp::Shr, offset, sh);
+            self.cast(hi, DType::U32)?
+        } else {
+            zero
+        };
         let k0 = self.splat(lo, &ct.shape)?;
         let k1 = self.splat(hi, &ct.shape)?;
         let r = self.emit(
             Op::Philox {
-                counters: [c0, zero, zero, zero],
+                counters: [c0, c1, zero, zero],
                 key: [k0, k1],
                 rounds,
             },

@@ -378,3 +378,82 @@ pub fn histogram(x: Tensor, num_bins: i64, mask: Option<Tensor>) -> Tensor {
         b.reduce_builtin(ReduceKind::Sum, ones, Some(1), false)
     })
 }
+
+/// Triton's `input_precision=` of `dot` on fp32 operands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Precision {
+    Ieee,
+    Tf32,
+    Tf32x3,
+}
+
+/// `x` (f32) rounded to TF32 (10 explicit mantissa bits), to nearest with ties away from
+/// zero as PTX's `cvt.rna.tf32.f32`; infinities and NaN unchanged.
+fn to_tf32(b: &mut Builder, x: Value) -> Res<Value> {
+    let t = b.ty(x).with_dtype(DType::U32);
+    let bits = b.bitcast(x, DType::U32)?;
+    let half = b.constant(crate::ir::Const::Int(0x1000), t.clone());
+    let keep = b.constant(crate::ir::Const::Int(0xFFFF_E000), t.clone());
+    let exp = b.constant(crate::ir::Const::Int(0x7F80_0000), t);
+    let up = b.add(Opnd::Val(bits), Opnd::Val(half))?;
+    let r = b.bitwise(BinaryOp::And, Opnd::Val(up), Opnd::Val(keep))?;
+    let r = b.bitcast(r, DType::F32)?;
+    let e = b.bitwise(BinaryOp::And, Opnd::Val(bits), Opnd::Val(exp))?;
+    let finite = b.compare(CmpPred::Ne, Opnd::Val(e), Opnd::Val(exp))?;
+    b.where_(Opnd::Val(finite), Opnd::Val(r), Opnd::Val(x))
+}
+
+/// `x - high` rounded to TF32: the low part of the split `tf32x3` multiplies (0 where it is
+/// not finite, so an infinity or NaN stays in the high part alone).
+fn tf32_low(b: &mut Builder, x: Value, high: Value) -> Res<Value> {
+    let d = b.sub(Opnd::Val(x), Opnd::Val(high))?;
+    let low = to_tf32(b, d)?;
+    let zero = b.constant(crate::ir::Const::Float(0.0), b.ty(low).clone());
+    let same = b.sub(Opnd::Val(low), Opnd::Val(low))?;
+    let finite = b.compare(CmpPred::Eq, Opnd::Val(same), Opnd::Val(zero))?;
+    b.where_(Opnd::Val(finite), Opnd::Val(low), Opnd::Val(zero))
+}
+
+/// `dot(a, b, acc, out_dtype=, input_precision=)`: Triton's `input_precision` on fp32
+/// operands, the same on every target: `"ieee"` multiplies the fp32 values (what
+/// [`dot`](super::dot) does); `"tf32"` rounds both operands to TF32 first (`cvt.rna`), as
+/// the NVIDIA tensor cores' TF32 input does (products of TF32 values are exact in fp32;
+/// sums stay fp32); `"tf32x3"` splits each operand into a TF32 high and low part and sums
+/// the three products `low*high + high*low + high*high`, Triton's algorithm, close to
+/// fp32 accuracy. Other operand dtypes ignore it, as in Triton.
+#[track_caller]
+pub fn dot_with(
+    a: Tensor,
+    b: Tensor,
+    acc: impl Into<Option<Tensor>>,
+    out_dtype: Option<DType>,
+    input_precision: &str,
+) -> Tensor {
+    let (loc, acc) = (SourceLoc::caller(), acc.into());
+    op("dot", loc, |bd| {
+        let prec = match input_precision.to_ascii_lowercase().as_str() {
+            "ieee" => Precision::Ieee,
+            "tf32" => Precision::Tf32,
+            "tf32x3" => Precision::Tf32x3,
+            other => {
+                return Err(format!(
+                    "input_precision must be one of \"tf32\", \"tf32x3\", \"ieee\"; got \"{other}\""
+                ))
+            }
+        };
+        let (x, y) = (bd.value(a)?, bd.value(b)?);
+        let c = acc.map(|c| bd.value(c)).transpose()?;
+        let f32s = bd.ty(x).dtype == DType::F32 && bd.ty(y).dtype == DType::F32;
+        if prec == Precision::Ieee || !f32s {
+            return bd.dot(x, y, c, out_dtype);
+        }
+        let (xh, yh) = (to_tf32(bd, x)?, to_tf32(bd, y)?);
+        if prec == Precision::Tf32 {
+            return bd.dot(xh, yh, c, out_dtype);
+        }
+        let (xl, yl) = (tf32_low(bd, x, xh)?, tf32_low(bd, y, yh)?);
+        let c = bd.dot(xl, yh, c, out_dtype)?;
+        let c = bd.dot(xh, yl, Some(c), out_dtype)?;
+        bd.dot(xh, yh, Some(c), out_dtype)
+    })
+}
