@@ -107,7 +107,9 @@ fn padding(p: &str) -> Res<Padding> {
 /// elements) starting at `base`. Load and store through it with [`load`](super::load) /
 /// [`load_block`] and [`store`](super::store) / [`store_block`]; move it with [`advance`].
 ///
-/// A `Copy` handle, like [`Tensor`]; it can be carried through loops and branches.
+/// A `Copy` handle, like [`Tensor`]; it can be carried through loops and branches (its
+/// base, shape, strides and offsets are carried; the block shape and order are the
+/// initial value's, so a loop or branch must keep them, as Triton's types require).
 #[derive(Clone, Copy)]
 pub struct BlockPtr {
     base: Tensor,
