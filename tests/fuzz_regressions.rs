@@ -3,8 +3,9 @@
 //! emulated Metal in both lane orders, NVRTC) through `fuzz::Case`, which fails while any
 //! target differs from the interpreter.
 
-use triton_metal::fuzz::{Case, Tol};
-use triton_metal::tl;
+use triton_metal::fuzz::{self, Case, Tol};
+use triton_metal::runtime::ReductionLayout;
+use triton_metal::tl::{self, Tensor};
 use triton_metal::DType::*;
 
 /// Fuzz seed 102 (found with `--allow FloatToIntCast`): f16 NaN and ±inf cast to i64, then
@@ -146,5 +147,157 @@ fn fuzz_seed_90086_f16_signalling_nan_bitcast() {
             .output(U16, 8, 90.0)
             .output(dt, 8, 90.0)
             .assert_agree();
+    }
+}
+
+/// Fuzz seed 60105 (16-core run, 2026-11-25): a `[1, 1]` reduce with a combine function in
+/// one program, then a `[1, 8]` store in the next; on emulated Metal in forward lane order
+/// elements 4..7 of the store were left unwritten.
+#[test]
+fn fuzz_seed_60105_store_after_a_one_element_custom_reduce() {
+    let kernel = tl::jit("fuzz_seed_60105", |k| {
+        let out0 = k.ptr(F32, "out0");
+        let out1 = k.ptr(I32, "out1");
+        {
+            let offs = tl::program_id(0) + tl::arange(0, 1);
+            let offs = offs.col() + tl::arange(0, 1).row();
+            let v0 = tl::full([1, 1], 0.0, F32);
+            let v1 = tl::reduce(v0, tl::keep_dims(0), |a: Tensor, b: Tensor| {
+                tl::maximum(a, b)
+            });
+            tl::store(out0 + offs, tl::rsqrt(v1));
+        }
+        {
+            let offs = (tl::program_id(0) * 8 + tl::arange(0, 1)).col() + tl::arange(0, 8).row();
+            tl::store(out1 + offs, tl::full([1, 8], 0i64, I32));
+        }
+    })
+    .unwrap();
+    Case::new(kernel, 1)
+        .num_warps(1)
+        .output(F32, 1, -7.25)
+        .output(I32, 8, 90.0)
+        .expect(0, vec![f32::INFINITY.to_bits() as u64])
+        .expect(1, vec![0; 8])
+        .assert_agree();
+}
+
+/// The values of one dtype's tiles in `fuzz_seed_80079_sum_of_negative_zeros`: a `[4, 256]`
+/// tile whose columns from `s0` on are masked (`other = -0.0`), then a `[4, 8]` tile.
+/// Row 0 is all -0.0; row 1 has one +0.0; row 2 has 1.0 and -1.0 (an exact +0.0); row 3
+/// has a +0.0 only where it is masked. Columns 200.. hold +0.0 in memory, masked away.
+fn signed_zero_tiles() -> Vec<f64> {
+    let mut v = vec![-0.0; 4 * 256 + 32];
+    for r in 0..4 {
+        for c in 200..256 {
+            v[r * 256 + c] = 0.0;
+        }
+    }
+    v[256 + 7] = 0.0;
+    v[512 + 3] = 1.0;
+    v[512 + 100] = -1.0;
+    v[768 + 230] = 0.0;
+    // [4, 8]: column 1 has a +0.0, column 2 sums 1.0 - 1.0, the rest are -0.0.
+    v[1024 + 8 + 1] = 0.0;
+    v[1024 + 2] = 1.0;
+    v[1024 + 24 + 2] = -1.0;
+    v
+}
+
+/// What Triton computes (IEEE addition, -0.0 + -0.0 = -0.0, exact here in any order):
+/// the outputs of `fuzz_seed_80079_sum_of_negative_zeros` for one dtype.
+fn signed_zero_sums(x: &[f64], s0: usize) -> Vec<f64> {
+    let a = |r: usize, c: usize| if c < s0 { x[r * 256 + c] } else { -0.0 };
+    let b = |r: usize, c: usize| x[1024 + r * 8 + c];
+    let sum = |it: &mut dyn Iterator<Item = f64>| it.fold(-0.0, |s, v| s + v);
+    let mut o = Vec::new();
+    o.extend((0..4).map(|r| sum(&mut (0..256).map(|c| a(r, c)))));
+    o.extend((0..256).map(|c| sum(&mut (0..4).map(|r| a(r, c)))));
+    for r in 0..4 {
+        let mut run = a(r, 0);
+        o.push(run);
+        for c in 1..256 {
+            run += a(r, c);
+            o.push(run);
+        }
+    }
+    o.push(sum(&mut (0..1024).map(|i| a(i / 256, i % 256))));
+    o.extend((0..4).map(|r| sum(&mut (0..8).map(|c| b(r, c)))));
+    o.extend((0..8).map(|c| sum(&mut (0..4).map(|r| b(r, c)))));
+    let mut cum = vec![0.0; 32];
+    for c in 0..8 {
+        cum[c] = b(0, c);
+        for r in 1..4 {
+            cum[r * 8 + c] = cum[(r - 1) * 8 + c] + b(r, c);
+        }
+    }
+    o.extend(cum);
+    o
+}
+
+/// Fuzz seed 80079 (16-core run, 2026-11-25): the sum of `-0.0`s. The interpreter and the
+/// GPU paths started sums from +0.0 (and Metal's `simd_sum` may add into +0.0), so `sum` of
+/// `[-0.0]` was +0.0; Triton on an H100 gives -0.0, IEEE's answer. -0.0 is the identity of
+/// float addition on every target now: sums along rows and columns and of everything, and
+/// `cumsum`, of f32, f16 and bf16 tiles with masked elements, wide rows (staged through
+/// threadgroup memory, `simd_sum` in the COALESCED layout) and tiles smaller than the
+/// program (idle threads), under every reduction layout.
+#[test]
+fn fuzz_seed_80079_sum_of_negative_zeros() {
+    let kernel = || {
+        tl::jit("fuzz_seed_80079", |k| {
+            let ins: Vec<_> = [F32, F16, BF16]
+                .into_iter()
+                .map(|d| k.ptr(d, &format!("x_{d}")))
+                .collect();
+            let outs: Vec<_> = [F32, F16, BF16]
+                .into_iter()
+                .map(|d| k.ptr(d, &format!("out_{d}")))
+                .collect();
+            let s0 = k.scalar(I32, "s0");
+            for (x, o) in ins.into_iter().zip(outs) {
+                let (r4, c256, c8) = (tl::arange(0, 4), tl::arange(0, 256), tl::arange(0, 8));
+                let offs = r4.col() * 256 + c256.row();
+                let a = tl::load(x + offs).mask(c256.row().lt(s0)).other(-0.0);
+                tl::store(o + r4, tl::sum(a, 1));
+                tl::store(o + 4 + c256, tl::sum(a, 0));
+                tl::store(o + 260 + offs, tl::cumsum(a, 1));
+                tl::store(
+                    o + 1284 + tl::arange(0, 1),
+                    tl::broadcast_to(tl::sum(a, None), [1]),
+                );
+                let small = r4.col() * 8 + c8.row();
+                let b = tl::load(x + 1024 + small);
+                tl::store(o + 1285 + r4, tl::sum(b, 1));
+                tl::store(o + 1289 + c8, tl::sum(b, 0));
+                tl::store(o + 1297 + small, tl::cumsum(b, 0));
+            }
+        })
+        .unwrap()
+    };
+    let s0 = 200;
+    let x = signed_zero_tiles();
+    let want = signed_zero_sums(&x, s0);
+    assert_eq!(
+        want[0].to_bits(),
+        (-0.0f64).to_bits(),
+        "row 0 of the reference"
+    );
+    let one_warp = [ReductionLayout::Coalesced, ReductionLayout::Default];
+    for layout in ReductionLayout::ALL {
+        for warps in [1, 4] {
+            if warps == 1 && !one_warp.contains(&layout) {
+                continue;
+            }
+            let mut case = Case::new(kernel(), 1).num_warps(warps).layout(layout);
+            for d in [F32, F16, BF16] {
+                case = case.input_bits(d, x.iter().map(|&v| fuzz::float_bits(d, v)).collect());
+            }
+            for (k, d) in [F32, F16, BF16].into_iter().enumerate() {
+                let bits = want.iter().map(|&v| fuzz::float_bits(d, v)).collect();
+                case = case.output(d, want.len(), 90.0).expect(k, bits);
+            }
+            case.scalar(s0 as i32).assert_agree();
+        }
     }
 }

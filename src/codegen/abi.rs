@@ -239,6 +239,7 @@ pub(crate) const RESERVED_WORDS: &[&str] = &[
     "as_type",
     "metal",
     "simd_sum",
+    "simd_all",
     "simd_max",
     "simd_min",
     "uint4",

@@ -114,7 +114,8 @@ pub struct Dialect {
     /// Start of every header (includes, typedefs, always-needed helpers).
     pub prelude: &'static str,
     /// Helper definitions printed once each when the body uses them, by helper name
-    /// (`erf`, `atomic`, `atomic_cas`, `atomic_fminmax`, `philox`, `packed`, `minmax`, `f2i`).
+    /// (`erf`, `atomic`, `atomic_cas`, `atomic_fminmax`, `philox`, `packed`, `minmax`, `f2i`,
+    /// `simd_fsum`).
     pub helpers: &'static [(&'static str, &'static str)],
     /// Type of one chunk of a vectorised access: `{ty}` (element type) and `{n}`.
     pub vector_type: &'static str,
@@ -318,6 +319,7 @@ pub const METAL: Dialect = Dialect {
         ("packed", super::metal::PACKED),
         ("minmax", METAL_VALUES.0),
         ("f2i", METAL_VALUES.1),
+        ("simd_fsum", super::reduce::METAL_SIMD_FSUM),
     ],
     vector_type: "packed_{ty}{n}",
     vector_load: &[(2, "tm_vload2({p})"), (4, "tm_vload({p})")],

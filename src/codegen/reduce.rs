@@ -85,6 +85,19 @@ impl Geo {
     }
 }
 
+/// Metal's `simd_sum` of floats with -0.0 as the identity (the dialect helper `simd_fsum`).
+/// Metal leaves the sign of a zero sum open, and an implementation that adds into +0.0
+/// returns +0.0 for lanes that all hold -0.0. IEEE addition gives -0.0 exactly when every
+/// operand is -0.0, whatever the order, so that case is selected and the rest is `simd_sum`.
+pub(super) const METAL_SIMD_FSUM: &str = r#"
+inline float tm_simd_fsum(float x) {
+  return simd_all(as_type<uint>(x) == 0x80000000u) ? -0.0f : simd_sum(x);
+}
+inline half tm_simd_fsum(half x) {
+  return simd_all(as_type<ushort>(x) == ushort(0x8000u)) ? half(-0.0f) : simd_sum(x);
+}
+"#;
+
 fn is_arg(kind: ReduceKind) -> bool {
     matches!(kind, ReduceKind::ArgMax | ReduceKind::ArgMin)
 }
@@ -401,8 +414,11 @@ impl Lowering<'_> {
             // default fast math functions, and silent about -0 vs +0 (see `value_helpers`
             // in dialect.rs); the shuffle butterfly below combines with the NaN-safe helpers.
             let float_extreme = dt.is_float() && kind != ReduceKind::Sum;
+            // Float sums take `simd_sum` through the dialect's `simd_fsum` helper only.
+            let fsum_ok = !dt.is_float() || self.d.helpers.iter().any(|(n, _)| *n == "simd_fsum");
             la.len() == lane_bits
                 && !float_extreme
+                && fsum_ok
                 && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
         });
         let mut how = vec![format!("{} partial(s) per thread", nk)];
@@ -410,6 +426,12 @@ impl Lowering<'_> {
             self.uses_simd = true;
             self.open(format!("for (uint tm_j = 0; tm_j < {nk}u; ++tm_j)"));
             if let Some(t) = simd {
+                let t = if dt.is_float() {
+                    self.helpers.insert("simd_fsum");
+                    "tm_simd_fsum({x})"
+                } else {
+                    t
+                };
                 self.line(format!(
                     "{acc}[tm_j] = {};",
                     t.replace("{x}", &format!("{acc}[tm_j]"))
@@ -1017,6 +1039,12 @@ impl Lowering<'_> {
                 } else {
                     self.open_regs(lay, true);
                     if lay.has_idle_threads() {
+                        // Idle registers hold a defined value too: later elementwise ops
+                        // read every register.
+                        for (k, o) in outs.iter().enumerate() {
+                            let ct = self.cty(dts[k])?;
+                            self.line(format!("{o}[tm_i] = {ct}(0);"));
+                        }
                         self.line(format!("if (tm_l >= {}u) continue;", geo.nout));
                     }
                     "tm_l"
@@ -1077,7 +1105,10 @@ impl Lowering<'_> {
         let ct = self.cty(dt)?;
         let e = self.binary_expr(op, dt)?;
         let comb = |a: &str, b: &str| e.replace("{a}", a).replace("{b}", b);
-        let ident = if op == BinaryOp::Add {
+        let ident = if op == BinaryOp::Add && dt.is_float() {
+            // The identity of float addition: `-0.0 + x` is `x` for every `x`, +0.0 included.
+            format!("{ct}(-0.0f)")
+        } else if op == BinaryOp::Add {
             format!("{ct}(0)")
         } else {
             format!("{ct}(1)")
@@ -1120,7 +1151,12 @@ impl Lowering<'_> {
             } else {
                 self.d.prefix_exclusive_product
             };
-            let prefix = prefix.filter(|_| la.len() == SIMD_WIDTH.trailing_zeros() as usize);
+            // Metal leaves the sign of a zero `simd_prefix_exclusive_sum` open (the first
+            // lane's is +0.0, not the identity -0.0): float sums take the shuffle ladder.
+            let prefix = prefix.filter(|_| {
+                la.len() == SIMD_WIDTH.trailing_zeros() as usize
+                    && !(op == BinaryOp::Add && dt.is_float())
+            });
             let up = self.d.shuffle_up;
             self.line("const uint tm_lane = tm_lid & 31u;");
             self.open(format!("for (uint tm_i = 0; tm_i < {r}u; ++tm_i)"));
@@ -1192,5 +1228,116 @@ impl Lowering<'_> {
         }
         self.close();
         Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{build, emu_ok};
+    use super::super::{metal, LaunchOptions, ReductionLayout};
+    use crate::dtype::DType::{self, *};
+    use crate::emu::{self, EmuBuffer, MetalLaunch, OutputSpec};
+    use crate::tl::{self, Tensor};
+
+    /// Runs `prog` on the emulator (every lane order) with input `x` and outputs `outs`
+    /// (name, dtype, elements) poisoned with 90; returns the outputs' bytes.
+    fn emulate(
+        prog: &metal::MetalProgram,
+        x: Option<EmuBuffer>,
+        outs: &[(&str, DType, usize)],
+    ) -> Vec<Vec<u8>> {
+        let (g, tg) = prog.launch_dims([1, 1, 1]);
+        let mut l = MetalLaunch::new(&prog.name, &prog.source)
+            .header(&prog.header)
+            .grid(g)
+            .threadgroup(tg);
+        for &(name, dt, n) in outs {
+            l = l.output(OutputSpec::new(name, dt, &[n]).init(90.0));
+        }
+        if let Some(x) = x {
+            l = l.input(x);
+        }
+        match emu::run_all_orders(&l) {
+            Ok(outs) => outs.into_iter().map(|b| b.bytes).collect(),
+            Err(e) => panic!("{e}\n{}", prog.describe()),
+        }
+    }
+
+    #[test]
+    fn metal_float_sums_and_scans_of_negative_zeros_are_negative_zero() {
+        if !emu_ok("metal_float_sums_and_scans_of_negative_zeros_are_negative_zero") {
+            return;
+        }
+        // 256 elements over one SIMD-group: the sum takes `simd_sum`, the scan the lanes.
+        for dt in [F32, F16] {
+            let k = build("neg_zero_sums", &[], |k| {
+                let x = k.ptr(dt, "x");
+                let o = k.ptr(dt, "o");
+                let offs = tl::arange(0, 256);
+                let v = tl::load(x + offs);
+                tl::store(o + tl::arange(0, 1), tl::broadcast_to(tl::sum(v, 0), [1]));
+                tl::store(o + 1 + offs, tl::cumsum(v, 0));
+            });
+            let opts = LaunchOptions {
+                num_warps: 1,
+                reduction_layout: Some(ReductionLayout::Coalesced),
+                ..LaunchOptions::default()
+            };
+            let prog = metal::compile(&k, &opts).unwrap();
+            assert!(prog.source.contains("tm_simd_fsum("), "{}", prog.source);
+            assert!(
+                !prog.source.contains("simd_prefix_exclusive_sum"),
+                "{}",
+                prog.source
+            );
+            let bytes = if dt == F32 {
+                EmuBuffer::new("x", &[256], &[-0.0f32; 256])
+            } else {
+                EmuBuffer::new("x", &[256], &[half::f16::NEG_ZERO; 256])
+            };
+            let got = emulate(&prog, Some(bytes), &[("o", dt, 257)]).remove(0);
+            let neg: &[u8] = if dt == F32 {
+                &[0, 0, 0, 0x80]
+            } else {
+                &[0, 0x80]
+            };
+            for (i, e) in got.chunks(dt.size_bytes()).enumerate() {
+                assert_eq!(e, neg, "{dt} element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn custom_reduce_results_are_defined_in_idle_threads() {
+        if !emu_ok("custom_reduce_results_are_defined_in_idle_threads") {
+            return;
+        }
+        // A one-element result leaves 31 of 32 threads idle; an op on it reads every
+        // register, and the store after it needs two threads, which must still run it.
+        let k = build("idle_custom_reduce", &[], |k| {
+            let o = k.ptr(F32, "o");
+            let p = k.ptr(I32, "p");
+            let offs = tl::arange(0, 1).col() + tl::arange(0, 1).row();
+            let v = tl::full([1, 1], 0.0, F32);
+            let r = tl::reduce(v, tl::keep_dims(0), |a: Tensor, b: Tensor| {
+                tl::maximum(a, b)
+            });
+            tl::store(o + offs, tl::rsqrt(r));
+            let offs = tl::arange(0, 1).col() * 8 + tl::arange(0, 8).row();
+            tl::store(p + offs, tl::full([1, 8], 5i64, I32));
+        });
+        let opts = LaunchOptions {
+            num_warps: 1,
+            ..LaunchOptions::default()
+        };
+        let prog = metal::compile(&k, &opts).unwrap();
+        let got = emulate(&prog, None, &[("o", F32, 1), ("p", I32, 8)]);
+        assert_eq!(got[0], f32::INFINITY.to_le_bytes());
+        let got: Vec<i32> = got[1]
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let want = [5; 8];
+        assert_eq!(got, want, "{}", prog.describe());
     }
 }

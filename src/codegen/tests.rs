@@ -276,7 +276,9 @@ fn snapshots_softmax_matmul_reduction() {
     // Float max: a NaN-safe butterfly (`tm_fmax` over shuffles), never `simd_max`.
     assert!(!p.source.contains("simd_max("), "{}", p.source);
     assert!(p.source.contains("tm_fmax("), "{}", p.source);
-    assert!(p.source.contains("simd_sum("), "{}", p.source);
+    // Float sum: `simd_sum` with -0.0 as the identity (`tm_simd_fsum`, see reduce.rs).
+    assert!(p.source.contains("tm_simd_fsum("), "{}", p.source);
+    assert!(p.header.contains("simd_sum("), "{}", p.header);
     check_snapshot("softmax", &p);
     let k = build("matmul", &[("BM", 32), ("BN", 32), ("BK", 16)], matmul(F32));
     let p = metal::compile(&k, &LaunchOptions::default()).unwrap();

@@ -116,11 +116,13 @@ fn reduce_impl(
     let unsigned = d.is_unsigned_int();
     match (kind, src) {
         (ReduceKind::Sum, Data::F32(s)) => {
+            // -0.0 is the identity of float addition (`x + -0.0 == x` for every `x`, +0.0
+            // included): a sum of only -0.0s is -0.0, as IEEE adds them in any order.
             let o = out.f32s();
-            fold_axis(s, dims, 0.0, |a, b| a + b, o);
+            fold_axis(s, dims, -0.0, |a, b| a + b, o);
             round_f32(o, d);
         }
-        (ReduceKind::Sum, Data::F64(s)) => fold_axis(s, dims, 0.0, |a, b| a + b, out.f64s()),
+        (ReduceKind::Sum, Data::F64(s)) => fold_axis(s, dims, -0.0, |a, b| a + b, out.f64s()),
         (ReduceKind::Sum, Data::I32(s)) => {
             let o = out.i32s();
             fold_axis(s, dims, 0, i32::wrapping_add, o);
@@ -381,6 +383,65 @@ mod tests {
         let all_nan = Data::F32(vec![f32::NAN; 3]);
         reduce(ReduceKind::Min, DType::F32, &all_nan, (1, 3, 1), &mut out).unwrap();
         assert!(matches!(&out, Data::F32(v) if v[0].is_nan()));
+    }
+
+    #[test]
+    fn float_sums_start_from_negative_zero() {
+        let bits = |o: &Data| match o {
+            Data::F32(v) => v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            Data::F64(v) => v.iter().map(|x| (x.to_bits() >> 32) as u32).collect(),
+            _ => unreachable!(),
+        };
+        let (neg, pos) = ((-0.0f32).to_bits(), 0.0f32.to_bits());
+        let mut out = Data::default();
+        // Rows of -0s (sum -0), of -0s and one +0 (+0), -1 .. 1 (+0), along both axis kinds.
+        for n in [1, 3, 16, 17, 300] {
+            let mut v = vec![-0.0f32; 3 * n];
+            v[n + n / 2] = 0.0;
+            v[2 * n] = -1.0;
+            v[3 * n - 1] += 1.0;
+            for d in [DType::F32, DType::F16, DType::BF16] {
+                reduce(
+                    ReduceKind::Sum,
+                    d,
+                    &Data::F32(v.clone()),
+                    (3, n, 1),
+                    &mut out,
+                )
+                .unwrap();
+                assert_eq!(bits(&out), [neg, pos, pos], "{d}, n = {n}");
+            }
+            let w: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+            reduce(
+                ReduceKind::Sum,
+                DType::F64,
+                &Data::F64(w),
+                (1, 3 * n, 1),
+                &mut out,
+            )
+            .unwrap();
+            assert_eq!(bits(&out), [pos], "f64, n = {n}");
+            // The same rows as columns: `inner` lanes each fold one column.
+            let t: Vec<f32> = (0..3 * n).map(|i| v[(i % 3) * n + i / 3]).collect();
+            reduce(
+                ReduceKind::Sum,
+                DType::F32,
+                &Data::F32(t),
+                (1, n, 3),
+                &mut out,
+            )
+            .unwrap();
+            assert_eq!(bits(&out), [neg, pos, pos], "columns, n = {n}");
+        }
+        reduce(
+            ReduceKind::Sum,
+            DType::F64,
+            &Data::F64(vec![-0.0; 5]),
+            (1, 5, 1),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(bits(&out), [neg]);
     }
 
     #[test]

@@ -180,11 +180,12 @@ fn reduce_impl(
     let unsigned = d.is_unsigned_int();
     match (kind, src) {
         (ReduceKind::Sum, Data::F32(s)) => {
+            // -0.0, the identity of float addition (see `reduce.rs`), also pads idle lanes.
             let o = out.f32s();
-            fold_axis(st, s, dims, 0.0, |a, b| a + b, o);
+            fold_axis(st, s, dims, -0.0, |a, b| a + b, o);
             round_f32(o, d);
         }
-        (ReduceKind::Sum, Data::F64(s)) => fold_axis(st, s, dims, 0.0, |a, b| a + b, out.f64s()),
+        (ReduceKind::Sum, Data::F64(s)) => fold_axis(st, s, dims, -0.0, |a, b| a + b, out.f64s()),
         (ReduceKind::Sum, Data::I32(s)) => {
             let o = out.i32s();
             fold_axis(st, s, dims, 0, i32::wrapping_add, o);
@@ -324,6 +325,42 @@ mod tests {
                         "{st:?} {outer}x{n}x{inner}: {g} vs {w}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn float_sums_of_negative_zeros_in_every_order() {
+        // Fewer elements than lanes too, so the layouts with lane partials pad idle lanes.
+        for n in [1, 5, 32, 100, 256, 300] {
+            for st in strategies(2).into_iter().chain(strategies(8)) {
+                let mut v = vec![-0.0f32; n];
+                let mut out = Data::default();
+                reduce(
+                    st,
+                    ReduceKind::Sum,
+                    DType::F32,
+                    &Data::F32(v.clone()),
+                    (1, n, 1),
+                    &mut out,
+                )
+                .unwrap();
+                assert_eq!(
+                    f32s(&out)[0].to_bits(),
+                    (-0.0f32).to_bits(),
+                    "{st:?} n = {n}"
+                );
+                v[n / 2] = 0.0;
+                reduce(
+                    st,
+                    ReduceKind::Sum,
+                    DType::F16,
+                    &Data::F32(v),
+                    (1, n, 1),
+                    &mut out,
+                )
+                .unwrap();
+                assert_eq!(f32s(&out)[0].to_bits(), 0, "{st:?} n = {n}");
             }
         }
     }

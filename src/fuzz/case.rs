@@ -172,6 +172,7 @@ pub struct Case {
     scalars: Vec<i32>,
     tols: Vec<(usize, Range<usize>, Tol)>,
     zero_sign_free: bool,
+    expected: Vec<(usize, Vec<u64>)>,
 }
 
 impl Case {
@@ -187,6 +188,7 @@ impl Case {
             scalars: vec![],
             tols: vec![],
             zero_sign_free: false,
+            expected: vec![],
         }
     }
 
@@ -241,6 +243,13 @@ impl Case {
     /// Treats -0 and +0 as equal in float outputs.
     pub fn zero_sign_free(mut self) -> Case {
         self.zero_sign_free = true;
+        self
+    }
+
+    /// Expects output `out` to hold exactly `bits` (Triton's answer) on the interpreter, so
+    /// on every target that agrees with it; the interpreter failing is a disagreement then.
+    pub fn expect(mut self, out: usize, bits: Vec<u64>) -> Case {
+        self.expected.push((out, bits));
         self
     }
 
@@ -310,6 +319,33 @@ impl Case {
         let reference = self.launch_on(Target::Cpu);
         o.times.push((FuzzTarget::Cpu, start.elapsed()));
         o.ran.push(FuzzTarget::Cpu);
+        if let (Err(e), false) = (&reference, self.expected.is_empty()) {
+            o.findings.push(Finding::Error {
+                target: FuzzTarget::Cpu,
+                msg: format!("expected outputs, the interpreter fails: {e}"),
+            });
+        }
+        if let Ok(outs) = &reference {
+            for (k, want) in &self.expected {
+                let d = self.outputs[*k].dtype;
+                let got = &outs[*k];
+                if let Some(i) = (0..want.len().max(got.len())).find(|&i| {
+                    want.get(i)
+                        .zip(got.get(i))
+                        .is_none_or(|(a, b)| !agree(d, *a, *b, 0, false))
+                }) {
+                    let show = |v: Option<&u64>| v.map_or("nothing".into(), |b| rust_lit(d, *b));
+                    o.findings.push(Finding::Error {
+                        target: FuzzTarget::Cpu,
+                        msg: format!(
+                            "out{k}[{i}] ({d}) = {}, expected {}",
+                            show(got.get(i)),
+                            show(want.get(i))
+                        ),
+                    });
+                }
+            }
+        }
         for &t in targets {
             if t == FuzzTarget::Cpu {
                 continue;

@@ -29,6 +29,7 @@ pub use case::{Case, Finding, FuzzTarget, Outcome};
 pub use gen::gen_batch;
 pub use print::rust_test;
 pub use shrink::{compact, shrink};
+pub use values::{float_bits, float_of};
 
 use crate::dtype::DType;
 use crate::error::Result;
