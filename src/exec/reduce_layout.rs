@@ -333,7 +333,7 @@ mod tests {
     fn float_sums_of_negative_zeros_in_every_order() {
         // Fewer elements than lanes too, so the layouts with lane partials pad idle lanes.
         for n in [1, 5, 32, 100, 256, 300] {
-            for st in strategies(2).into_iter().chain(strategies(8)) {
+            for st in strategies(2).chain(strategies(8)) {
                 let mut v = vec![-0.0f32; n];
                 let mut out = Data::default();
                 reduce(

@@ -29,6 +29,13 @@ TM_PACKED(uint16_t, ushort, 2)
 TM_PACKED(int8_t, char, 1)
 TM_PACKED(uint8_t, uchar, 1)
 #undef TM_PACKED
+
+inline float tm_simd_fsum(float x) {
+  return simd_all(as_type<uint>(x) == 0x80000000u) ? -0.0f : simd_sum(x);
+}
+inline half tm_simd_fsum(half x) {
+  return simd_all(as_type<ushort>(x) == ushort(0x8000u)) ? half(-0.0f) : simd_sum(x);
+}
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
   threadgroup float tm_smem_f32[128];
@@ -110,7 +117,7 @@ TM_PACKED(uint8_t, uchar, 1)
     }
   }
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
-    part_1[tm_j] = simd_sum(part_1[tm_j]);
+    part_1[tm_j] = tm_simd_fsum(part_1[tm_j]);
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
