@@ -2,7 +2,8 @@
 //! `<case>.cu` (exactly the kernel MLX's `cuda_kernel` would compile, as an `extern "C"`
 //! entry) and one `manifest.json` with entry names, launch shapes and parameters.
 //!
-//! `cargo run --release --example emit_gpu_bench -- [dir]` (default `benches/gpu/generated`).
+//! `cargo run --release --example emit_gpu_bench -- [dir] [--int-spec]` (default
+//! `benches/gpu/generated`; `--int-spec` applies the integer-argument specialisation).
 //! The kernels are the examples' own, with constexprs and warps chosen for an sm_90 GPU.
 
 #[allow(dead_code)]
@@ -28,6 +29,7 @@ use serde_json::{json, Value};
 use triton_metal::codegen::{self, CudaProgram, LaunchOptions};
 use triton_metal::ir::ParamKind;
 use triton_metal::opt::{Chip, HardwareProfile};
+use triton_metal::passes::{specializable, IntFact, IntSpec};
 use triton_metal::tl::JitKernel;
 use triton_metal::{DType, Error, Result};
 
@@ -197,13 +199,37 @@ fn dtype_name(d: DType) -> Result<&'static str> {
     })
 }
 
-/// Every generated file, `(name, contents)`, manifest last.
+/// Every generated file, `(name, contents)`, manifest last; as a GPU launch prints them,
+/// without the integer-argument specialisation (`Launch::specialize_integers`).
 pub fn generate() -> Result<Vec<(String, String)>> {
+    generate_with(false)
+}
+
+/// [`generate`], with or without the integer-argument specialisation (for A/B runs).
+pub fn generate_with(int_spec: bool) -> Result<Vec<(String, String)>> {
     let target = HardwareProfile::of(Chip::Sm90);
     let mut files = Vec::new();
     let mut entries = Vec::new();
     for c in cases()? {
-        let kernel = c.kernel.specialize_with(&c.constexprs)?;
+        let constexprs = c
+            .constexprs
+            .iter()
+            .map(|(n, v)| (n.to_string(), *v))
+            .collect();
+        let general = c.kernel.specialize(&constexprs)?;
+        let ints: IntSpec = general
+            .params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| int_spec && specializable(p.kind))
+            .filter_map(
+                |(i, p)| match c.scalars.iter().find(|(n, _)| *n == p.name) {
+                    Some((_, Val::I(v))) => IntFact::of(*v).map(|f| (i, f)),
+                    _ => None,
+                },
+            )
+            .collect();
+        let kernel = c.kernel.specialize_for_ints(&constexprs, None, &ints)?;
         let opts = LaunchOptions::default()
             .num_warps(c.num_warps)
             .target(target.clone());
@@ -275,14 +301,18 @@ pub fn generate() -> Result<Vec<(String, String)>> {
 }
 
 fn main() -> Result<()> {
-    let dir = std::env::args()
-        .nth(1)
+    // `--int-spec` prints the kernels with the integer-argument specialisation.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let int_spec = args.iter().any(|a| a == "--int-spec");
+    let dir = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu/generated")
         });
     std::fs::create_dir_all(&dir)?;
-    for (name, text) in generate()? {
+    for (name, text) in generate_with(int_spec)? {
         std::fs::write(dir.join(&name), text)?;
         println!("wrote {}", dir.join(&name).display());
     }

@@ -79,6 +79,9 @@ pub(super) struct Lowering<'k> {
     pub recipes: Vec<Option<String>>,
     /// Contiguity facts per value (vector loads and stores).
     pub axis: Vec<AxisInfo>,
+    /// Contiguity that holds where a run-time check of the offsets passes
+    /// ([`crate::opt::axis::analyse_unchecked`]).
+    pub axis_unchecked: Vec<AxisInfo>,
     /// Accumulators held in `simdgroup_matrix` fragments across a loop: value -> array.
     pub frags: HashMap<Value, String>,
     /// Per value, for dialects with [`Dialect::lazy_recipes`]: it has one use, by an op
@@ -184,6 +187,7 @@ impl<'k> Lowering<'k> {
         let mut names: HashSet<String> = idents.iter().cloned().collect();
         names.insert(k.name.clone());
         let axis = crate::opt::axis::analyse(k);
+        let axis_unchecked = crate::opt::axis::analyse_unchecked(k);
         let mut lw = Lowering {
             vec: plan.vec,
             k,
@@ -211,6 +215,7 @@ impl<'k> Lowering<'k> {
             uses_simd: false,
             recipes: vec![None; k.values.len()],
             axis,
+            axis_unchecked,
             frags: HashMap::new(),
             local_bytes: 0,
             fusable: if d.lazy_recipes {
@@ -1514,7 +1519,7 @@ impl<'k> Lowering<'k> {
         };
         let param = &self.k.params[p];
         let ok = self.d.vector_load(lay.vec).is_some()
-            && self.axis[ptr.index()].contig >= lay.vec as u64
+            && self.axis_unchecked[ptr.index()].contig >= lay.vec as u64
             && matches!(
                 dt,
                 DType::F32
@@ -1540,10 +1545,32 @@ impl<'k> Lowering<'k> {
         ))
     }
 
-    /// Conditions under which a whole chunk (registers `tm_i ..`) may be accessed at once;
-    /// and the per-element conditions (index `tm_i + tm_e`) otherwise.
-    fn chunk_conds(&self, mask: Option<Value>, lay: BlockedLayout) -> (Vec<String>, Vec<String>) {
+    /// Conditions under which a whole chunk (registers `tm_i ..`) through `ptr` may be
+    /// accessed at once; and the per-element conditions (index `tm_i + tm_e`) otherwise.
+    /// Offsets whose runs are contiguous only where no remainder wrapped
+    /// ([`crate::opt::axis::analyse_unchecked`]) are checked to be consecutive, in the
+    /// offsets' unsigned type (no overflow).
+    fn chunk_conds(
+        &self,
+        ptr: Value,
+        mask: Option<Value>,
+        lay: BlockedLayout,
+    ) -> Result<(Vec<String>, Vec<String>)> {
         let (mut whole, mut each) = (Vec::new(), Vec::new());
+        if self.axis[ptr.index()].contig < lay.vec as u64 {
+            let ut = self.cty(if self.off_dtype == DType::I64 {
+                DType::U64
+            } else {
+                DType::U32
+            })?;
+            let first = self.el(ptr, "tm_i");
+            for e in 1..lay.vec {
+                whole.push(format!(
+                    "{ut}({}) == {ut}({first}) + {e}u",
+                    self.el(ptr, &format!("tm_i + {e}u"))
+                ));
+            }
+        }
         if lay.has_idle_threads() {
             whole.push(format!("tm_l < {}u", lay.n));
             each.push(format!("tm_l < {}u", lay.n));
@@ -1558,7 +1585,10 @@ impl<'k> Lowering<'k> {
             }
             each.push(self.el(m, "tm_i + tm_e"));
         }
-        (whole, each)
+        if each.is_empty() {
+            each.push("true".into());
+        }
+        Ok((whole, each))
     }
 
     /// The conjunction of side-effect-free conditions. Where blocks are local arrays of one
@@ -1602,7 +1632,7 @@ impl<'k> Lowering<'k> {
         zero: &str,
     ) -> Result<()> {
         let p = self.param_name(ptr)?;
-        let (whole, each) = self.chunk_conds(mask, lay);
+        let (whole, each) = self.chunk_conds(ptr, mask, lay)?;
         let v = lay.vec;
         self.open_chunks(lay);
         let off = self.el(ptr, "tm_i");
@@ -1650,7 +1680,7 @@ impl<'k> Lowering<'k> {
         lay: BlockedLayout,
     ) -> Result<()> {
         let p = self.param_name(ptr)?;
-        let (whole, each) = self.chunk_conds(mask, lay);
+        let (whole, each) = self.chunk_conds(ptr, mask, lay)?;
         let v = lay.vec;
         self.open_chunks(lay);
         let off = self.el(ptr, "tm_i");

@@ -117,6 +117,58 @@ impl Lowering<'_> {
         Ok(c)
     }
 
+    /// Writes block `src` (rows of `row` elements) to `arr[base + r * pitch + c]`: a whole
+    /// chunk per vector store where chunks stay inside rows and stay aligned (16 bytes for
+    /// 8 halves: one `st.shared.v4`, and a warp's 32 stores cover 4 whole 128-byte rows of
+    /// a 64-wide tile, so they do not conflict), element by element otherwise.
+    fn stage_rows(
+        &mut self,
+        src: Value,
+        arr: &str,
+        base: usize,
+        row: usize,
+        pitch: usize,
+    ) -> Result<()> {
+        let lay = self.layout(src);
+        let v = lay.vec;
+        let packed = v > 1
+            && row % v == 0
+            && pitch % v == 0
+            && base % v == 0
+            && !lay.has_idle_threads()
+            && matches!(self.repr(src), super::lower::Repr::Block(_));
+        if !packed {
+            return self.stage(src, arr, base, &|l| {
+                format!("({l} / {row}u) * {pitch}u + {l} % {row}u")
+            });
+        }
+        let vt = self
+            .d
+            .vector_type
+            .replace("{ty}", self.cty(self.edt(src))?)
+            .replace("{n}", &v.to_string());
+        self.helpers.insert("packed");
+        let x = self.el(src, "tm_i + tm_e");
+        self.open(format!(
+            "for (uint tm_c = 0; tm_c < {}u; ++tm_c)",
+            lay.regs() / v
+        ));
+        self.line(format!("const uint tm_i = tm_c * {v}u;"));
+        self.line(format!(
+            "const uint tm_l = {};",
+            lay.flat_expr("tm_i", "tm_lid")
+        ));
+        self.line(format!("{vt} tm_v;"));
+        self.line(format!(
+            "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) tm_v[tm_e] = {x};"
+        ));
+        self.line(format!(
+            "*reinterpret_cast<{vt}*>(&{arr}[{base}u + (tm_l / {row}u) * {pitch}u + tm_l % {row}u]) = tm_v;"
+        ));
+        self.close();
+        Ok(())
+    }
+
     /// `c += a @ b` on tensor cores (`c` from [`Lowering::mma_frags_from`]).
     pub(super) fn mma_accumulate(
         &mut self,
@@ -133,10 +185,8 @@ impl Lowering<'_> {
         let boff = m * ka;
         let s = self.scratch_array(din, boff + k * nb)?;
         self.smem_write_begin();
-        self.stage(a, &s, 0, &|l| format!("({l} / {k}u) * {ka}u + {l} % {k}u"))?;
-        self.stage(b, &s, boff, &|l| {
-            format!("({l} / {n}u) * {nb}u + {l} % {n}u")
-        })?;
+        self.stage_rows(a, &s, 0, k, ka)?;
+        self.stage_rows(b, &s, boff, n, nb)?;
         self.smem_write_end();
         let ty = if din == DType::BF16 { "bf16" } else { "f16" };
         let (fm, fnn) = (g.fm, g.fn_);

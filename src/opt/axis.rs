@@ -5,6 +5,11 @@
 //! elements whose values step by +1; `cst = c` means aligned runs of `c` equal elements;
 //! `div` divides the first value of every run. The flat-index view makes `reshape` and
 //! `expand_dims` free; anything not understood is `(1, 1, 1)`.
+//!
+//! `x % n` keeps runs of `gcd(contig(x), div(n))` only when `x` is non-negative (C's
+//! remainder takes the dividend's sign), so the analysis also tracks which integer values
+//! are non-negative. Like Triton's, it assumes index arithmetic does not wrap: a wrapped
+//! index addresses memory out of bounds with or without vector accesses.
 
 use crate::ir::{BinaryOp, CmpPred, Const, Hint, Kernel, Op, Value};
 
@@ -48,8 +53,21 @@ impl AxisInfo {
 /// Analyses every value of `k` (loop-carried values and op results it does not model are
 /// unknown).
 pub fn analyse(k: &Kernel) -> Vec<AxisInfo> {
+    run(k, false)
+}
+
+/// [`analyse`], except that `x % n` keeps `gcd(contig(x), div(n))`-runs whatever the sign
+/// of `x` (as Triton's analysis assumes). A negative dividend can break such a run, so code
+/// may access a run at once only after checking at run time that its offsets are
+/// consecutive; divisibility and constancy are the same as [`analyse`]'s.
+pub fn analyse_unchecked(k: &Kernel) -> Vec<AxisInfo> {
+    run(k, true)
+}
+
+fn run(k: &Kernel, assume_nonneg: bool) -> Vec<AxisInfo> {
     let n = |v: Value| k.ty(v).numel() as u64;
     let mut info = vec![AxisInfo::UNKNOWN; k.values.len()];
+    let nonneg = non_negative(k);
     for p in &k.params {
         let mut a = AxisInfo {
             contig: 1,
@@ -157,8 +175,25 @@ pub fn analyse(k: &Kernel) -> Vec<AxisInfo> {
                         cst: gcd(a.cst, b.cst),
                     },
                     BinaryOp::Mul => AxisInfo {
-                        contig: 1,
+                        // `x * 1` keeps `x`'s runs (a stride specialised to 1).
+                        contig: match (int_value(k, *lhs), int_value(k, *rhs)) {
+                            (_, Some(1)) => a.contig,
+                            (Some(1), _) => b.contig,
+                            _ => 1,
+                        },
                         div: (a.div * b.div).min(MAX_DIV),
+                        cst: gcd(a.cst, b.cst),
+                    },
+                    BinaryOp::Rem => AxisInfo {
+                        // A non-negative +1 run starting at a multiple of d = div(n) wraps
+                        // only at multiples of n, so runs of gcd(contig, d) survive.
+                        contig: if b.cst >= n(*rhs) && (assume_nonneg || nonneg[lhs.index()]) {
+                            gcd(a.contig, b.div)
+                        } else {
+                            1
+                        },
+                        // x - trunc(x / n) * n: a multiple of d when x and n are, either sign.
+                        div: gcd(a.div, b.div),
                         cst: gcd(a.cst, b.cst),
                     },
                     _ => AxisInfo {
@@ -213,6 +248,63 @@ pub fn analyse(k: &Kernel) -> Vec<AxisInfo> {
         }
     }
     info
+}
+
+/// The integer a value holds in every element, if it is a constant (or a splat, broadcast
+/// or reshape of one).
+fn int_value(k: &Kernel, v: Value) -> Option<i64> {
+    match &k.op(k.def_op(v)?).op {
+        Op::Constant {
+            value: Const::Int(c),
+        } => Some(*c),
+        Op::Splat { src }
+        | Op::Broadcast { src }
+        | Op::ExpandDims { src, .. }
+        | Op::Reshape { src } => int_value(k, *src),
+        _ => None,
+    }
+}
+
+/// Which integer values are non-negative: program ids, aranges from a non-negative start,
+/// non-negative constants, unsigned values, and sums, products, minima and maxima of
+/// non-negative values, their quotients by positive constants and their remainders (assuming, as the contiguity rules do, that
+/// index arithmetic does not wrap).
+fn non_negative(k: &Kernel) -> Vec<bool> {
+    let mut nn = vec![false; k.values.len()];
+    for (i, v) in k.values.iter().enumerate() {
+        nn[i] = v.ty.dtype.is_unsigned_int() && !v.ty.ptr;
+    }
+    for id in k.walk() {
+        let data = k.op(id);
+        let Some(res) = data.result() else { continue };
+        if nn[res.index()] {
+            continue;
+        }
+        let get = |v: &Value, nn: &Vec<bool>| nn[v.index()];
+        nn[res.index()] = match &data.op {
+            Op::Constant {
+                value: Const::Int(c),
+            } => *c >= 0,
+            Op::ProgramId { .. } | Op::NumPrograms { .. } => true,
+            Op::Arange { start, .. } => *start >= 0,
+            Op::Splat { src }
+            | Op::Broadcast { src }
+            | Op::ExpandDims { src, .. }
+            | Op::Reshape { src } => get(src, &nn),
+            Op::Binary { kind, lhs, rhs } => match kind {
+                BinaryOp::Add | BinaryOp::Mul | BinaryOp::Min | BinaryOp::Max => {
+                    get(lhs, &nn) && get(rhs, &nn)
+                }
+                // Integer division by 0 gives -1: only positive constant divisors.
+                BinaryOp::Div => get(lhs, &nn) && int_value(k, *rhs).is_some_and(|d| d > 0),
+                // `x % 0` is `x`; otherwise C's remainder has the dividend's sign.
+                BinaryOp::Rem => get(lhs, &nn),
+                _ => false,
+            },
+            _ => false,
+        };
+    }
+    nn
 }
 
 /// True when the body yields `arg + u` (or `ptr + u`) in slot `j`, `u` a splat or constant.

@@ -204,7 +204,9 @@ fn chunk_elems(k: &Kernel, opts: &LaunchOptions, printer: Printer) -> (usize, St
     if widest <= base {
         return (base, why_base);
     }
-    let axis = super::axis::analyse(k);
+    // Accesses whose runs are checked at run time (a remainder of an index of unknown
+    // sign) count: the printers take their vector path wherever the check passes.
+    let axis = super::axis::analyse_unchecked(k);
     let want = |bytes: usize| {
         (opts.target.vector_bytes as usize / bytes.max(1))
             .next_power_of_two()

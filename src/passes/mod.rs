@@ -9,6 +9,7 @@ mod const_fold;
 mod cse;
 mod dce;
 mod fma;
+mod specialize;
 
 use std::fmt;
 
@@ -20,6 +21,7 @@ pub use const_fold::fold_constants;
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
 pub use fma::contract_fma;
+pub use specialize::{specializable, specialize_integers, IntFact, IntSpec};
 
 /// What the pipeline may do.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

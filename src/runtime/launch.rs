@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::exec::{ExecArg, ReduceStrategy};
 use crate::ir::{Kernel, ParamKind};
 use crate::opt::HardwareProfile;
-use crate::passes::PassOptions;
+use crate::passes::{specializable, IntFact, IntSpec, PassOptions};
 use crate::runtime::mlx_kernel::{
     cpu_launch, register_program, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec,
 };
@@ -394,6 +394,8 @@ pub struct Launch<'k> {
     target: Target,
     reduction_layout: Option<ReductionLayout>,
     passes: Option<PassOptions>,
+    not_specialized: Vec<String>,
+    int_spec: Option<bool>,
 }
 
 impl JitKernel {
@@ -408,6 +410,8 @@ impl JitKernel {
             target: Target::Auto,
             reduction_layout: None,
             passes: None,
+            not_specialized: Vec::new(),
+            int_spec: None,
         }
     }
 }
@@ -474,14 +478,74 @@ impl<'k> Launch<'k> {
         }
     }
 
-    /// The specialisation this launch would run (built once per constexpr set), after the
-    /// optimisation pipeline when [`Launch::optimize`] asked for it (run once per constexpr
-    /// set and options: [`JitKernel::specialize_optimized`]).
-    pub fn specialize(&self) -> Result<Arc<Kernel>> {
-        match self.passes {
-            None => self.kernel.specialize(&self.constexprs),
-            Some(opts) => self.kernel.specialize_optimized(&self.constexprs, &opts),
+    /// Turns Triton's integer specialisation on or off for this launch: an integer argument
+    /// equal to 1 becomes a constant of the kernel that runs and one divisible by 16 a
+    /// known fact ([`crate::passes::specialize_integers`]), so unit-stride accesses are
+    /// proven contiguous and read as vectors; each combination of facts compiles once.
+    /// Results are the same either way. Default: on for [`Target::Cpu`] and
+    /// [`Target::CpuCompiled`]; off for the GPU targets and the emulator, whose vector
+    /// accesses made the tutorial matmul slower on an H100 (benches/README.md).
+    pub fn specialize_integers(mut self, on: bool) -> Self {
+        self.int_spec = Some(on);
+        self
+    }
+
+    /// Integer parameters whose arguments are never specialised on (Triton's
+    /// `do_not_specialize`, see [`Launch::specialize_integers`]): one kernel for all their
+    /// values.
+    pub fn do_not_specialize(mut self, names: &[&str]) -> Self {
+        self.not_specialized
+            .extend(names.iter().map(|n| n.to_string()));
+        self
+    }
+
+    /// The facts the integer arguments give (see [`Launch::do_not_specialize`]).
+    fn int_facts(&self, general: &Kernel) -> Result<IntSpec> {
+        for name in &self.not_specialized {
+            match general.param(name) {
+                Some((_, p)) if specializable(p.kind) => {}
+                _ => {
+                    return Err(self.err(format!(
+                        "do_not_specialize names `{name}`, which is not an integer parameter \
+                         of the kernel"
+                    )))
+                }
+            }
         }
+        Ok(general
+            .params
+            .iter()
+            .zip(&self.args)
+            .enumerate()
+            .filter(|(_, (p, _))| specializable(p.kind) && !self.not_specialized.contains(&p.name))
+            .filter_map(|(i, (_, a))| match a {
+                Arg::Scalar(Scalar::Int(v)) => IntFact::of(*v).map(|f| (i, f)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The specialisation this launch runs on the CPU targets: built once per constexpr
+    /// set, after the optimisation pipeline when [`Launch::optimize`] asked for it (run once
+    /// per constexpr set and options: [`JitKernel::specialize_optimized`]), with the facts
+    /// of its integer arguments applied unless [`Launch::specialize_integers`] turned them
+    /// off.
+    pub fn specialize(&self) -> Result<Arc<Kernel>> {
+        self.specialize_for(false)
+    }
+
+    /// The specialisation for a GPU target (`gpu`) or a CPU one.
+    fn specialize_for(&self, gpu: bool) -> Result<Arc<Kernel>> {
+        let general = self.kernel.specialize(&self.constexprs)?;
+        // `do_not_specialize`'s names are checked whether or not facts apply.
+        let facts = self.int_facts(&general)?;
+        let ints = if self.int_spec.unwrap_or(!gpu) {
+            facts
+        } else {
+            IntSpec::new()
+        };
+        self.kernel
+            .specialize_for_ints(&self.constexprs, self.passes.as_ref(), &ints)
     }
 
     /// Checks everything and runs; returns the outputs (the stored-to pointer arguments)
@@ -493,7 +557,7 @@ impl<'k> Launch<'k> {
                 self.num_warps
             )));
         }
-        let kernel = self.specialize()?;
+        let kernel = self.specialize_for(true)?;
         let meta = Meta(self.constexprs.clone(), Default::default());
         let grid = match &self.grid {
             None => return Err(self.err("no grid given: call .grid([programs, ...])")),
@@ -532,6 +596,10 @@ impl<'k> Launch<'k> {
                 None => Target::Cpu,
             },
             t => t,
+        };
+        let kernel = match target {
+            Target::Auto | Target::Cpu | Target::CpuCompiled => self.specialize_for(false)?,
+            _ => kernel,
         };
         check_size(&kernel, target)?;
         let name = kernel.name.clone();
@@ -588,7 +656,7 @@ impl<'k> Launch<'k> {
 
     /// The Metal program this launch would run (generated once per kernel and options).
     pub fn msl(&self) -> Result<Arc<MetalProgram>> {
-        let kernel = self.specialize()?;
+        let kernel = self.specialize_for(true)?;
         self.metal_program(&kernel)
     }
 
@@ -596,7 +664,7 @@ impl<'k> Launch<'k> {
     /// and outputs described, to run under chosen schedules ([`emu::run_all_orders`]) or
     /// to inspect or edit before running ([`emu::run`]).
     pub fn emulated(&self) -> Result<emu::MetalLaunch> {
-        let kernel = self.specialize()?;
+        let kernel = self.specialize_for(true)?;
         let meta = Meta(self.constexprs.clone(), Default::default());
         let grid = match &self.grid {
             None => return Err(self.err("no grid given: call .grid([programs, ...])")),
@@ -617,7 +685,7 @@ impl<'k> Launch<'k> {
 
     /// The CUDA program this launch would run on an NVIDIA GPU.
     pub fn cuda(&self) -> Result<Arc<CudaProgram>> {
-        let kernel = self.specialize()?;
+        let kernel = self.specialize_for(true)?;
         self.cuda_program(&kernel)
     }
 

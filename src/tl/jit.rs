@@ -8,7 +8,7 @@ use super::tensor::Tensor;
 use crate::dtype::DType;
 use crate::error::{Error, Result, SourceLoc};
 use crate::ir::{verify, Kernel, Param, ParamKind, Type, ValueDef};
-use crate::passes::{pipeline, PassOptions};
+use crate::passes::{pipeline, specialize_integers, IntSpec, PassOptions};
 
 /// Declares a kernel's parameters inside the `jit` closure.
 ///
@@ -114,6 +114,8 @@ type Body = dyn Fn(&mut KernelBuilder) + Send + Sync;
 /// Optimised specialisations, per constexpr set and pass options.
 type OptimizedCache = HashMap<(BTreeMap<String, i64>, PassOptions), Arc<Kernel>>;
 
+type IntCache = HashMap<(BTreeMap<String, i64>, Option<PassOptions>, IntSpec), Arc<Kernel>>;
+
 /// A `@triton.jit` kernel: the closure plus caches of its specialisations (as built, and
 /// after the optimisation pipeline).
 pub struct JitKernel {
@@ -121,6 +123,7 @@ pub struct JitKernel {
     body: Arc<Body>,
     cache: Mutex<HashMap<BTreeMap<String, i64>, Arc<Kernel>>>,
     optimized: Mutex<OptimizedCache>,
+    ints: Mutex<IntCache>,
 }
 
 impl std::fmt::Debug for JitKernel {
@@ -196,6 +199,7 @@ pub fn jit(
         body: Arc::new(body),
         cache: Mutex::new(HashMap::new()),
         optimized: Mutex::new(HashMap::new()),
+        ints: Mutex::new(HashMap::new()),
     };
     // Trial build with no constexprs: catches errors early for kernels that need none.
     let empty = BTreeMap::new();
@@ -281,6 +285,33 @@ impl JitKernel {
     /// Number of cached optimised specialisations.
     pub fn cached_optimized(&self) -> usize {
         self.lock_optimized().len()
+    }
+
+    /// The specialisation for `constexprs` (after the optimisation pipeline with `opts`
+    /// when given) with the integer facts of a launch's arguments applied
+    /// ([`crate::passes::specialize_integers`]); built once per constexprs, options and
+    /// facts. No facts: the specialisation itself.
+    pub fn specialize_for_ints(
+        &self,
+        constexprs: &BTreeMap<String, i64>,
+        opts: Option<&PassOptions>,
+        ints: &IntSpec,
+    ) -> Result<Arc<Kernel>> {
+        let base = match opts {
+            None => self.specialize(constexprs)?,
+            Some(o) => self.specialize_optimized(constexprs, o)?,
+        };
+        if ints.is_empty() {
+            return Ok(base);
+        }
+        let key = (constexprs.clone(), opts.copied(), ints.clone());
+        let lock = || self.ints.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = lock().get(&key) {
+            return Ok(k.clone());
+        }
+        let k = specialize_integers(&base, ints);
+        verify(&k)?;
+        Ok(lock().entry(key).or_insert_with(|| Arc::new(k)).clone())
     }
 
     fn lock_optimized(&self) -> std::sync::MutexGuard<'_, OptimizedCache> {

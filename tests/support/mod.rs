@@ -1,0 +1,53 @@
+//! What several integration tests share: the targets a test runs on here and NVRTC.
+
+#![allow(dead_code)]
+
+use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
+use triton_metal::emu::{Emulator, LaneOrder};
+use triton_metal::runtime::{Launch, Target};
+
+/// The targets a test runs on here: the interpreter, and (with clang) the compiled CPU
+/// executor and the Metal emulator in both lane orders.
+pub fn targets(test: &str) -> Vec<Target> {
+    let mut t = vec![Target::Cpu];
+    if Emulator::should_run(test).unwrap() {
+        t.extend([
+            Target::CpuCompiled,
+            Target::Emulated(LaneOrder::Forward),
+            Target::Emulated(LaneOrder::Reverse),
+        ]);
+    }
+    t
+}
+
+/// NVRTC from `TRITON_METAL_NVRTC_DIR` or `target/nvrtc`; `None` (after saying so) when it
+/// is missing, a failure when `TRITON_METAL_REQUIRE_NVRTC=1`.
+pub fn nvrtc() -> Option<Nvrtc> {
+    let found = match std::env::var_os(NVRTC_DIR_ENV) {
+        Some(_) => Nvrtc::from_env(),
+        None => {
+            Nvrtc::from_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"))
+        }
+    };
+    match found {
+        Ok(n) => Some(n),
+        Err(e) => {
+            assert!(
+                std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
+                "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
+            );
+            println!("skipping NVRTC compiles: {e}");
+            None
+        }
+    }
+}
+
+/// Compiles the CUDA `launch` would run with NVRTC for sm_90 (where NVRTC is available).
+pub fn nvrtc_compiles(launch: &Launch<'_>) {
+    if let Some(n) = nvrtc() {
+        let p = launch.cuda().unwrap();
+        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_90") {
+            panic!("NVRTC rejected `{}`: {e}\n{}", p.name, p.standalone());
+        }
+    }
+}
