@@ -465,3 +465,55 @@ fn bad_orderings_are_errors() {
     .to_string();
     assert!(e.contains("atomic"), "{e}");
 }
+
+/// `tl.const` pointers (`ConstPtr<T>` / `KernelBuilder::const_ptr`): reading through one
+/// runs on every target; a store or an atomic through one (also through pointer arithmetic,
+/// a select or a loop-carried pointer) is a build error naming the kernel, the argument and
+/// the line of the store.
+#[test]
+fn const_pointers_are_read_only() {
+    use triton_metal::jit;
+    #[jit]
+    fn scale(x_ptr: ConstPtr<F32>, y_ptr: Ptr<F32>) {
+        let offs = tl::arange(0, 16);
+        tl::store(y_ptr + offs, tl::load(x_ptr + offs) * 2.0);
+    }
+    let k = scale().unwrap();
+    let xs: Vec<f32> = (0..16).map(|i| i as f32 - 3.5).collect();
+    let xa = Array::from_slice(&xs, &[16]).unwrap();
+    for (t, o) in every_target(&k, |l| {
+        l.grid([1]).args((&xa, out(&[16], F32).fill(f64::NAN)))
+    }) {
+        let want: Vec<f32> = xs.iter().map(|x| x * 2.0).collect();
+        assert_eq!(o[0].to_vec::<f32>().unwrap(), want, "{t:?}");
+    }
+
+    let line = line!() + 6;
+    let e = tl::jit("store_to_const", |k| {
+        let x = k.const_ptr(F32, "x_ptr");
+        let offs = tl::arange(0, 16);
+        let v = tl::load(x + offs);
+        let p = tl::where_(offs.lt(8), x + offs, x + 15 - offs);
+        tl::store(p, v + 1.0);
+    })
+    .and_then(|k| k.specialize_with(&[]).map(|_| ()))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("store_to_const") && e.contains("x_ptr") && e.contains(&format!(":{line}")),
+        "{e}"
+    );
+
+    let e = tl::jit("atomic_on_const", |k| {
+        let (x, n) = (k.const_ptr(I32, "counts"), k.scalar(I32, "n"));
+        let p = tl::range(0, n, 1).fold(x, |_, p| p + 1);
+        tl::atomic_add(p, 1);
+    })
+    .and_then(|k| k.specialize_with(&[]).map(|_| ()))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("atomic_on_const") && e.contains("counts") && e.contains("atomic"),
+        "{e}"
+    );
+}

@@ -491,3 +491,48 @@ fn histogram_with_a_mask() {
         }
     }
 }
+
+/// `topk` of each row of a 4x32 block (infinities and signed zeros among the values), the
+/// largest or the smallest `k` in sorted order, for `k` from 1 to the whole row.
+#[test]
+fn topk_of_rows() {
+    for (k, desc) in [(8usize, true), (8, false), (1, true), (32, true)] {
+        let name = format!("topk_{k}_{desc}");
+        let kern = tl::jit(&name, move |kb| {
+            let (x, o) = (kb.ptr(F32, "x"), kb.ptr(F32, "o"));
+            let (r, c) = (tl::arange(0, 4), tl::arange(0, 32));
+            let v = tl::load(x + r.col() * 32 + c.row());
+            let t = tl::topk(v, k as i64, -1, desc);
+            tl::store(o + r.col() * k as i32 + tl::arange(0, k as i64).row(), t);
+        })
+        .unwrap();
+        let vals: Vec<f32> = values(128, 11)
+            .into_iter()
+            .map(|x| if x.is_nan() { 4.25 } else { x })
+            .collect();
+        let mut want = Vec::new();
+        for row in vals.chunks(32) {
+            let mut r = row.to_vec();
+            r.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            if desc {
+                r.reverse();
+            }
+            want.extend_from_slice(&r[..k]);
+        }
+        let xa = Array::from_slice(&vals, &[128]).unwrap();
+        for (t, o) in every_target(&kern, |l| {
+            l.grid([1]).args((&xa, out(&[4 * k], F32).fill(POISON)))
+        }) {
+            assert_eq!(o[0].to_vec::<f32>().unwrap(), want, "{name} on {t:?}");
+        }
+    }
+    let e = tl::jit("topk_bad_k", |kb| {
+        let x = kb.ptr(F32, "x");
+        let v = tl::load(x + tl::arange(0, 32));
+        tl::store(x + tl::arange(0, 4), tl::topk(v, 3, -1, true));
+    })
+    .and_then(|k| k.specialize_with(&[]).map(|_| ()))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("topk") && e.contains("power of two"), "{e}");
+}

@@ -64,6 +64,7 @@ const SPECS: &[(&str, &[&str])] = &[
     ("flip", &["x", "dim"]),
     ("cat", &["input", "other", "can_reorder"]),
     ("gather", &["src", "index", "axis"]),
+    ("topk", &["x", "k", "dim", "descending"]),
     ("histogram", &["input", "num_bins", "mask"]),
     ("program_id", &["axis"]),
     ("num_programs", &["axis"]),
@@ -521,6 +522,12 @@ fn emit(b: &Bound) -> syn::Result<TokenStream> {
             let x = b.required("x")?;
             let dim = b.or("dim", quote!(-1));
             quote_spanned!(span=> #tl::flip(#x, #dim))
+        }
+        "topk" => {
+            let (x, k) = (b.required("x")?, b.required("k")?);
+            let dim = b.or("dim", quote!(-1));
+            let desc = b.or("descending", quote!(true));
+            quote_spanned!(span=> #tl::topk(#x, #k, #dim, #desc))
         }
         "histogram" => {
             let (x, n) = (b.required("input")?, b.required("num_bins")?);

@@ -8,11 +8,13 @@ use syn::{FnArg, GenericArgument, Ident, Pat, PathArguments, Type};
 
 /// One parameter of a `#[jit]` kernel.
 pub enum Param {
-    /// `x_ptr: Ptr<F32>`: a pointer argument; the dtype expression.
+    /// `x_ptr: Ptr<F32>` (or `ConstPtr<F32>`, Triton's `tl.const`: never stored through): a
+    /// pointer argument; the dtype expression.
     Ptr {
         name: Ident,
         mutable: bool,
         dtype: TokenStream,
+        constant: bool,
     },
     /// `n: i32`: a scalar argument of this dtype.
     Scalar {
@@ -146,10 +148,11 @@ pub fn param(arg: &FnArg) -> syn::Result<Param> {
     let kind = seg.ident.to_string();
     let generic = single_generic(seg)?;
     match (kind.as_str(), generic) {
-        ("Ptr", Some(g)) => Ok(Param::Ptr {
+        ("Ptr" | "ConstPtr", Some(g)) => Ok(Param::Ptr {
             name,
             mutable,
             dtype: dtype_expr(g)?,
+            constant: kind == "ConstPtr",
         }),
         ("Scalar", Some(g)) => Ok(Param::Scalar {
             name,
@@ -217,7 +220,13 @@ impl Param {
                 name,
                 mutable,
                 dtype,
-            } => decl(name, *mutable, "ptr", dtype),
+                constant,
+            } => decl(
+                name,
+                *mutable,
+                if *constant { "const_ptr" } else { "ptr" },
+                dtype,
+            ),
             Param::Scalar {
                 name,
                 mutable,

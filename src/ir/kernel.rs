@@ -287,8 +287,44 @@ impl Kernel {
         if nparams == 0 {
             return;
         }
-        // The set of pointer params each value may derive from, as a bit set of
-        // `words` u64s per value (one bit per parameter, however many there are).
+        let words = nparams.div_ceil(64);
+        let origin = self.pointer_origins();
+        // Row 0 collects the loaded params, row 1 the stored ones.
+        let mut access = ParamSets::new(2, words);
+        for data in &self.ops {
+            match &data.op {
+                Op::Load { ptr, .. } => access.union_from(0, &origin, ptr.index()),
+                Op::Store { ptr, .. } => access.union_from(1, &origin, ptr.index()),
+                Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => {
+                    access.union_from(0, &origin, ptr.index());
+                    access.union_from(1, &origin, ptr.index());
+                }
+                _ => {}
+            }
+        }
+        for (i, p) in self.params.iter_mut().enumerate() {
+            let is_ptr = matches!(p.kind, ParamKind::Ptr(_));
+            p.loaded = is_ptr && access.contains(0, i);
+            p.stored = is_ptr && access.contains(1, i);
+        }
+    }
+
+    /// The first store or atomic (in program order) that may write through parameter
+    /// `param`. The kernel must be verified.
+    pub fn store_through(&self, param: usize) -> Option<OpId> {
+        let origin = self.pointer_origins();
+        self.walk().into_iter().find(|&id| match &self.op(id).op {
+            Op::Store { ptr, .. } | Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => {
+                origin.contains(ptr.index(), param)
+            }
+            _ => false,
+        })
+    }
+
+    /// The set of pointer params each value may derive from, as a bit set of `words` u64s
+    /// per value (one bit per parameter, however many there are).
+    fn pointer_origins(&self) -> ParamSets {
+        let nparams = self.params.len();
         let words = nparams.div_ceil(64);
         let mut origin = ParamSets::new(self.values.len(), words);
         for (i, p) in self.params.iter().enumerate() {
@@ -385,24 +421,7 @@ impl Kernel {
                 break;
             }
         }
-        // Row 0 collects the loaded params, row 1 the stored ones.
-        let mut access = ParamSets::new(2, words);
-        for data in &self.ops {
-            match &data.op {
-                Op::Load { ptr, .. } => access.union_from(0, &origin, ptr.index()),
-                Op::Store { ptr, .. } => access.union_from(1, &origin, ptr.index()),
-                Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => {
-                    access.union_from(0, &origin, ptr.index());
-                    access.union_from(1, &origin, ptr.index());
-                }
-                _ => {}
-            }
-        }
-        for (i, p) in self.params.iter_mut().enumerate() {
-            let is_ptr = matches!(p.kind, ParamKind::Ptr(_));
-            p.loaded = is_ptr && access.contains(0, i);
-            p.stored = is_ptr && access.contains(1, i);
-        }
+        origin
     }
 }
 

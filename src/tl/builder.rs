@@ -43,6 +43,8 @@ pub(crate) struct Builder {
     pub(crate) declared: Vec<String>,
     /// Loads and stores through block pointers and tensor descriptors (`.mask()` refuses them).
     pub(crate) block_ops: Vec<OpId>,
+    /// Parameters declared `tl.const` ([`crate::tl::KernelBuilder::const_ptr`]).
+    pub(crate) const_params: Vec<usize>,
 }
 
 thread_local! {
@@ -75,6 +77,7 @@ impl Builder {
             reordered: false,
             declared: Vec::new(),
             block_ops: Vec::new(),
+            const_params: Vec::new(),
         }
     }
 

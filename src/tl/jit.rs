@@ -64,6 +64,22 @@ impl KernelBuilder {
         Self::param(name, ParamKind::Ptr(dtype), SourceLoc::caller())
     }
 
+    /// A pointer parameter that the kernel only reads (Triton's `tl.const` annotation):
+    /// a store or atomic through it is a build error naming the kernel, the argument and
+    /// the line of the store.
+    #[track_caller]
+    pub fn const_ptr(&mut self, dtype: DType, name: &str) -> Tensor {
+        let t = Self::param(name, ParamKind::Ptr(dtype), SourceLoc::caller());
+        super::builder::with(|b| {
+            if let Some(b) = b {
+                if let Some(i) = b.k.params.iter().position(|p| p.name == name) {
+                    b.const_params.push(i);
+                }
+            }
+        });
+        t
+    }
+
     /// A scalar parameter passed by value (`i32`, `i64`, `f32`, `bool`, ...).
     #[track_caller]
     pub fn scalar(&mut self, dtype: DType, name: &str) -> Tensor {
@@ -176,6 +192,22 @@ fn finish(b: Builder) -> Result<Kernel> {
     }
     verify(&k)?;
     k.compute_param_access();
+    for &i in &b.const_params {
+        if !k.params[i].stored {
+            continue;
+        }
+        let name = k.params[i].name.clone();
+        let at = k.store_through(i).map(|id| k.op(id));
+        return Err(Error::Build {
+            kernel: k.name.clone(),
+            op: at.map_or("store", |o| o.op.name()).into(),
+            loc: at.map_or(SourceLoc::caller(), |o| o.loc),
+            msg: format!(
+                "cannot store to constant pointer `{name}` (declared tl.const: ConstPtr / \
+                 KernelBuilder::const_ptr); declare it Ptr to write through it"
+            ),
+        });
+    }
     Ok(k)
 }
 

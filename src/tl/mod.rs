@@ -82,7 +82,7 @@ pub use ops::*;
 pub use semantics::{computation_type, integer_promote, scalar_dtype};
 pub use standard::{
     cat, cumprod_reverse, dot_with, expand_dims_axes, flip, gather, histogram, sort, sum_dtype,
-    trans_dims, view,
+    topk, trans_dims, view,
 };
 pub use tensor::{Operand, Scalar, Tensor};
 

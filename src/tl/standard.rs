@@ -193,10 +193,56 @@ pub fn sort(x: Tensor, dim: i64, descending: bool) -> Tensor {
     let loc = SourceLoc::caller();
     op("sort", loc, |b| {
         let v = b.value(x)?;
-        let (shape, axis) = axis_of(b, v, dim, "sort")?;
+        sort_network(b, v, dim, descending, "sort")
+    })
+}
+
+/// `topk(x, k, dim=-1, descending=True)`: the `k` largest (`descending=false`: smallest)
+/// elements along the last axis (the only `dim` Triton takes), in sorted order (largest
+/// first; smallest first with `descending=false`), `k` a power of two not
+/// above the axis' size. Sorted with [`sort`]'s network, then the leading `k` kept (the
+/// halves of the axis split off until `k` remain); where a NaN is present the result is
+/// [`sort`]'s, which may differ from Triton's.
+#[track_caller]
+pub fn topk(x: Tensor, k: i64, dim: i64, descending: bool) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("topk", loc, |b| {
+        let v = b.value(x)?;
+        let (shape, axis) = axis_of(b, v, dim, "topk")?;
+        if axis + 1 != shape.len() {
+            return Err(format!(
+                "topk: only the last axis is supported (as in Triton), got dim {dim}"
+            ));
+        }
+        let n = shape[axis];
+        if k <= 0 || !(k as u64).is_power_of_two() || k as usize > n {
+            return Err(format!(
+                "topk: k must be a power of two between 1 and the last axis' size {n}, got {k}"
+            ));
+        }
+        let mut v = sort_network(b, v, -1, descending, "topk")?;
+        let pre: usize = shape[..axis].iter().product();
+        let mut m = n;
+        while m > k as usize {
+            m /= 2;
+            v = halves(b, v, pre, m)?.0;
+        }
+        let mut out = shape.clone();
+        out[axis] = m;
+        b.reshape(v, &out)
+    })
+}
+
+/// [`sort`]'s bitonic network on `v` along `dim` (`what` names the op in errors).
+fn sort_network(b: &mut Builder, v: Value, dim: i64, descending: bool, what: &str) -> Res<Value> {
+    {
+        let (shape, axis) = axis_of(b, v, dim, what)?;
         let (pre, n, post) = around(&shape, axis);
         if pre * n * post > i32::MAX as usize {
-            return Err(format!("sort of {} elements is too large", pre * n * post));
+            return Err(format!(
+                "{what} of {} elements is too large",
+                pre * n * post
+            ));
         }
         let k = n.trailing_zeros();
         let mut v = v;
@@ -228,7 +274,7 @@ pub fn sort(x: Tensor, dim: i64, descending: bool) -> Tensor {
             }
         }
         Ok(v)
-    })
+    }
 }
 
 /// For the left elements of the pairs laid out as `[a, c]` (element `(p, q)` at flat index
