@@ -492,29 +492,50 @@ fn const_int(b: &Builder, v: Value) -> Option<i64> {
 /// over the checked ones (as Triton's `RewriteTensorPointer` computes them, in `i64`).
 fn addresses(b: &mut Builder, d: &Dims, check: &[bool]) -> Res<(Value, Option<Value>)> {
     let r = d.block.len();
-    let mut ptr = d.base;
-    let mut mask: Option<Value> = None;
-    for (i, &checked) in check.iter().enumerate() {
-        let ar = b.arange(0, d.block[i] as i64)?;
-        let ar = b.cast(ar, DType::I64)?;
-        let mut idx = if const_int(b, d.offsets[i]) == Some(0) {
-            ar
-        } else {
-            b.add(Opnd::Val(ar), Opnd::Val(d.offsets[i]))?
-        };
-        for _ in 0..i {
-            idx = b.expand_dims(idx, 0)?;
-        }
-        for _ in i + 1..r {
-            idx = b.expand_dims(idx, -1)?;
+    // The block's first element, `base + sum_i offsets_i * strides_i` (scalars), then each
+    // dimension's `arange * stride`: the same 64-bit sums, regrouped (addition wraps), so
+    // that a unit stride leaves `first + arange`, which the targets see as contiguous.
+    let mut first = d.base;
+    for i in 0..r {
+        if const_int(b, d.offsets[i]) == Some(0) {
+            continue;
         }
         let step = if const_int(b, d.strides[i]) == Some(1) {
-            idx
+            d.offsets[i]
         } else {
-            b.mul(Opnd::Val(idx), Opnd::Val(d.strides[i]))?
+            b.mul(Opnd::Val(d.offsets[i]), Opnd::Val(d.strides[i]))?
         };
+        first = b.add(Opnd::Val(first), Opnd::Val(step))?;
+    }
+    let mut ptr = first;
+    let mut mask: Option<Value> = None;
+    let along = |b: &mut Builder, mut v: Value, i: usize| -> Res<Value> {
+        for _ in 0..i {
+            v = b.expand_dims(v, 0)?;
+        }
+        for _ in i + 1..r {
+            v = b.expand_dims(v, -1)?;
+        }
+        Ok(v)
+    };
+    for (i, &checked) in check.iter().enumerate() {
+        let ar = b.arange(0, d.block[i] as i64)?;
+        let step = if const_int(b, d.strides[i]) == Some(1) {
+            ar
+        } else {
+            let wide = b.cast(ar, DType::I64)?;
+            b.mul(Opnd::Val(wide), Opnd::Val(d.strides[i]))?
+        };
+        let step = along(b, step, i)?;
         ptr = b.add(Opnd::Val(ptr), Opnd::Val(step))?;
         if checked {
+            let wide = b.cast(ar, DType::I64)?;
+            let idx = if const_int(b, d.offsets[i]) == Some(0) {
+                wide
+            } else {
+                b.add(Opnd::Val(wide), Opnd::Val(d.offsets[i]))?
+            };
+            let idx = along(b, idx, i)?;
             let lo = b.compare(CmpPred::Ge, Opnd::Val(idx), Opnd::Weak(Scalar::Int(0)))?;
             let hi = b.compare(CmpPred::Lt, Opnd::Val(idx), Opnd::Val(d.shape[i]))?;
             let m = b.bitwise(BinaryOp::And, Opnd::Val(lo), Opnd::Val(hi))?;
