@@ -234,11 +234,11 @@ pub fn generate_with(int_spec: bool) -> Result<Vec<(String, String)>> {
             .num_warps(c.num_warps)
             .target(target.clone());
         let prog: std::sync::Arc<CudaProgram> = codegen::cuda(&kernel, &opts)?;
-        if let Some(rw) = prog.read_write_outputs.first() {
+        if let Some(rw) = kernel.params.iter().find(|p| p.stored && p.loaded) {
             return Err(Error::Unsupported(format!(
-                "emit_gpu_bench: case {}: output `{rw}` is also read; bench.py passes outputs \
+                "emit_gpu_bench: case {}: output `{}` is also read; bench.py passes outputs \
                  uninitialised",
-                c.case
+                c.case, rw.name
             )));
         }
         let mut params = Vec::new();

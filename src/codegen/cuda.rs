@@ -19,7 +19,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use super::dialect::CUDA;
-use super::lower::{check_block_shapes, printer_of, unsupported_on, Lowering};
+use super::lower::{check_block_shapes, in_place_names, printer_of, unsupported_on, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::device::Backend;
 use crate::dtype::DType;
@@ -57,9 +57,12 @@ pub struct CudaProgram {
     pub output_dtypes: Vec<DType>,
     /// Which inputs are scalars (0-d arrays, read as `name[0]`).
     pub scalar_inputs: Vec<bool>,
-    /// Outputs the kernel also reads: the launcher must fill them with the argument's
-    /// contents (MLX outputs start fresh).
-    pub read_write_outputs: Vec<String>,
+    /// Parameters updated in place that the kernel stores to (see
+    /// [`compile_in_place`]), by index in [`Kernel::params`]: each adds an input after the
+    /// others holding the argument's contents (its index repeated in
+    /// [`CudaProgram::inputs`]) and an output after the others, the written-element flags
+    /// (`u32` in kernels with atomics, else `u8`, as [`CudaProgram::output_dtypes`] says).
+    pub in_place: Vec<usize>,
     /// Threads per block (`num_warps x 32`).
     pub threads_per_block: usize,
     /// Static shared memory the body declares, in bytes (no dynamic shared memory).
@@ -223,6 +226,18 @@ pub fn compile_with(
     opts: &LaunchOptions,
     plan: &KernelPlan,
 ) -> Result<CudaProgram> {
+    compile_in_place(kernel, opts, plan, &[])
+}
+
+/// [`compile_with`] for a launch that updates the pointer parameters `in_place` in place,
+/// as [`super::metal::compile_in_place`] describes (MLX's `cuda_kernel` outputs are fresh
+/// buffers too; the fences are `__threadfence()`).
+pub fn compile_in_place(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    plan: &KernelPlan,
+    in_place: &[usize],
+) -> Result<CudaProgram> {
     let launch_err = |msg: String| Error::Launch {
         kernel: kernel.name.clone(),
         msg,
@@ -262,6 +277,7 @@ pub fn compile_with(
     }
     plan.verify(kernel)?;
     let mut lw = Lowering::with_plan(kernel, &CUDA, opts, plan.clone());
+    lw.set_in_place(in_place)?;
     lw.compute_provenance()?;
     // Scalars arrive as 0-d arrays, i.e. pointers: read once, under a local name.
     for (p, id) in kernel.params.iter().zip(&idents) {
@@ -299,16 +315,12 @@ pub fn compile_with(
     let mut input_dtypes = Vec::new();
     let mut output_dtypes = Vec::new();
     let mut scalar_inputs = Vec::new();
-    let mut read_write = Vec::new();
     for (i, p) in kernel.params.iter().enumerate() {
         match p.kind {
             ParamKind::Ptr(dt) if p.stored => {
                 lw.cty(dt)?;
                 outputs.push(i);
                 output_dtypes.push(dt);
-                if p.loaded {
-                    read_write.push(idents[i].clone());
-                }
             }
             ParamKind::Ptr(dt) | ParamKind::Scalar(dt) => {
                 CUDA.type_name(dt).ok_or_else(|| {
@@ -328,8 +340,26 @@ pub fn compile_with(
     body.append(&mut lw.lines);
     let source = body.join("\n") + "\n";
     let header = CUDA.header(&lw.helpers);
-    let input_names: Vec<String> = inputs.iter().map(|&i| idents[i].clone()).collect();
-    let output_names: Vec<String> = outputs.iter().map(|&i| idents[i].clone()).collect();
+    let mut input_names: Vec<String> = inputs.iter().map(|&i| idents[i].clone()).collect();
+    let mut output_names: Vec<String> = outputs.iter().map(|&i| idents[i].clone()).collect();
+    let in_place: Vec<usize> = (0..kernel.params.len())
+        .filter(|&i| lw.in_place[i])
+        .collect();
+    for &i in &in_place {
+        let (src, flag) = in_place_names(i);
+        if let ParamKind::Ptr(dt) = kernel.params[i].kind {
+            inputs.push(i);
+            input_names.push(src);
+            input_dtypes.push(dt);
+            scalar_inputs.push(false);
+            output_names.push(flag);
+            output_dtypes.push(if lw.atomic_outputs {
+                DType::U32
+            } else {
+                DType::U8
+            });
+        }
+    }
     let io: Vec<String> = input_names.iter().chain(&output_names).cloned().collect();
     abi::check_source(&kernel.name, &source, &io)?;
     abi::check_source(&kernel.name, &header, &io)?;
@@ -349,7 +379,7 @@ pub fn compile_with(
         input_dtypes,
         output_dtypes,
         scalar_inputs,
-        read_write_outputs: read_write,
+        in_place,
         threads_per_block: threads,
         shared_mem_bytes: smem,
         uses_atomics: lw.atomic_outputs,
@@ -438,6 +468,26 @@ TM_ORDERED(fetch_xor, tm_at_xor)
 TM_ORDERED(exchange, tm_at_exch)
 template <typename T> __device__ inline T tm_atomic_load(const T* p) { return *(const volatile T*)p; }
 template <typename T> __device__ inline void tm_atomic_store(T* p, typename tm_id<T>::type v) { *(volatile T*)p = v; }
+"#;
+
+/// Makes element `dst` of a parameter updated in place hold the argument's value `src`
+/// before an atomic (or, in a kernel with atomics, a store) acts on it, as Metal's
+/// `tm_in_place_init` does (`metal.rs` says why it cannot deadlock); `__threadfence()`
+/// orders the copy before the published flag and the caller's atomic after it.
+pub(super) const IN_PLACE: &str = r#"
+template <typename T>
+__device__ inline void tm_in_place_init(uint* flag, T* dst, typename tm_id<T>::type src) {
+  if (*(volatile uint*)flag != 2u) {
+    if (atomicCAS(flag, 0u, 1u) == 0u) {
+      *(volatile T*)dst = src;
+      __threadfence();
+      atomicExch(flag, 2u);
+    }
+    while (*(volatile uint*)flag != 2u) {
+    }
+  }
+  __threadfence();
+}
 "#;
 
 /// Compare-and-swap (`atomicCAS` is strong) on the bits of the element: 16-, 32- and 64-bit

@@ -114,8 +114,8 @@ pub struct Dialect {
     /// Start of every header (includes, typedefs, always-needed helpers).
     pub prelude: &'static str,
     /// Helper definitions printed once each when the body uses them, by helper name
-    /// (`erf`, `atomic`, `atomic_cas`, `atomic_fminmax`, `philox`, `packed`, `minmax`, `f2i`,
-    /// `simd_fsum`).
+    /// (`erf`, `atomic`, `atomic_cas`, `atomic_fminmax`, `in_place`, `philox`, `packed`,
+    /// `minmax`, `f2i`, `simd_fsum`).
     pub helpers: &'static [(&'static str, &'static str)],
     /// Type of one chunk of a vectorised access: `{ty}` (element type) and `{n}`.
     pub vector_type: &'static str,
@@ -315,6 +315,7 @@ pub const METAL: Dialect = Dialect {
         ("atomic_cas", super::metal::ATOMIC_CAS),
         ("atomic_fminmax", super::metal::ATOMIC_FMINMAX),
         ("atomic_words", super::metal::ATOMIC_WORDS),
+        ("in_place", super::metal::IN_PLACE),
         ("philox", super::metal::PHILOX),
         ("packed", super::metal::PACKED),
         ("minmax", METAL_VALUES.0),
@@ -395,6 +396,7 @@ pub const CUDA: Dialect = Dialect {
         ("atomic", super::cuda::ATOMIC),
         ("atomic_cas", super::cuda::ATOMIC_CAS),
         ("atomic_fminmax", super::cuda::ATOMIC_FMINMAX),
+        ("in_place", super::cuda::IN_PLACE),
         ("philox", super::cuda::PHILOX),
         ("packed", super::cuda::PACKED),
         ("minmax", CUDA_MINMAX),

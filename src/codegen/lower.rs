@@ -106,6 +106,16 @@ pub(super) struct Lowering<'k> {
     pub flags: HashMap<Value, String>,
     /// The decisions this printer spells.
     pub plan: KernelPlan,
+    /// Per parameter: updated in place through a GPU dialect ([`in_place_names`]): the
+    /// program reads the argument's contents from an extra input and flags each element it
+    /// writes in an extra output.
+    pub in_place: Vec<bool>,
+}
+
+/// The generated names of parameter `i`'s extra input (the argument's contents) and flag
+/// output when it is updated in place (`tm_` names are never a parameter's identifier).
+pub(super) fn in_place_names(i: usize) -> (String, String) {
+    (format!("tm_in_{i}"), format!("tm_wr_{i}"))
 }
 
 /// What `d` offers the planner for a program of `opts.num_warps` warps.
@@ -233,6 +243,7 @@ impl<'k> Lowering<'k> {
             splits: Vec::new(),
             flags: HashMap::new(),
             plan,
+            in_place: vec![false; k.params.len()],
         };
         if k.params.iter().any(|p| lw.word_param(p)) {
             lw.helpers.insert("atomic_words");
@@ -255,6 +266,44 @@ impl<'k> Lowering<'k> {
             ParamKind::Ptr(dt) if self.word_param(p) => Some(dt),
             _ => None,
         }
+    }
+
+    /// Marks the parameters of `params` that the kernel stores to as updated in place (see
+    /// [`Lowering::in_place`]); call before lowering. An output kept in 32-bit words
+    /// ([`Dialect::word_atomic_outputs`]) cannot be: its elements share atomic words.
+    pub fn set_in_place(&mut self, params: &[usize]) -> Result<()> {
+        for &i in params {
+            let Some(p) = self.k.params.get(i) else {
+                continue;
+            };
+            if !p.stored {
+                continue;
+            }
+            if self.word_param(p) {
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    format!(
+                        "updating `{}` ({}) in place, or filling it with a value float32 \
+                         cannot hold, in a kernel with atomics (its elements share 32-bit \
+                         atomic words there); use a 32-bit dtype for it, or Target::Cpu",
+                        p.name,
+                        match p.kind {
+                            ParamKind::Ptr(dt) | ParamKind::Scalar(dt) => dt,
+                        }
+                    ),
+                ));
+            }
+            self.in_place[i] = true;
+            let (src, flag) = in_place_names(i);
+            self.names.insert(src);
+            self.names.insert(flag);
+            if self.atomic_outputs {
+                // `tm_in_place_init`, for atomics and stores to the parameter.
+                self.helpers.insert("in_place");
+            }
+        }
+        Ok(())
     }
 
     // ---- small printing helpers -------------------------------------------------------
@@ -764,6 +813,21 @@ impl<'k> Lowering<'k> {
 
     fn is_output_ptr(&self, v: Value) -> bool {
         self.prov[v.index()].is_some_and(|p| self.k.params[p].stored)
+    }
+
+    /// The parameter `v` derives from when that parameter is updated in place.
+    fn in_place_param(&self, v: Value) -> Option<usize> {
+        self.prov[v.index()].filter(|&p| self.in_place[p])
+    }
+
+    /// `e`, an atomic update of element `off` of the in-place parameter `i`, after the
+    /// element has been made to hold the argument's value (`tm_in_place_init`).
+    fn in_place_atomic(&self, i: usize, ptr: Value, off: &str, e: String) -> Result<String> {
+        let p = self.param_name(ptr)?;
+        let (src, flag) = in_place_names(i);
+        Ok(format!(
+            "(tm_in_place_init(&{flag}[{off}], &{p}[{off}], {src}[{off}]), {e})"
+        ))
     }
 
     /// Base name for values loaded through / offset from parameter `p`.
@@ -1292,12 +1356,22 @@ impl<'k> Lowering<'k> {
             let wide = if dt.size_bytes() == 8 { "8" } else { "" };
             return Ok(format!("tm_pk_load{wide}<{}>({p}, {off})", self.cty(dt)?));
         }
-        Ok(if self.atomic_outputs && self.is_output_ptr(ptr) {
-            self.d
-                .atomic_load
-                .replace("{addr}", &format!("&{p}[{off}]"))
-        } else {
-            format!("{p}[{off}]")
+        let read = |p: &str| {
+            if self.atomic_outputs && self.is_output_ptr(ptr) {
+                self.d
+                    .atomic_load
+                    .replace("{addr}", &format!("&{p}[{off}]"))
+            } else {
+                format!("{p}[{off}]")
+            }
+        };
+        Ok(match self.in_place_param(ptr) {
+            // An element the kernel has written is read back; any other is the argument's.
+            Some(i) => {
+                let (src, flag) = in_place_names(i);
+                format!("({} != 0 ? {} : {src}[{off}])", read(&flag), read(&p))
+            }
+            None => read(&p),
         })
     }
 
@@ -1418,6 +1492,7 @@ impl<'k> Lowering<'k> {
     fn whole_block_access(&self, ptr: Value, lay: BlockedLayout) -> bool {
         self.threads == 1
             && !(self.atomic_outputs && self.is_output_ptr(ptr))
+            && self.in_place_param(ptr).is_none()
             && self.axis[ptr.index()].contig >= lay.n as u64
             && matches!(self.repr(ptr), Repr::Block(_))
     }
@@ -1532,6 +1607,7 @@ impl<'k> Lowering<'k> {
                     | DType::U8
             )
             && !(self.atomic_outputs && param.stored)
+            && !self.in_place[p]
             && matches!(self.repr(ptr), Repr::Block(_));
         if !ok {
             return Ok(None);
@@ -1729,13 +1805,28 @@ impl<'k> Lowering<'k> {
                 self.cty(dt)?
             ));
         }
-        Ok(if self.atomic_outputs {
+        let store = if self.atomic_outputs {
             self.d
                 .atomic_store
                 .replace("{addr}", &format!("&{p}[{off}]"))
                 .replace("{val}", val)
         } else {
             format!("{p}[{off}] = {val};")
+        };
+        Ok(match self.in_place_param(ptr) {
+            // With atomics about, the element is first made to hold the argument's value,
+            // so an atomic's copy-in can never land after this store.
+            Some(i) if self.atomic_outputs => {
+                let (src, flag) = in_place_names(i);
+                format!(
+                    "{{ tm_in_place_init(&{flag}[{off}], &{p}[{off}], {src}[{off}]); {store} }}"
+                )
+            }
+            Some(i) => {
+                let (_, flag) = in_place_names(i);
+                format!("{{ {store} {flag}[{off}] = 1; }}")
+            }
+            None => store,
         })
     }
 
@@ -1907,7 +1998,10 @@ impl<'k> Lowering<'k> {
             // One thread updates; the old value reaches everyone through scratch.
             let c = cmp.map(|c| self.el(c, "")).unwrap_or_default();
             let (off, v) = (self.el(ptr, ""), self.el(value, ""));
-            let e = self.atomic_expr(kind, ptr, &off, (&c, &v), order)?;
+            let mut e = self.atomic_expr(kind, ptr, &off, (&c, &v), order)?;
+            if let Some(i) = self.in_place_param(ptr) {
+                e = self.in_place_atomic(i, ptr, &off, e)?;
+            }
             let mut cond = "tm_lid == 0".to_string();
             if let Some(m) = mask {
                 cond = format!("{cond} && {}", self.el(m, ""));
@@ -1929,7 +2023,10 @@ impl<'k> Lowering<'k> {
         self.open_regs(lay, guard);
         let c = cmp.map(|c| self.el(c, "tm_i")).unwrap_or_default();
         let (off, v) = (self.el(ptr, "tm_i"), self.el(value, "tm_i"));
-        let e = self.atomic_expr(kind, ptr, &off, (&c, &v), order)?;
+        let mut e = self.atomic_expr(kind, ptr, &off, (&c, &v), order)?;
+        if let Some(i) = self.in_place_param(ptr) {
+            e = self.in_place_atomic(i, ptr, &off, e)?;
+        }
         let mut conds = Vec::new();
         if guard {
             conds.push(format!("tm_l < {}u", lay.n));

@@ -4,7 +4,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use super::dialect::METAL;
-use super::lower::{check_block_shapes, printer_of, unsupported, Lowering};
+use super::lower::{check_block_shapes, in_place_names, printer_of, unsupported, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, ParamKind};
@@ -29,9 +29,16 @@ pub struct MetalProgram {
     pub inputs: Vec<usize>,
     /// For each output, its index in [`Kernel::params`].
     pub outputs: Vec<usize>,
-    /// Outputs the kernel also reads: the launcher must fill them with the argument's
-    /// contents (MLX outputs start fresh).
-    pub read_write_outputs: Vec<String>,
+    /// Parameters updated in place that the kernel stores to, by index in
+    /// [`Kernel::params`] (see [`compile_in_place`]). Each one is also in
+    /// [`MetalProgram::outputs`], and adds an input, named after the other inputs, holding
+    /// the argument's contents (its index is repeated in [`MetalProgram::inputs`]), and an
+    /// output of [`MetalProgram::flag_dtype`], named after the other outputs, that the kernel
+    /// sets nonzero at every element it writes.
+    pub in_place: Vec<usize>,
+    /// Element type of the written-element flags: `u32` in kernels with atomics (every
+    /// output is then atomic, and flags are claimed with a compare-and-swap), else `u8`.
+    pub flag_dtype: crate::DType,
     /// Threads per threadgroup (`num_warps x 32`).
     pub threads_per_threadgroup: usize,
     /// Static threadgroup memory the body declares, in bytes.
@@ -101,6 +108,24 @@ pub fn compile_with(
     opts: &LaunchOptions,
     plan: &KernelPlan,
 ) -> Result<MetalProgram> {
+    compile_in_place(kernel, opts, plan, &[])
+}
+
+/// [`compile_with`] for a launch that updates the pointer parameters `in_place` (indices
+/// in [`Kernel::params`]) in place: MLX's custom kernels only write fresh outputs and
+/// never alias an input, so each such parameter the kernel stores to becomes three
+/// buffers. The argument comes in as an extra input; the kernel writes a fresh output and
+/// sets a per-element flag (fill 0) where it writes; a load reads the output where the flag
+/// is set and the input elsewhere, so a program sees its own earlier stores; the launcher
+/// returns `where(flag, output, input)`. An atomic first makes its element hold the
+/// input's value (`tm_in_place_init`: claim the flag 0 -> 1, copy, publish 2). Parameters
+/// of `in_place` the kernel never stores to are plain inputs.
+pub fn compile_in_place(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    plan: &KernelPlan,
+    in_place: &[usize],
+) -> Result<MetalProgram> {
     let launch_err = |msg: String| Error::Launch {
         kernel: kernel.name.clone(),
         msg,
@@ -145,6 +170,7 @@ pub fn compile_with(
     }
     plan.verify(kernel)?;
     let mut lw = Lowering::with_plan(kernel, &METAL, opts, plan.clone());
+    lw.set_in_place(in_place)?;
     lw.compute_provenance()?;
     lw.region(kernel.body)?;
 
@@ -169,15 +195,11 @@ pub fn compile_with(
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     let mut word_outputs = Vec::new();
-    let mut read_write = Vec::new();
     for (i, p) in kernel.params.iter().enumerate() {
         match p.kind {
             ParamKind::Ptr(dt) if p.stored => {
                 outputs.push(i);
                 word_outputs.push(lw.atomic_outputs && dt.size_bytes() != 4);
-                if p.loaded {
-                    read_write.push(idents[i].clone());
-                }
             }
             ParamKind::Ptr(dt) | ParamKind::Scalar(dt) => {
                 METAL.type_name(dt).ok_or_else(|| {
@@ -187,8 +209,18 @@ pub fn compile_with(
             }
         }
     }
-    let input_names: Vec<String> = inputs.iter().map(|&i| idents[i].clone()).collect();
-    let output_names: Vec<String> = outputs.iter().map(|&i| idents[i].clone()).collect();
+    let in_place: Vec<usize> = (0..kernel.params.len())
+        .filter(|&i| lw.in_place[i])
+        .collect();
+    let mut input_names: Vec<String> = inputs.iter().map(|&i| idents[i].clone()).collect();
+    let mut output_names: Vec<String> = outputs.iter().map(|&i| idents[i].clone()).collect();
+    for &i in &in_place {
+        let (src, flag) = in_place_names(i);
+        inputs.push(i);
+        input_names.push(src);
+        output_names.push(flag);
+        word_outputs.push(false);
+    }
     let io: Vec<String> = input_names.iter().chain(&output_names).cloned().collect();
     abi::check_source(&kernel.name, &source, &io)?;
     abi::check_source(&kernel.name, &header, &io)?;
@@ -205,7 +237,12 @@ pub fn compile_with(
         output_names,
         inputs,
         outputs,
-        read_write_outputs: read_write,
+        in_place,
+        flag_dtype: if lw.atomic_outputs {
+            crate::DType::U32
+        } else {
+            crate::DType::U8
+        },
         threads_per_threadgroup: threads,
         threadgroup_mem_bytes: tg_bytes,
         atomic_outputs: lw.atomic_outputs,
@@ -235,6 +272,45 @@ inline float tm_erf(float x) {
   q = fma(q, x2, -7.37332916720468e-03f);
   q = fma(q, x2, -1.42647390514189e-02f);
   return x * (p / q);
+}
+"#;
+
+/// Makes element `dst` of a parameter updated in place hold the argument's value `src`
+/// before an atomic (or, in a kernel with atomics, a store) acts on it; `flag` is the
+/// element's written-flag: 0 untouched, 1 being copied, 2 ready.
+///
+/// The first thread to claim the flag (a strong 0 -> 1 compare-and-swap) copies `src` in
+/// and publishes 2; every thread leaves only once the flag is 2. It cannot deadlock: a
+/// thread waits only while the flag is 1, and a flag is 1 only after some thread won the
+/// claim, which then copies and publishes without waiting on anything. The claim loop only
+/// retries spurious failures, and the copy sits in a branch that closes before the wait
+/// loop, so a claimant finishes its copy before any thread of its own SIMD-group spins
+/// (threads of a SIMD-group that diverge reconverge at the end of the branch); a claimant
+/// in another SIMD-group or threadgroup is resident (it is running) and finishes on its own.
+/// Metal orders relaxed atomics on different addresses only through a device fence
+/// (`atomic_thread_fence`, Metal 3.2: macOS 15, where MLX compiles with 3.2): the copy is
+/// fenced before the flag is published, and a reader fences after seeing it.
+pub(super) const IN_PLACE: &str = r#"
+#if __METAL_VERSION__ < 320
+#error "an atomic on a pointer updated in place (inout) needs Metal 3.2 (macOS 15) for atomic_thread_fence"
+#endif
+template <typename T>
+inline void tm_in_place_init(device atomic<uint>* flag, device atomic<T>* dst, T src) {
+  if (atomic_load_explicit(flag, memory_order_relaxed) != 2u) {
+    uint expected = 0u;
+    bool won = false;
+    while (!won && expected == 0u) {
+      won = atomic_compare_exchange_weak_explicit(flag, &expected, 1u, memory_order_relaxed, memory_order_relaxed);
+    }
+    if (won) {
+      atomic_store_explicit(dst, src, memory_order_relaxed);
+      atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
+      atomic_store_explicit(flag, 2u, memory_order_relaxed);
+    }
+    while (atomic_load_explicit(flag, memory_order_relaxed) != 2u) {
+    }
+  }
+  atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
 }
 "#;
 

@@ -101,17 +101,40 @@ pub(crate) fn debug_enabled() -> bool {
 /// The Metal program of a kernel specialisation under `opts`, compiled once per process
 /// (keyed by [`cache_key`]).
 pub fn msl(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<MetalProgram>> {
+    msl_in_place(kernel, opts, &[])
+}
+
+/// [`msl`] for a launch updating the pointer parameters `in_place` in place
+/// ([`metal::compile_in_place`]); cached per set of such parameters too.
+pub fn msl_in_place(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    in_place: &[usize],
+) -> Result<Arc<MetalProgram>> {
     let dir = crate::cache::source_dir()?;
-    msl_with(kernel, opts, debug_enabled(), dir.as_deref())
+    msl_with(kernel, opts, in_place, debug_enabled(), dir.as_deref())
+}
+
+/// [`cache_key`] extended by the parameters updated in place (none: the same key).
+fn in_place_key(kernel: &Kernel, opts: &LaunchOptions, in_place: &[usize]) -> u64 {
+    let key = cache_key(kernel, opts);
+    if in_place.is_empty() {
+        return key;
+    }
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    in_place.hash(&mut h);
+    h.finish()
 }
 
 fn msl_with(
     kernel: &Kernel,
     opts: &LaunchOptions,
+    in_place: &[usize],
     debug: bool,
     source_dir: Option<&std::path::Path>,
 ) -> Result<Arc<MetalProgram>> {
-    let key = cache_key(kernel, opts);
+    let key = in_place_key(kernel, opts, in_place);
     if let Some(p) = cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }
@@ -119,7 +142,8 @@ fn msl_with(
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
         eprintln!("[triton-metal] layout plan:\n{}", metal::plan(kernel, opts));
     }
-    let prog = Arc::new(metal::compile(kernel, opts)?);
+    let plan = metal::plan(kernel, opts);
+    let prog = Arc::new(metal::compile_in_place(kernel, opts, &plan, in_place)?);
     if debug {
         eprintln!(
             "[triton-metal] lowered for {} ({} warps):\n{}",
@@ -157,7 +181,17 @@ fn cuda_cache() -> &'static Mutex<HashMap<u64, Arc<CudaProgram>>> {
 /// [`cache_key`]). `TRITON_METAL_DEBUG` and `TRITON_METAL_CACHE_DIR` work as for [`msl`];
 /// the folder gets `<name>.cu`, the [`CudaProgram::standalone`] translation unit.
 pub fn cuda(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<CudaProgram>> {
-    let key = cache_key(kernel, opts);
+    cuda_in_place(kernel, opts, &[])
+}
+
+/// [`cuda`] for a launch updating the pointer parameters `in_place` in place
+/// ([`cuda::compile_in_place`]); cached per set of such parameters too.
+pub fn cuda_in_place(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    in_place: &[usize],
+) -> Result<Arc<CudaProgram>> {
+    let key = in_place_key(kernel, opts, in_place);
     if let Some(p) = cuda_cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }
@@ -166,7 +200,8 @@ pub fn cuda(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<CudaProgram>> {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
         eprintln!("[triton-metal] layout plan:\n{}", cuda::plan(kernel, opts));
     }
-    let prog = Arc::new(cuda::compile(kernel, opts)?);
+    let plan = cuda::plan(kernel, opts);
+    let prog = Arc::new(cuda::compile_in_place(kernel, opts, &plan, in_place)?);
     if debug {
         eprintln!(
             "[triton-metal] lowered for {} ({} warps):\n{}",

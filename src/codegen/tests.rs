@@ -729,7 +729,14 @@ fn reverse_lane_order_catches_a_missing_barrier() {
 fn debug_dump_and_source_cache_folder() {
     let dir = std::env::temp_dir().join(format!("tm-codegen-cache-{}", std::process::id()));
     let k = build("cached_kernel", &[("BLOCK_SIZE", 32)], vector_add);
-    let p = msl_with(&k, &LaunchOptions::default().num_warps(1), true, Some(&dir)).unwrap();
+    let p = msl_with(
+        &k,
+        &LaunchOptions::default().num_warps(1),
+        &[],
+        true,
+        Some(&dir),
+    )
+    .unwrap();
     let text = std::fs::read_to_string(dir.join(format!("{}.metal", p.name))).unwrap();
     assert!(text.contains(&p.source));
     let _ = std::fs::remove_dir_all(&dir);

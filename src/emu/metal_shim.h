@@ -932,6 +932,12 @@ template <class T, class I> inline T quad_shuffle_up(T v, I delta) {
 // loads, stores, exchanges and adds; `atomic_bool` only loads, stores, exchanges and
 // compares-and-exchanges. Anything else is a compile error, as on Metal.
 enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release, memory_order_acq_rel, memory_order_seq_cst };
+// Metal 3.2's fence (macOS 15): orders the calling thread's device-memory accesses around
+// it for the threads of `scope`; on the CPU a sequentially consistent fence does that.
+enum thread_scope { thread_scope_thread, thread_scope_simdgroup, thread_scope_threadgroup, thread_scope_device };
+inline void atomic_thread_fence(mem_flags, memory_order, thread_scope = thread_scope_device) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 template <class T> struct atomic {
   T value;
 };
@@ -1223,7 +1229,7 @@ using namespace metal;
 #define M_SQRT2_F 1.41421356237309504880f
 #define M_SQRT1_2_F 0.70710678118654752440f
 #define METAL_FUNC inline
-#define __METAL_VERSION__ 310
+#define __METAL_VERSION__ 320
 
 // Address spaces (see TM_AS_DEVICE); function qualifiers carry no meaning on the CPU.
 #define device TM_AS_DEVICE

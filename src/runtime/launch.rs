@@ -2,8 +2,49 @@
 //!
 //! Pointer parameters take MLX [`Array`]s; pointers the kernel stores to are outputs: the
 //! caller gives their shape and dtype ([`out`], [`out_like`]) and optionally a fill value,
-//! and `run` returns them as new lazy arrays, in parameter order. Scalars are Rust values;
-//! constexprs are given by name and select (and cache) a specialisation.
+//! or an array to update in place ([`inout`]), and `run` returns them as new lazy arrays,
+//! in parameter order. Scalars are Rust values; constexprs are given by name and select
+//! (and cache) a specialisation.
+//!
+//! # Updating arrays in place
+//!
+//! MLX arrays are immutable, and MLX's custom kernels (`fast::metal_kernel`,
+//! `fast::cuda_kernel`) always write fresh outputs that never alias an input. An
+//! [`inout`] argument therefore gives a new array: the argument's contents with the
+//! kernel's stores applied, with Triton's semantics for a tensor updated in place. A
+//! program reads back its own earlier stores, elements no program stores keep the
+//! argument's values, and atomics act on the argument's values. How each target does it:
+//!
+//! - The CPU targets ([`Target::Cpu`], [`Target::CpuCompiled`]) copy the argument into the
+//!   output buffer when the launch runs, before any program starts: the kernel then runs on
+//!   it as on any output.
+//! - Metal, CUDA and emulated Metal cannot do that in one launch: the kernel's programs run
+//!   concurrently, and a program copying elements in could overwrite another program's
+//!   stores. The generated kernel instead takes the argument as an extra input and writes
+//!   a fresh output plus a per-element flag (starting at 0). A store writes the output and
+//!   sets the flag; a load reads the output where the flag is set and the argument
+//!   elsewhere; the launch returns `where(flag, output, argument)`, a plain lazy MLX op.
+//!   An atomic first makes its element hold the argument's value: the first thread to
+//!   claim the element's flag (a compare-and-swap 0 -> 1) copies it in and publishes 2,
+//!   the others wait for 2. The copy sits in a branch that closes before the wait loop,
+//!   so no SIMD-group waits on one of its own threads, and a thread waits only on a
+//!   claimant that is running and never waits itself: the protocol cannot deadlock. Its
+//!   cost is one flag byte (a `u32` in kernels with atomics) read or written per access
+//!   and one `where` over the array after the kernel; Metal needs 3.2 (macOS 15) for the
+//!   fences of the atomic protocol.
+//!
+//! The argument itself is not changed, and other arguments of the same launch that are
+//! the same array still read its original contents: pass an array once, as [`inout`], when
+//! the kernel must see its own stores through it. Views and non-contiguous arrays are read
+//! through their logical (row-major) order, as every input is; the result is a new
+//! row-major array of the same shape.
+//!
+//! `out(..)` is only for pointers the kernel writes: a pointer it only reads is an input
+//! (pass the array), and one it reads (a load or an atomic) as well as writes needs initial
+//! contents, [`inout`] or [`Arg::fill`]; both are errors otherwise. Fills are exact in the
+//! output's dtype on every target (an `i64` output filled with `(1 << 62) + 1` holds that):
+//! on Metal and CUDA a fill MLX's float32 init value cannot carry runs as an in-place
+//! update of an array of the fill.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,7 +58,7 @@ use crate::dtype::DType;
 use crate::emu::{self, EmuBuffer, LaneOrder};
 use crate::error::{Error, Result};
 use crate::exec::{ExecArg, ReduceStrategy};
-use crate::ir::{Kernel, ParamKind};
+use crate::ir::{Kernel, Op, ParamKind};
 use crate::opt::HardwareProfile;
 use crate::passes::{specializable, IntFact, IntSpec, PassOptions};
 use crate::runtime::mlx_kernel::{
@@ -191,9 +232,12 @@ pub enum Arg {
         shape: Vec<usize>,
         /// Element type (must match the pointer's).
         dtype: DType,
-        /// Value every element holds before the kernel runs.
-        fill: Option<f64>,
+        /// Value every element holds before the kernel runs (converted exactly to `dtype`).
+        fill: Option<Scalar>,
     },
+    /// A pointer parameter updated in place: the result is a new array holding this
+    /// array's contents with the kernel's stores applied ([`inout`]).
+    InOut(Array),
     /// A scalar parameter.
     Scalar(Scalar),
 }
@@ -216,18 +260,67 @@ pub fn out_like(like: &Array) -> Arg {
     }
 }
 
+/// A pointer parameter updated in place, Triton's way of passing a tensor the kernel reads
+/// and writes (`x = load(p); store(p, x * s)`, accumulating into an array, optimizer
+/// steps, atomics on existing data): the launch returns a new array holding `a`'s contents
+/// with the kernel's stores applied, in parameter order among the outputs. A program reads
+/// its own earlier stores, elements nobody stores keep `a`'s values, atomics act on `a`'s
+/// values; `a` itself is unchanged (MLX arrays are immutable). Its dtype must be the
+/// pointer's; any shape and layout (views included) is taken in row-major order. See the
+/// [module documentation](self#updating-arrays-in-place) for how each target does it.
+///
+/// ```
+/// use triton_metal::runtime::{inout, Target};
+/// use triton_metal::{jit, tl, Array};
+///
+/// #[jit]
+/// fn scale(x_ptr: Ptr<F32>, s: f32, n: i32, BLOCK: Constexpr) {
+///     let offs = tl::program_id(axis = 0) * BLOCK + tl::arange(0, BLOCK);
+///     let x = tl::load(x_ptr + offs, mask = offs < n);
+///     tl::store(x_ptr + offs, x * s, mask = offs < n);
+/// }
+///
+/// let x = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3])?;
+/// let [y] = scale()?.launch().grid([1]).args((inout(&x), 2.0f32, 3i32))
+///     .constexpr("BLOCK", 4).target(Target::Cpu).run()?.try_into().unwrap();
+/// assert_eq!(y.to_vec::<f32>()?, [2.0, 4.0, 6.0]);
+/// assert_eq!(x.to_vec::<f32>()?, [1.0, 2.0, 3.0]);
+/// # Ok::<(), triton_metal::Error>(())
+/// ```
+pub fn inout(a: &Array) -> Arg {
+    Arg::InOut(a.clone())
+}
+
 impl Arg {
     /// Sets an output's initial value (e.g. `f64::NAN` to poison unwritten elements, or 0
-    /// for atomic accumulation). No effect on other arguments.
-    pub fn fill(self, value: f64) -> Arg {
+    /// for atomic accumulation), held exactly in the output's dtype on every target: a float
+    /// for float outputs, an integer (or an integral float) in range for integer ones, so
+    /// `.fill(i64::MAX)` fills an `i64` output exactly. No effect on other arguments.
+    pub fn fill(self, value: impl Into<Scalar>) -> Arg {
         match self {
             Arg::Out { shape, dtype, .. } => Arg::Out {
                 shape,
                 dtype,
-                fill: Some(value),
+                fill: Some(value.into()),
             },
             other => other,
         }
+    }
+}
+
+macro_rules! scalar_value_from {
+    ($($t:ty => $v:ident as $c:ty),*) => {$(
+        impl From<$t> for Scalar {
+            fn from(x: $t) -> Scalar { Scalar::$v(x as $c) }
+        }
+    )*};
+}
+scalar_value_from!(i8 => Int as i64, i16 => Int as i64, i32 => Int as i64, i64 => Int as i64,
+    u8 => Int as i64, u16 => Int as i64, u32 => Int as i64, f32 => Float as f64,
+    f64 => Float as f64);
+impl From<bool> for Scalar {
+    fn from(b: bool) -> Scalar {
+        Scalar::Bool(b)
     }
 }
 
@@ -622,18 +715,24 @@ impl<'k> Launch<'k> {
                 run_cpu(kernel, grid, plan, CpuRun::Compiled)
             }
             Target::Metal => {
-                let prog = self.metal_program(&kernel)?;
+                let mut plan = plan;
+                let init = gpu_fills(&kernel, &mut plan, true)?;
+                let prog = self.metal_program(&kernel, &in_place_params(&kernel, &plan))?;
                 self.check_metal_threads(&prog, grid)?;
-                run_metal(&kernel, &prog, grid, &plan)
+                run_metal(&kernel, &prog, grid, &plan, init)
             }
             Target::Cuda => {
-                let prog = self.cuda_program(&kernel)?;
-                run_cuda(&kernel, &prog, grid, &plan)
+                let mut plan = plan;
+                let init = gpu_fills(&kernel, &mut plan, false)?;
+                let prog = self.cuda_program(&kernel, &in_place_params(&kernel, &plan))?;
+                run_cuda(&kernel, &prog, grid, &plan, init)
             }
             Target::Emulated(order) => {
-                let prog = self.metal_program(&kernel)?;
+                let mut plan = plan;
+                let init = gpu_fills(&kernel, &mut plan, true)?;
+                let prog = self.metal_program(&kernel, &in_place_params(&kernel, &plan))?;
                 self.check_metal_threads(&prog, grid)?;
-                run_emulated(&kernel, &prog, grid, &plan, order)
+                run_emulated(&kernel, &prog, grid, &plan, (order, init))
             }
         })();
         run.map_err(|e| with_kernel(e, &name))
@@ -654,10 +753,23 @@ impl<'k> Launch<'k> {
         Ok(())
     }
 
-    /// The Metal program this launch would run (generated once per kernel and options).
+    /// The Metal program this launch would run (generated once per kernel, options and set
+    /// of parameters updated in place: those of [`inout`] arguments, and outputs whose fill
+    /// MLX's float32 init value cannot carry, once the arguments are given).
     pub fn msl(&self) -> Result<Arc<MetalProgram>> {
         let kernel = self.specialize_for(true)?;
-        self.metal_program(&kernel)
+        let in_place = self.gpu_in_place(&kernel, true)?;
+        self.metal_program(&kernel, &in_place)
+    }
+
+    /// The parameters a GPU launch (`metal` or CUDA) of these arguments updates in place
+    /// (none when the arguments do not bind yet).
+    fn gpu_in_place(&self, kernel: &Kernel, metal: bool) -> Result<Vec<usize>> {
+        let Ok(mut plan) = self.bind(kernel) else {
+            return Ok(Vec::new());
+        };
+        gpu_fills(kernel, &mut plan, metal)?;
+        Ok(in_place_params(kernel, &plan))
     }
 
     /// The launch [`Target::Emulated`] would make: the generated MSL with its inputs bound
@@ -677,19 +789,22 @@ impl<'k> Launch<'k> {
             )));
         }
         check_grid(grid).map_err(|m| self.err(m))?;
-        let plan = self.bind(&kernel)?;
-        let prog = self.metal_program(&kernel)?;
+        let mut plan = self.bind(&kernel)?;
+        let init = gpu_fills(&kernel, &mut plan, true)?;
+        let prog = self.metal_program(&kernel, &in_place_params(&kernel, &plan))?;
         let unstored = unstored_outputs(&prog.outputs, &plan)?;
-        emulated_launch(&kernel, &prog, grid, &plan, &unstored)
+        emulated_launch(&kernel, &prog, grid, &plan, (&unstored, init))
     }
 
-    /// The CUDA program this launch would run on an NVIDIA GPU.
+    /// The CUDA program this launch would run on an NVIDIA GPU (see [`Launch::msl`] for
+    /// parameters updated in place).
     pub fn cuda(&self) -> Result<Arc<CudaProgram>> {
         let kernel = self.specialize_for(true)?;
-        self.cuda_program(&kernel)
+        let in_place = self.gpu_in_place(&kernel, false)?;
+        self.cuda_program(&kernel, &in_place)
     }
 
-    fn cuda_program(&self, kernel: &Kernel) -> Result<Arc<CudaProgram>> {
+    fn cuda_program(&self, kernel: &Kernel, in_place: &[usize]) -> Result<Arc<CudaProgram>> {
         // The NVIDIA GPU at hand (or TRITON_METAL_HW); otherwise sm_80, the oldest
         // architecture MLX's CUDA back end targets.
         let target = match HardwareProfile::detect()? {
@@ -701,10 +816,10 @@ impl<'k> Launch<'k> {
             reduction_layout: self.reduction_layout,
             target,
         };
-        codegen::cuda(kernel, &opts)
+        codegen::cuda_in_place(kernel, &opts, in_place)
     }
 
-    fn metal_program(&self, kernel: &Kernel) -> Result<Arc<MetalProgram>> {
+    fn metal_program(&self, kernel: &Kernel, in_place: &[usize]) -> Result<Arc<MetalProgram>> {
         // Plan for the Apple GPU at hand, or the one TRITON_METAL_HW names; when neither
         // is Metal (emulating on Linux), for the most constrained one (M1).
         let target = match HardwareProfile::detect()? {
@@ -716,7 +831,7 @@ impl<'k> Launch<'k> {
             reduction_layout: self.reduction_layout,
             target,
         };
-        codegen::msl(kernel, &opts)
+        codegen::msl_in_place(kernel, &opts, in_place)
     }
 
     /// Matches arguments to parameters, checking count, kinds, dtypes and ranges.
@@ -751,7 +866,9 @@ impl<'k> Launch<'k> {
                     if p.stored {
                         return Err(self.err(format!(
                             "{at}: the kernel stores through this pointer, so it is an output: \
-                             pass out(shape, dtype) or out_like(&array) (MLX arrays are immutable)"
+                             pass inout(&array) to update this array (the result is a new \
+                             array: MLX arrays are immutable), or out(shape, dtype) / \
+                             out_like(&array) for a fresh one"
                         )));
                     }
                     bound.slots.push(Slot::Input);
@@ -763,16 +880,51 @@ impl<'k> Launch<'k> {
                             "{at}: output dtype {dtype} does not match the pointer's {d}"
                         )));
                     }
+                    if p.loaded && !p.stored {
+                        return Err(self.err(format!(
+                            "{at}: the kernel only reads through this pointer, so it is an \
+                             input: pass the array itself, not out(..)"
+                        )));
+                    }
+                    // Outputs start uninitialised, like MLX's own kernels, unless a fill is
+                    // asked for; one the kernel reads must be given contents.
+                    let init = match fill {
+                        Some(v) => Init::Fill(
+                            fill_value(*v, d).map_err(|m| self.err(format!("{at}: fill: {m}")))?,
+                        ),
+                        None if p.loaded => {
+                            return Err(self.err(format!(
+                                "{at}: the kernel reads this output (a load or an atomic) as \
+                                 well as writing it, and out(..) gives it no contents: pass \
+                                 inout(&array) to update an existing array, or \
+                                 out(..).fill(value) (e.g. .fill(0) to accumulate with atomics)"
+                            )))
+                        }
+                        None => Init::None,
+                    };
                     bound.slots.push(Slot::Output);
-                    // Outputs start uninitialised, like MLX's own kernels, unless a fill
-                    // is asked for or the kernel reads the buffer before writing it.
-                    let fill = fill.or(if p.loaded { Some(0.0) } else { None });
                     bound.outputs.push((
                         OutputSpec {
                             shape: shape.clone(),
                             dtype: *dtype,
                         },
-                        fill,
+                        init,
+                    ));
+                }
+                (ParamKind::Ptr(d), Arg::InOut(arr)) => {
+                    if arr.dtype() != d {
+                        return Err(self.err(format!(
+                            "{at}: expected an array of {d} to update in place, got {}",
+                            arr.dtype()
+                        )));
+                    }
+                    bound.slots.push(Slot::Output);
+                    bound.outputs.push((
+                        OutputSpec {
+                            shape: arr.shape(),
+                            dtype: d,
+                        },
+                        Init::From(arr.clone()),
                     ));
                 }
                 (ParamKind::Ptr(d), Arg::Scalar(s)) => {
@@ -914,18 +1066,47 @@ fn check_scalar(s: Scalar, d: DType) -> std::result::Result<ScalarValue, String>
     }
 }
 
+/// A fill value converted exactly to the output's dtype: integers in range (an integral
+/// float fills an integer output), floats as a float literal would be.
+fn fill_value(s: Scalar, d: DType) -> std::result::Result<ScalarValue, String> {
+    match s {
+        Scalar::Float(v) if !d.is_float() => {
+            // -2^63 and 2^63: i64's range.
+            let limit = 2f64.powi(63);
+            if v.fract() == 0.0 && (-limit..limit).contains(&v) {
+                check_scalar(Scalar::Int(v as i64), d)
+            } else {
+                Err(format!("{v} is not a value of {d}"))
+            }
+        }
+        s => check_scalar(s, d),
+    }
+}
+
 #[derive(Debug)]
 enum Slot {
     Input,
+    /// An output: `out(..)` or `inout(..)` (the output's [`Init`] says which).
     Output,
     Scalar(ScalarValue),
+}
+
+/// What an output holds before the kernel runs.
+#[derive(Clone, Debug)]
+enum Init {
+    /// Nothing defined (the kernel writes every element it reads, or nothing reads it).
+    None,
+    /// Every element holds this value, exact in the output's dtype.
+    Fill(ScalarValue),
+    /// The contents of this array, of the output's shape and dtype (`inout`).
+    From(Array),
 }
 
 #[derive(Default)]
 struct Bound {
     slots: Vec<Slot>,
     inputs: Vec<Array>,
-    outputs: Vec<(OutputSpec, Option<f64>)>,
+    outputs: Vec<(OutputSpec, Init)>,
 }
 
 /// Refuses a launch whose outputs and not yet computed inputs, which all exist at once while
@@ -939,12 +1120,22 @@ fn check_memory(kernel: &Kernel, plan: &Bound) -> Result<()> {
     for (p, slot) in kernel.params.iter().zip(&plan.slots) {
         let (bytes, what) = match slot {
             Slot::Output => {
-                let Some((o, _)) = outs.next() else { continue };
+                let Some((o, init)) = outs.next() else {
+                    continue;
+                };
                 let b = o
                     .shape
                     .iter()
                     .try_fold(o.dtype.size_bytes(), |a, &d| a.checked_mul(d));
-                (b, format!("output `{}` {:?} {}", p.name, o.shape, o.dtype))
+                // An array updated in place may itself still be to compute.
+                let pending = match init {
+                    Init::From(a) => crate::ffi::bridge::array_pending_bytes(a.raw()),
+                    _ => 0,
+                };
+                (
+                    b.and_then(|b| b.checked_add(pending)),
+                    format!("output `{}` {:?} {}", p.name, o.shape, o.dtype),
+                )
             }
             Slot::Input => {
                 let Some(a) = ins.next() else { continue };
@@ -1008,23 +1199,58 @@ enum CpuRun {
     Compiled,
 }
 
+/// How a CPU output buffer is prepared before the kernel runs.
+enum CpuInit {
+    None,
+    /// One element's bytes, repeated.
+    Fill(Vec<u8>),
+    /// A copy of the primitive's input of this index (an array updated in place).
+    Copy(usize),
+}
+
 fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound, how: CpuRun) -> Result<Vec<Array>> {
     let Bound {
         slots,
-        inputs,
+        mut inputs,
         outputs,
     } = plan;
-    let fills: Vec<(DType, Option<f64>)> = outputs.iter().map(|(o, f)| (o.dtype, *f)).collect();
-    let specs: Vec<OutputSpec> = outputs.into_iter().map(|(o, _)| o).collect();
+    // Arrays updated in place go to the primitive as inputs after the others, and are
+    // copied into their output buffers before any program runs.
+    let mut specs = Vec::with_capacity(outputs.len());
+    let mut inits = Vec::with_capacity(outputs.len());
+    let regular_inputs = inputs.len();
+    for (spec, init) in outputs {
+        inits.push(match init {
+            Init::None => CpuInit::None,
+            Init::Fill(v) => CpuInit::Fill(scalar_bytes(v, spec.dtype)),
+            Init::From(a) => {
+                inputs.push(a);
+                CpuInit::Copy(inputs.len() - 1)
+            }
+        });
+        specs.push(spec);
+    }
     let name = kernel.name.clone();
     let body = move |ins: &[&[u8]], outs: &mut [&mut [u8]]| -> Result<()> {
-        for (buf, (dtype, fill)) in outs.iter_mut().zip(&fills) {
-            if let Some(v) = fill {
-                fill_bytes(buf, *dtype, *v);
+        for (buf, init) in outs.iter_mut().zip(&inits) {
+            match init {
+                CpuInit::None => {}
+                CpuInit::Fill(one) => fill_pattern(buf, one),
+                CpuInit::Copy(k) => match ins.get(*k) {
+                    Some(src) if src.len() == buf.len() => buf.copy_from_slice(src),
+                    _ => {
+                        return Err(Error::Runtime {
+                            kernel: kernel.name.clone(),
+                            msg: "internal: an array updated in place does not match its \
+                                  output buffer"
+                                .into(),
+                        })
+                    }
+                },
             }
         }
         // Slots list inputs and outputs in parameter order, each list in its own order.
-        let mut ins = ins.iter();
+        let mut ins = ins[..regular_inputs.min(ins.len())].iter();
         let mut outs = outs.iter_mut();
         let mut args = Vec::with_capacity(slots.len());
         for slot in &slots {
@@ -1066,17 +1292,21 @@ pub(crate) fn fill_bytes(buf: &mut [u8], dtype: DType, value: f64) {
         DType::F32 => (value as f32).to_ne_bytes().to_vec(),
         DType::F64 => value.to_ne_bytes().to_vec(),
     };
+    fill_pattern(buf, &one);
+}
+
+/// Fills a buffer with copies of one element's bytes.
+fn fill_pattern(buf: &mut [u8], one: &[u8]) {
     if one.iter().all(|&b| b == one[0]) {
         buf.fill(one[0]);
     } else {
         for chunk in buf.chunks_exact_mut(one.len()) {
-            chunk.copy_from_slice(&one);
+            chunk.copy_from_slice(one);
         }
     }
 }
 
-/// Raw bytes of a scalar argument in its parameter's dtype (for GPU launches, where scalars
-/// are 0-d inputs).
+/// Raw bytes of a scalar (an argument or a fill) in `dtype`, exact for integers.
 fn scalar_bytes(v: ScalarValue, dtype: DType) -> Vec<u8> {
     let mut buf = vec![0u8; dtype.size_bytes()];
     let value = match v {
@@ -1105,42 +1335,222 @@ fn output_params(plan: &Bound) -> Vec<usize> {
         .collect()
 }
 
+/// The float MLX's custom kernels start every output from (`init_value`) where it gives
+/// exactly the fill `v` in `dtype` (a NaN fill of a float output: any NaN).
+fn init_carries(init: f32, v: ScalarValue, dtype: DType) -> bool {
+    let want = scalar_bytes(v, dtype);
+    let mut got = vec![0u8; dtype.size_bytes()];
+    fill_bytes(&mut got, dtype, init as f64);
+    let nan = matches!(v, ScalarValue::Float(f) if f.is_nan()) && init.is_nan();
+    want == got || (nan && dtype.is_float())
+}
+
+/// The float a fill would be given to MLX as.
+fn as_init(v: ScalarValue) -> f32 {
+    match v {
+        ScalarValue::Int(i) => i as f32,
+        ScalarValue::Float(f) => f as f32,
+    }
+}
+
+/// Prepares the outputs of a GPU launch (Metal, CUDA, emulated Metal): MLX's custom kernels
+/// start every output from one float32 value, so fills it cannot carry exactly (another
+/// fill, a value float32 rounds, or any nonzero fill where written-element flags must
+/// start at 0) become in-place updates of an array holding the fill. On Metal (`metal`)
+/// the outputs of a kernel with atomics that are not 32-bit live in 32-bit words
+/// (`MetalProgram::word_outputs`): their fill must be a word pattern of the common value,
+/// else the launch is refused. Returns the value to start the outputs from, if any.
+fn gpu_fills(kernel: &Kernel, plan: &mut Bound, metal: bool) -> Result<Option<f32>> {
+    let params = output_params(plan);
+    let stored = |i: usize| kernel.params.get(i).is_some_and(|p| p.stored);
+    let atomics = kernel
+        .ops
+        .iter()
+        .any(|o| matches!(o.op, Op::AtomicRmw { .. } | Op::AtomicCas { .. }));
+    let in_words = |d: DType| metal && atomics && d.size_bytes() != 4;
+    // The float that starts an output of `d` holding `v`, if one does.
+    let carrier = |v: ScalarValue, d: DType| {
+        if in_words(d) {
+            super::words::init_for(d, &scalar_bytes(v, d))
+        } else {
+            Some(as_init(v)).filter(|&f| init_carries(f, v, d))
+        }
+    };
+    let carries = |f: f32, v: ScalarValue, d: DType| {
+        if in_words(d) {
+            carrier(v, d).map(f32::to_bits) == Some(f.to_bits())
+        } else {
+            init_carries(f, v, d)
+        }
+    };
+    // Outputs never stored are made on the host (`unstored_outputs`), exactly.
+    let in_place = params
+        .iter()
+        .zip(&plan.outputs)
+        .any(|(&i, (_, init))| stored(i) && matches!(init, Init::From(_)));
+    let mut init: Option<f32> = if in_place {
+        Some(0.0)
+    } else {
+        params
+            .iter()
+            .zip(&plan.outputs)
+            .find_map(|(&i, (o, init))| match init {
+                Init::Fill(v) if stored(i) => carrier(*v, o.dtype),
+                _ => None,
+            })
+    };
+    loop {
+        let mut lowered = false;
+        for (&i, (spec, out_init)) in params.iter().zip(plan.outputs.iter_mut()) {
+            let Init::Fill(v) = *out_init else { continue };
+            if !stored(i) || init.is_some_and(|f| carries(f, v, spec.dtype)) {
+                continue;
+            }
+            if in_words(spec.dtype) {
+                let name = kernel.params.get(i).map_or("", |p| p.name.as_str());
+                return Err(Error::Unsupported(format!(
+                    "kernel `{}`: output `{name}` ({}) is filled with {}, but in a kernel with \
+                     atomics Metal holds it in 32-bit words, which MLX's float init value \
+                     ({}) cannot fill with that pattern; store the value from the kernel, or \
+                     run on Target::Cpu, Target::CpuCompiled or CUDA",
+                    kernel.name,
+                    spec.dtype,
+                    match v {
+                        ScalarValue::Int(x) => x.to_string(),
+                        ScalarValue::Float(x) => x.to_string(),
+                    },
+                    init.map_or("none".to_string(), |f| f.to_string()),
+                )));
+            }
+            let one = Array::from_bytes(&scalar_bytes(v, spec.dtype), &[], spec.dtype)?;
+            *out_init = Init::From(crate::mlx::broadcast_to(&one, &spec.shape)?);
+            lowered = true;
+        }
+        // Flags now exist and start at 0: fills kept under another value must be rechecked.
+        if lowered && init.map(f32::to_bits) != Some(0) {
+            init = Some(0.0);
+            continue;
+        }
+        return Ok(init);
+    }
+}
+
+/// The specs MLX allocates for a program's outputs: those kept in 32-bit words as words.
+fn in_words(specs: Vec<OutputSpec>, words: &[bool]) -> Vec<OutputSpec> {
+    specs
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| match words.get(i) {
+            Some(true) => super::words::spec(&o),
+            _ => o,
+        })
+        .collect()
+}
+
+/// The program's outputs with each one kept in words read back as its own spec.
+fn from_words(outs: Vec<Array>, specs: &[OutputSpec], words: &[bool]) -> Result<Vec<Array>> {
+    outs.into_iter()
+        .enumerate()
+        .map(|(i, a)| match (words.get(i), specs.get(i)) {
+            (Some(true), Some(o)) => super::words::read(&a, o),
+            _ => Ok(a),
+        })
+        .collect()
+}
+
+/// The parameters a GPU launch updates in place (the kernel stores to them and the
+/// argument gives their contents), after [`gpu_fills`].
+fn in_place_params(kernel: &Kernel, plan: &Bound) -> Vec<usize> {
+    output_params(plan)
+        .into_iter()
+        .zip(&plan.outputs)
+        .filter(|(i, (_, init))| {
+            matches!(init, Init::From(_)) && kernel.params.get(*i).is_some_and(|p| p.stored)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// Outputs this specialisation never stores to (not outputs of the GPU program): made here,
-/// holding their fill (zeros without one) exactly, passed as inputs where the program reads
-/// them, and returned as they are. By parameter index.
+/// holding their fill (zeros without one) exactly or the array they update in place,
+/// passed as inputs where the program reads them, and returned as they are. By parameter
+/// index.
 fn unstored_outputs(prog_outputs: &[usize], plan: &Bound) -> Result<Vec<(usize, Array)>> {
     let mut made = Vec::new();
-    for (i, (spec, fill)) in output_params(plan).into_iter().zip(&plan.outputs) {
+    for (i, (spec, init)) in output_params(plan).into_iter().zip(&plan.outputs) {
         if prog_outputs.contains(&i) {
             continue;
         }
-        let n: usize = spec.shape.iter().product();
-        let mut bytes = vec![0u8; n * spec.dtype.size_bytes()];
-        if let Some(v) = fill {
-            fill_bytes(&mut bytes, spec.dtype, *v);
-        }
-        made.push((i, Array::from_bytes(&bytes, &spec.shape, spec.dtype)?));
+        let array = match init {
+            Init::From(a) => a.clone(),
+            Init::None | Init::Fill(_) => {
+                let n: usize = spec.shape.iter().product();
+                let mut bytes = vec![0u8; n * spec.dtype.size_bytes()];
+                if let Init::Fill(v) = init {
+                    fill_pattern(&mut bytes, &scalar_bytes(*v, spec.dtype));
+                }
+                Array::from_bytes(&bytes, &spec.shape, spec.dtype)?
+            }
+        };
+        made.push((i, array));
     }
     Ok(made)
 }
 
-/// The launch's outputs in parameter order: the GPU program's (in its order, which is
-/// parameter order) merged with the unstored ones.
-fn merge_outputs(plan: &Bound, from_gpu: Vec<Array>, unstored: Vec<(usize, Array)>) -> Vec<Array> {
+/// The launch's outputs in parameter order from the GPU program's (its outputs in parameter
+/// order, then one written-element flag per parameter of `in_place`): each in-place
+/// output becomes `where(flag, output, argument)`; the unstored ones are merged in.
+fn gpu_results(
+    kernel: &Kernel,
+    plan: &Bound,
+    (prog_outputs, in_place): (&[usize], &[usize]),
+    mut from_gpu: Vec<Array>,
+    unstored: Vec<(usize, Array)>,
+) -> Result<Vec<Array>> {
+    if from_gpu.len() != prog_outputs.len() + in_place.len() {
+        return Err(Error::Launch {
+            kernel: kernel.name.clone(),
+            msg: format!(
+                "internal: the GPU program returned {} arrays, expected {}",
+                from_gpu.len(),
+                prog_outputs.len() + in_place.len()
+            ),
+        });
+    }
+    let flags = from_gpu.split_off(prog_outputs.len());
+    let params = output_params(plan);
+    for (i, flag) in in_place.iter().zip(flags) {
+        let source = params
+            .iter()
+            .zip(&plan.outputs)
+            .find_map(|(j, (_, init))| match init {
+                Init::From(a) if j == i => Some(a),
+                _ => None,
+            });
+        let at = prog_outputs.iter().position(|j| j == i);
+        let (Some(source), Some(at)) = (source, at) else {
+            return Err(Error::Launch {
+                kernel: kernel.name.clone(),
+                msg: format!("internal: no argument for the in-place parameter {i}"),
+            });
+        };
+        let written = crate::mlx::astype(&flag, DType::Bool)?;
+        from_gpu[at] = crate::mlx::where_(&written, &from_gpu[at], source)?;
+    }
     let mut gpu = from_gpu.into_iter();
     let mut made = unstored.into_iter().peekable();
-    output_params(plan)
+    Ok(params
         .into_iter()
         .filter_map(|i| match made.peek() {
             Some((j, _)) if *j == i => made.next().map(|(_, a)| a),
             _ => gpu.next(),
         })
-        .collect()
+        .collect())
 }
 
 /// Input arrays in the program's input order: pointer arguments as given, scalars as 0-d
-/// arrays of their parameter's dtype, outputs the program only reads as made by
-/// [`unstored_outputs`].
+/// arrays of their parameter's dtype, arrays updated in place (the extra inputs of their
+/// parameters), outputs the program only reads as made by [`unstored_outputs`].
 fn gpu_inputs(
     kernel: &Kernel,
     prog_inputs: &[usize],
@@ -1149,6 +1559,7 @@ fn gpu_inputs(
 ) -> Result<Vec<Array>> {
     let mut by_param: Vec<Option<Array>> = vec![None; kernel.params.len()];
     let mut ins = plan.inputs.iter();
+    let mut outs = plan.outputs.iter();
     for (i, (slot, p)) in plan.slots.iter().zip(&kernel.params).enumerate() {
         match (slot, p.kind) {
             (Slot::Input, _) => by_param[i] = ins.next().cloned(),
@@ -1156,10 +1567,13 @@ fn gpu_inputs(
                 by_param[i] = Some(Array::from_bytes(&scalar_bytes(*v, d), &[], d)?)
             }
             (Slot::Output, _) => {
-                by_param[i] = unstored
-                    .iter()
-                    .find(|(j, _)| *j == i)
-                    .map(|(_, a)| a.clone())
+                by_param[i] = match outs.next() {
+                    Some((_, Init::From(a))) => Some(a.clone()),
+                    _ => unstored
+                        .iter()
+                        .find(|(j, _)| *j == i)
+                        .map(|(_, a)| a.clone()),
+                }
             }
             _ => {}
         }
@@ -1179,29 +1593,35 @@ fn gpu_inputs(
         .collect()
 }
 
+/// The program's outputs (in parameter order, as the program lists them), then one
+/// written-element flag of `flag_dtype` per parameter of `in_place`.
 fn gpu_outputs(
     kernel: &Kernel,
-    prog_outputs: &[usize],
+    (prog_outputs, in_place): (&[usize], &[usize]),
+    flag_dtype: DType,
     plan: &Bound,
-) -> Result<Vec<(OutputSpec, Option<f64>)>> {
-    // The program's outputs in parameter order; the program lists them the same way.
-    let outs: Vec<&(OutputSpec, Option<f64>)> = output_params(plan)
-        .into_iter()
-        .zip(&plan.outputs)
-        .filter(|(i, _)| prog_outputs.contains(i))
-        .map(|(_, o)| o)
-        .collect();
-    if outs.len() != prog_outputs.len() {
-        return Err(Error::Launch {
-            kernel: kernel.name.clone(),
-            msg: format!(
-                "internal: {} outputs bound, the GPU program has {}",
-                outs.len(),
-                prog_outputs.len()
-            ),
+) -> Result<Vec<OutputSpec>> {
+    let params = output_params(plan);
+    let spec = |i: &usize| {
+        params
+            .iter()
+            .position(|j| j == i)
+            .and_then(|k| plan.outputs.get(k))
+            .map(|(o, _)| o.clone())
+            .ok_or_else(|| Error::Launch {
+                kernel: kernel.name.clone(),
+                msg: format!("internal: no output bound for GPU output {i}"),
+            })
+    };
+    let mut specs = prog_outputs.iter().map(spec).collect::<Result<Vec<_>>>()?;
+    for i in in_place {
+        let o = spec(i)?;
+        specs.push(OutputSpec {
+            shape: o.shape,
+            dtype: flag_dtype,
         });
     }
-    Ok(outs.into_iter().cloned().collect())
+    Ok(specs)
 }
 
 /// The parts of a generated GPU program that MLX's custom-kernel calls need.
@@ -1214,30 +1634,21 @@ struct GpuSource<'a> {
     input_names: &'a [String],
     output_names: &'a [String],
     outputs: &'a [usize],
+    in_place: &'a [usize],
+    flag_dtype: DType,
 }
 
-/// The MLX custom-kernel call for one launch; `api` names MLX's entry point in errors.
+/// The MLX custom-kernel call for one launch.
 fn kernel_call<'a>(
     kernel: &Kernel,
-    api: &str,
     prog: GpuSource<'a>,
     inputs: &'a [Array],
     plan: &Bound,
     (grid, threadgroup): ([usize; 3], [usize; 3]),
+    init_value: Option<f32>,
 ) -> Result<KernelCall<'a>> {
-    let outputs = gpu_outputs(kernel, prog.outputs, plan)?;
-    let outputs = super::words::specs(&kernel.name, prog.output_names, &outputs, prog.words)?;
-    check_fills(kernel, api, prog.output_names, &outputs)?;
-    let fills: Vec<Option<f64>> = outputs.iter().map(|(_, f)| *f).collect();
-    if fills
-        .iter()
-        .any(|f| f.is_some() && f.map(f64::to_bits) != fills[0].map(f64::to_bits))
-    {
-        return Err(Error::Unsupported(format!(
-            "kernel `{}`: MLX's {api} has one init value for all outputs; got fills {fills:?}",
-            kernel.name
-        )));
-    }
+    let outputs = gpu_outputs(kernel, (prog.outputs, prog.in_place), prog.flag_dtype, plan)?;
+    let outputs = in_words(outputs, prog.words);
     Ok(KernelCall {
         name: prog.name,
         input_names: prog.input_names.to_vec(),
@@ -1245,49 +1656,15 @@ fn kernel_call<'a>(
         source: prog.source,
         header: prog.header,
         inputs: inputs.iter().collect(),
-        outputs: outputs.into_iter().map(|(o, _)| o).collect(),
+        outputs,
         grid,
         threadgroup,
-        init_value: fills.iter().flatten().next().map(|v| *v as f32),
+        init_value,
     })
 }
 
-/// MLX starts the outputs of a custom kernel from one `float` init value, converted to each
-/// output's dtype: a fill that does not survive that (an `i32` of 16777217, most `i64`
-/// values) is refused rather than silently rounded.
-fn check_fills(
-    kernel: &Kernel,
-    api: &str,
-    names: &[String],
-    outputs: &[(OutputSpec, Option<f64>)],
-) -> Result<()> {
-    for (name, (spec, fill)) in names.iter().zip(outputs) {
-        let Some(v) = *fill else { continue };
-        let (mut want, mut got) = (
-            vec![0u8; spec.dtype.size_bytes()],
-            vec![0u8; spec.dtype.size_bytes()],
-        );
-        fill_bytes(&mut want, spec.dtype, v);
-        fill_bytes(&mut got, spec.dtype, v as f32 as f64);
-        if want != got && !(v.is_nan() && spec.dtype.is_float()) {
-            return Err(Error::Unsupported(format!(
-                "kernel `{}`: output `{name}` is filled with {v}, which MLX's {api} init value                  (a float32) cannot hold exactly as {}; store the value from the kernel where                  nothing else is stored, or run on Target::Cpu or Target::CpuCompiled",
-                kernel.name, spec.dtype
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn run_metal(
-    kernel: &Kernel,
-    prog: &MetalProgram,
-    grid: [usize; 3],
-    plan: &Bound,
-) -> Result<Vec<Array>> {
-    let unstored = unstored_outputs(&prog.outputs, plan)?;
-    let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
-    let source = GpuSource {
+fn metal_source(prog: &MetalProgram) -> GpuSource<'_> {
+    GpuSource {
         name: &prog.name,
         source: &prog.source,
         header: &prog.header,
@@ -1295,18 +1672,42 @@ fn run_metal(
         output_names: &prog.output_names,
         outputs: &prog.outputs,
         words: &prog.word_outputs,
-    };
+        in_place: &prog.in_place,
+        flag_dtype: prog.flag_dtype,
+    }
+}
+
+fn run_metal(
+    kernel: &Kernel,
+    prog: &MetalProgram,
+    grid: [usize; 3],
+    plan: &Bound,
+    init_value: Option<f32>,
+) -> Result<Vec<Array>> {
+    let unstored = unstored_outputs(&prog.outputs, plan)?;
+    let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
     let dims = prog.launch_dims(grid);
     register_program(&prog.name, &kernel.name);
     let outs = MetalKernelCall {
-        kernel: kernel_call(kernel, "metal_kernel", source, &inputs, plan, dims)?,
+        kernel: kernel_call(kernel, metal_source(prog), &inputs, plan, dims, init_value)?,
         atomic_outputs: prog.atomic_outputs,
     }
     .launch()
     .map_err(|e| from_program(e, kernel, &prog.name))?;
-    let specs = gpu_outputs(kernel, &prog.outputs, plan)?;
-    let outs = super::words::read_all(outs, &specs, &prog.word_outputs)?;
-    Ok(merge_outputs(plan, outs, unstored))
+    let specs = gpu_outputs(
+        kernel,
+        (&prog.outputs, &prog.in_place),
+        prog.flag_dtype,
+        plan,
+    )?;
+    let outs = from_words(outs, &specs, &prog.word_outputs)?;
+    gpu_results(
+        kernel,
+        plan,
+        (&prog.outputs, &prog.in_place),
+        outs,
+        unstored,
+    )
 }
 
 fn run_cuda(
@@ -1314,9 +1715,11 @@ fn run_cuda(
     prog: &CudaProgram,
     grid: [usize; 3],
     plan: &Bound,
+    init_value: Option<f32>,
 ) -> Result<Vec<Array>> {
     let unstored = unstored_outputs(&prog.outputs, plan)?;
     let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
+    let n = prog.outputs.len();
     let source = GpuSource {
         name: &prog.name,
         source: &prog.source,
@@ -1325,17 +1728,25 @@ fn run_cuda(
         output_names: &prog.output_names,
         outputs: &prog.outputs,
         words: &[],
+        in_place: &prog.in_place,
+        flag_dtype: prog.output_dtypes.get(n).copied().unwrap_or(DType::U8),
     };
     let dims = prog.launch_dims(grid)?;
     // Shared arrays are static `__shared__` declarations in the source: no dynamic bytes.
     register_program(&prog.name, &kernel.name);
     let outs = CudaKernelCall {
-        kernel: kernel_call(kernel, "cuda_kernel", source, &inputs, plan, dims)?,
+        kernel: kernel_call(kernel, source, &inputs, plan, dims, init_value)?,
         shared_memory: 0,
     }
     .launch()
     .map_err(|e| from_program(e, kernel, &prog.name))?;
-    Ok(merge_outputs(plan, outs, unstored))
+    gpu_results(
+        kernel,
+        plan,
+        (&prog.outputs, &prog.in_place),
+        outs,
+        unstored,
+    )
 }
 
 fn emulated_launch(
@@ -1343,18 +1754,18 @@ fn emulated_launch(
     prog: &MetalProgram,
     grid: [usize; 3],
     plan: &Bound,
-    unstored: &[(usize, Array)],
+    (unstored, init_value): (&[(usize, Array)], Option<f32>),
 ) -> Result<emu::MetalLaunch> {
     let inputs = gpu_inputs(kernel, &prog.inputs, plan, unstored)?;
-    let outputs = gpu_outputs(kernel, &prog.outputs, plan)?;
-    let outputs = super::words::specs(
-        &kernel.name,
-        &prog.output_names,
-        &outputs,
+    let outputs = in_words(
+        gpu_outputs(
+            kernel,
+            (&prog.outputs, &prog.in_place),
+            prog.flag_dtype,
+            plan,
+        )?,
         &prog.word_outputs,
-    )?;
-    // The emulator stands in for MLX's Metal launch, refusals included.
-    check_fills(kernel, "metal_kernel", &prog.output_names, &outputs)?;
+    );
     let (g, t) = prog.launch_dims(grid);
     let mut launch = emu::MetalLaunch::new(&prog.name, &prog.source)
         .header(&prog.header)
@@ -1369,10 +1780,11 @@ fn emulated_launch(
             bytes: arr.to_bytes()?,
         });
     }
-    for (name, (spec, fill)) in prog.output_names.iter().zip(&outputs) {
+    // As MLX does: one init value for every output.
+    for (name, spec) in prog.output_names.iter().zip(&outputs) {
         let mut o = emu::OutputSpec::new(name, spec.dtype, &spec.shape);
-        if let Some(v) = fill {
-            o = o.init(*v as f32);
+        if let Some(v) = init_value {
+            o = o.init(v);
         }
         launch = launch.output(o);
     }
@@ -1384,16 +1796,28 @@ fn run_emulated(
     prog: &MetalProgram,
     grid: [usize; 3],
     plan: &Bound,
-    order: LaneOrder,
+    (order, init_value): (LaneOrder, Option<f32>),
 ) -> Result<Vec<Array>> {
     let unstored = unstored_outputs(&prog.outputs, plan)?;
-    let launch = emulated_launch(kernel, prog, grid, plan, &unstored)?.lane_order(order);
+    let launch =
+        emulated_launch(kernel, prog, grid, plan, (&unstored, init_value))?.lane_order(order);
     let outs = emu::run(&launch)
         .map_err(|e| from_program(e, kernel, &prog.name))?
         .into_iter()
         .map(|b| Array::from_bytes(&b.bytes, &b.shape, b.dtype))
         .collect::<Result<Vec<Array>>>()?;
-    let specs = gpu_outputs(kernel, &prog.outputs, plan)?;
-    let outs = super::words::read_all(outs, &specs, &prog.word_outputs)?;
-    Ok(merge_outputs(plan, outs, unstored))
+    let specs = gpu_outputs(
+        kernel,
+        (&prog.outputs, &prog.in_place),
+        prog.flag_dtype,
+        plan,
+    )?;
+    let outs = from_words(outs, &specs, &prog.word_outputs)?;
+    gpu_results(
+        kernel,
+        plan,
+        (&prog.outputs, &prog.in_place),
+        outs,
+        unstored,
+    )
 }

@@ -6,8 +6,8 @@ pub mod mlx_kernel;
 mod words;
 
 pub use launch::{
-    cdiv, grid, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target, MAX_COMPILED_OPS,
-    MAX_EMULATED_OPS, MAX_GRID,
+    cdiv, grid, inout, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target,
+    MAX_COMPILED_OPS, MAX_EMULATED_OPS, MAX_GRID,
 };
 // What launches take and return from the modules outside the public API.
 pub use crate::codegen::{CudaProgram, MetalProgram, ReductionLayout};
