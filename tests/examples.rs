@@ -93,6 +93,11 @@ fn persistent_matmul() {
 }
 
 #[test]
+fn adam() {
+    run("adam");
+}
+
+#[test]
 fn compiled_cpu_without_clang_is_a_clear_error() {
     let out = Command::new(example("vector_add"))
         .env("TRITON_METAL_TARGET", "cpu-compiled")
