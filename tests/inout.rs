@@ -656,3 +656,50 @@ fn narrow_dtypes_update_in_place() {
         same_bits(&format!("{t:?} f16"), &vals::<half::f16>(&o[0]), &want);
     }
 }
+
+/// Narrow arrays updated in place by a kernel with atomics (Metal keeps such outputs in
+/// 32-bit words): f16 counters with `atomic_add`, u8 tags stored to every third element.
+#[test]
+fn narrow_arrays_in_kernels_with_atomics() {
+    const BLOCK: i64 = 32;
+    let k = tl::jit("narrow_atomic_in_place", |k| {
+        let (acc, tag, n) = (k.ptr(F16, "acc"), k.ptr(U8, "tag"), k.scalar(I32, "n"));
+        let offs = tl::program_id(0) * BLOCK + tl::arange(0, BLOCK);
+        let m = offs.lt(n);
+        tl::atomic_add(acc + offs % 5, 1.0).mask(m);
+        let t = tl::load(tag + offs).mask(m);
+        tl::store(tag + offs, t + 1).mask(m & (offs % 3).eq(0));
+    })
+    .unwrap();
+    let n = 101usize;
+    let start: Vec<half::f16> = [-3.0f32, 0.5, 7.0, -0.0, 100.0]
+        .iter()
+        .map(|&v| half::f16::from_f32(v))
+        .collect();
+    let tags: Vec<u8> = (0..n).map(|i| (i * 53 % 256) as u8).collect();
+    let (acc, tag) = (
+        Array::from_slice(&start, &[5]).unwrap(),
+        Array::from_slice(&tags, &[n]).unwrap(),
+    );
+    let want_acc: Vec<half::f16> = (0..5)
+        .map(|j| {
+            half::f16::from_f32(start[j].to_f32() + (0..n).filter(|i| i % 5 == j).count() as f32)
+        })
+        .collect();
+    let want_tag: Vec<u8> = (0..n)
+        .map(|i| {
+            if i % 3 == 0 {
+                tags[i].wrapping_add(1)
+            } else {
+                tags[i]
+            }
+        })
+        .collect();
+    for (t, o) in every_target(&k, |l| {
+        l.grid([n.div_ceil(BLOCK as usize)])
+            .args((inout(&acc), inout(&tag), n as i32))
+    }) {
+        same_bits(&format!("{t:?} acc"), &vals::<half::f16>(&o[0]), &want_acc);
+        same_bits(&format!("{t:?} tag"), &vals::<u8>(&o[1]), &want_tag);
+    }
+}

@@ -316,6 +316,7 @@ pub const METAL: Dialect = Dialect {
         ("atomic_fminmax", super::metal::ATOMIC_FMINMAX),
         ("atomic_words", super::metal::ATOMIC_WORDS),
         ("in_place", super::metal::IN_PLACE),
+        ("in_place_words", super::metal::IN_PLACE_WORDS),
         ("philox", super::metal::PHILOX),
         ("packed", super::metal::PACKED),
         ("minmax", METAL_VALUES.0),

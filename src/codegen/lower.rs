@@ -269,8 +269,7 @@ impl<'k> Lowering<'k> {
     }
 
     /// Marks the parameters of `params` that the kernel stores to as updated in place (see
-    /// [`Lowering::in_place`]); call before lowering. An output kept in 32-bit words
-    /// ([`Dialect::word_atomic_outputs`]) cannot be: its elements share atomic words.
+    /// [`Lowering::in_place`]); call before lowering.
     pub fn set_in_place(&mut self, params: &[usize]) -> Result<()> {
         for &i in params {
             let Some(p) = self.k.params.get(i) else {
@@ -279,28 +278,17 @@ impl<'k> Lowering<'k> {
             if !p.stored {
                 continue;
             }
-            if self.word_param(p) {
-                return Err(unsupported_on(
-                    self.d,
-                    self.k,
-                    format!(
-                        "updating `{}` ({}) in place, or filling it with a value float32 \
-                         cannot hold, in a kernel with atomics (its elements share 32-bit \
-                         atomic words there); use a 32-bit dtype for it, or Target::Cpu",
-                        p.name,
-                        match p.kind {
-                            ParamKind::Ptr(dt) | ParamKind::Scalar(dt) => dt,
-                        }
-                    ),
-                ));
-            }
             self.in_place[i] = true;
             let (src, flag) = in_place_names(i);
             self.names.insert(src);
             self.names.insert(flag);
             if self.atomic_outputs {
-                // `tm_in_place_init`, for atomics and stores to the parameter.
+                // `tm_in_place_init`, for atomics and stores to the parameter (and its
+                // variants for outputs kept in 32-bit words).
                 self.helpers.insert("in_place");
+                if self.word_param(p) {
+                    self.helpers.insert("in_place_words");
+                }
             }
         }
         Ok(())
@@ -823,11 +811,25 @@ impl<'k> Lowering<'k> {
     /// `e`, an atomic update of element `off` of the in-place parameter `i`, after the
     /// element has been made to hold the argument's value (`tm_in_place_init`).
     fn in_place_atomic(&self, i: usize, ptr: Value, off: &str, e: String) -> Result<String> {
+        Ok(format!("({}, {e})", self.in_place_init(i, ptr, off)?))
+    }
+
+    /// The call making element `off` of the in-place parameter `i` (through `ptr`) hold
+    /// the argument's value, in a kernel with atomics (`tm_in_place_init`, or its variant for
+    /// an output kept in 32-bit words).
+    fn in_place_init(&self, i: usize, ptr: Value, off: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
         let (src, flag) = in_place_names(i);
-        Ok(format!(
-            "(tm_in_place_init(&{flag}[{off}], &{p}[{off}], {src}[{off}]), {e})"
-        ))
+        Ok(match self.in_words(ptr) {
+            Some(dt) => {
+                let wide = if dt.size_bytes() == 8 { "8" } else { "" };
+                format!(
+                    "tm_in_place_init_pk{wide}<{}>(&{flag}[{off}], {p}, {off}, {src}[{off}])",
+                    self.cty(dt)?
+                )
+            }
+            None => format!("tm_in_place_init(&{flag}[{off}], &{p}[{off}], {src}[{off}])"),
+        })
     }
 
     /// Base name for values loaded through / offset from parameter `p`.
@@ -1352,26 +1354,33 @@ impl<'k> Lowering<'k> {
 
     fn access(&self, ptr: Value, off: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
-        if let Some(dt) = self.in_words(ptr) {
-            let wide = if dt.size_bytes() == 8 { "8" } else { "" };
-            return Ok(format!("tm_pk_load{wide}<{}>({p}, {off})", self.cty(dt)?));
-        }
-        let read = |p: &str| {
-            if self.atomic_outputs && self.is_output_ptr(ptr) {
+        let read = |p: &str| -> Result<String> {
+            if let Some(dt) = self.in_words(ptr) {
+                let wide = if dt.size_bytes() == 8 { "8" } else { "" };
+                return Ok(format!("tm_pk_load{wide}<{}>({p}, {off})", self.cty(dt)?));
+            }
+            Ok(if self.atomic_outputs && self.is_output_ptr(ptr) {
                 self.d
                     .atomic_load
                     .replace("{addr}", &format!("&{p}[{off}]"))
             } else {
                 format!("{p}[{off}]")
-            }
+            })
         };
         Ok(match self.in_place_param(ptr) {
             // An element the kernel has written is read back; any other is the argument's.
             Some(i) => {
                 let (src, flag) = in_place_names(i);
-                format!("({} != 0 ? {} : {src}[{off}])", read(&flag), read(&p))
+                let written = if self.atomic_outputs {
+                    self.d
+                        .atomic_load
+                        .replace("{addr}", &format!("&{flag}[{off}]"))
+                } else {
+                    format!("{flag}[{off}]")
+                };
+                format!("({written} != 0 ? {} : {src}[{off}])", read(&p)?)
             }
-            None => read(&p),
+            None => read(&p)?,
         })
     }
 
@@ -1798,14 +1807,10 @@ impl<'k> Lowering<'k> {
 
     fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
-        if let Some(dt) = self.in_words(ptr) {
+        let store = if let Some(dt) = self.in_words(ptr) {
             let wide = if dt.size_bytes() == 8 { "8" } else { "" };
-            return Ok(format!(
-                "tm_pk_store{wide}<{}>({p}, {off}, {val});",
-                self.cty(dt)?
-            ));
-        }
-        let store = if self.atomic_outputs {
+            format!("tm_pk_store{wide}<{}>({p}, {off}, {val});", self.cty(dt)?)
+        } else if self.atomic_outputs {
             self.d
                 .atomic_store
                 .replace("{addr}", &format!("&{p}[{off}]"))
@@ -1817,10 +1822,7 @@ impl<'k> Lowering<'k> {
             // With atomics about, the element is first made to hold the argument's value,
             // so an atomic's copy-in can never land after this store.
             Some(i) if self.atomic_outputs => {
-                let (src, flag) = in_place_names(i);
-                format!(
-                    "{{ tm_in_place_init(&{flag}[{off}], &{p}[{off}], {src}[{off}]); {store} }}"
-                )
+                format!("{{ {}; {store} }}", self.in_place_init(i, ptr, off)?)
             }
             Some(i) => {
                 let (_, flag) = in_place_names(i);

@@ -294,23 +294,39 @@ pub(super) const IN_PLACE: &str = r#"
 #if __METAL_VERSION__ < 320
 #error "an atomic on a pointer updated in place (inout) needs Metal 3.2 (macOS 15) for atomic_thread_fence"
 #endif
+#define TM_IN_PLACE_INIT(COPY) \
+  if (atomic_load_explicit(flag, memory_order_relaxed) != 2u) { \
+    uint expected = 0u; \
+    bool won = false; \
+    while (!won && expected == 0u) { \
+      won = atomic_compare_exchange_weak_explicit(flag, &expected, 1u, memory_order_relaxed, memory_order_relaxed); \
+    } \
+    if (won) { \
+      COPY; \
+      atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device); \
+      atomic_store_explicit(flag, 2u, memory_order_relaxed); \
+    } \
+    while (atomic_load_explicit(flag, memory_order_relaxed) != 2u) { \
+    } \
+  } \
+  atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
 template <typename T>
 inline void tm_in_place_init(device atomic<uint>* flag, device atomic<T>* dst, T src) {
-  if (atomic_load_explicit(flag, memory_order_relaxed) != 2u) {
-    uint expected = 0u;
-    bool won = false;
-    while (!won && expected == 0u) {
-      won = atomic_compare_exchange_weak_explicit(flag, &expected, 1u, memory_order_relaxed, memory_order_relaxed);
-    }
-    if (won) {
-      atomic_store_explicit(dst, src, memory_order_relaxed);
-      atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
-      atomic_store_explicit(flag, 2u, memory_order_relaxed);
-    }
-    while (atomic_load_explicit(flag, memory_order_relaxed) != 2u) {
-    }
-  }
-  atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device);
+  TM_IN_PLACE_INIT(atomic_store_explicit(dst, src, memory_order_relaxed))
+}
+"#;
+
+/// [`IN_PLACE`] for outputs kept in 32-bit words ([`MetalProgram::word_outputs`]): the copy
+/// is [`ATOMIC_WORDS`]'s store of element `i` (a compare-and-swap loop inside its word, which
+/// waits on no other thread).
+pub(super) const IN_PLACE_WORDS: &str = r#"
+template <typename T>
+inline void tm_in_place_init_pk(device atomic<uint>* flag, device atomic<float>* w, uint i, T src) {
+  TM_IN_PLACE_INIT(tm_pk_store<T>(w, i, src))
+}
+template <typename T>
+inline void tm_in_place_init_pk8(device atomic<uint>* flag, device atomic<float>* w, uint i, T src) {
+  TM_IN_PLACE_INIT(tm_pk_store8<T>(w, i, src))
 }
 "#;
 

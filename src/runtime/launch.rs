@@ -1358,8 +1358,8 @@ fn as_init(v: ScalarValue) -> f32 {
 /// fill, a value float32 rounds, or any nonzero fill where written-element flags must
 /// start at 0) become in-place updates of an array holding the fill. On Metal (`metal`)
 /// the outputs of a kernel with atomics that are not 32-bit live in 32-bit words
-/// (`MetalProgram::word_outputs`): their fill must be a word pattern of the common value,
-/// else the launch is refused. Returns the value to start the outputs from, if any.
+/// (`MetalProgram::word_outputs`), which the common value carries only as a repeated word
+/// pattern. Returns the value to start the outputs from, if any.
 fn gpu_fills(kernel: &Kernel, plan: &mut Bound, metal: bool) -> Result<Option<f32>> {
     let params = output_params(plan);
     let stored = |i: usize| kernel.params.get(i).is_some_and(|p| p.stored);
@@ -1405,22 +1405,6 @@ fn gpu_fills(kernel: &Kernel, plan: &mut Bound, metal: bool) -> Result<Option<f3
             let Init::Fill(v) = *out_init else { continue };
             if !stored(i) || init.is_some_and(|f| carries(f, v, spec.dtype)) {
                 continue;
-            }
-            if in_words(spec.dtype) {
-                let name = kernel.params.get(i).map_or("", |p| p.name.as_str());
-                return Err(Error::Unsupported(format!(
-                    "kernel `{}`: output `{name}` ({}) is filled with {}, but in a kernel with \
-                     atomics Metal holds it in 32-bit words, which MLX's float init value \
-                     ({}) cannot fill with that pattern; store the value from the kernel, or \
-                     run on Target::Cpu, Target::CpuCompiled or CUDA",
-                    kernel.name,
-                    spec.dtype,
-                    match v {
-                        ScalarValue::Int(x) => x.to_string(),
-                        ScalarValue::Float(x) => x.to_string(),
-                    },
-                    init.map_or("none".to_string(), |f| f.to_string()),
-                )));
             }
             let one = Array::from_bytes(&scalar_bytes(v, spec.dtype), &[], spec.dtype)?;
             *out_init = Init::From(crate::mlx::broadcast_to(&one, &spec.shape)?);
