@@ -301,3 +301,91 @@ fn fuzz_seed_80079_sum_of_negative_zeros() {
         }
     }
 }
+
+/// Fuzz seed 300009 (16-core run at 3eb3363): `acosh` of values at or below 0 (here
+/// -1336577.0) was finite on the interpreter, whose `f64` `acosh` (musl's, through `libm`)
+/// drops the sign; NaN below 1 on every target now, as C99 and CUDA's `acoshf` give.
+#[test]
+fn fuzz_seed_300009_acosh_below_one() {
+    let kernel = tl::jit("fuzz_seed_300009", |k| {
+        let in0 = k.ptr(F32, "in0");
+        let out0 = k.ptr(F32, "out0");
+        let offs = tl::program_id(0) * 1024 + tl::arange(0, 1024);
+        let v0 = tl::load(in0 + offs);
+        let v1 = tl::libdevice::acosh(v0);
+        tl::store(out0 + offs, v1);
+    })
+    .unwrap();
+    let inputs: Vec<(usize, u64)> = [
+        0x0080_0000u64, // smallest normal
+        0xc040_0000,    // -3.0
+        0x8000_0001,    // -smallest subnormal
+        0x437f_8000,    // 255.0
+        0x3cf7_7b69,
+        0xbf80_0000, // -1.0
+        0xc9a3_1708, // -1336577.0
+        0xbb79_2de1,
+        0xbfc0_0000, // -1.5
+        0x8000_0000, // -0.0
+        0x3f80_0000, // 1.0
+        0x7f80_0000, // inf
+        0xff80_0000, // -inf
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, b)| (900 + i, b))
+    .collect();
+    Case::new(kernel, 1)
+        .num_warps(1)
+        .input(F32, 1024, &inputs)
+        .output(F32, 1024, f64::NAN)
+        .tolerance(0, 0..1024, Tol::Ulps(4))
+        .assert_agree();
+}
+
+/// Fuzz seed 250118 (16-core run at 3eb3363): `maximum_nan` of an f16 NaN, bitcast to bf16
+/// and reduced by `argmin`. The interpreter returned Rust's default NaN (`0x7e00` in f16),
+/// the generated code the NaN operand (`0xfc84`, quieted to `0xfe84`): different bf16
+/// values after the bitcast, so different minima. Every target now returns the canonical
+/// NaN of PTX's `max.NaN` (`0x7fff`).
+#[test]
+fn fuzz_seed_250118_nan_of_maximum_nan() {
+    let kernel = tl::jit("fuzz_seed_250118", |k| {
+        let in0 = k.ptr(F16, "in0");
+        let out0 = k.ptr(I32, "out0");
+        let out1 = k.ptr(U16, "out1");
+        let rows = tl::program_id(0) * 16 + tl::arange(0, 16);
+        let cols = tl::arange(0, 16);
+        let offs = rows.col() * 16 + cols.row();
+        let v0 = tl::full([16, 16], 0.0, F16);
+        let v1 = tl::load(in0 + offs);
+        let v2 = tl::maximum_nan(v1, v0);
+        let v3 = tl::minimum_nan(v0, v1);
+        let v4 = v2.bitcast(BF16);
+        tl::store(
+            out0 + offs,
+            tl::broadcast_to(tl::argmin(v4, tl::keep_dims(1)), [16, 16]),
+        );
+        tl::store(out1 + offs, v3.bitcast(U16));
+    })
+    .unwrap();
+    let nan = 0x7fffu64;
+    let want: Vec<u64> = (0..256)
+        .map(|i| match i {
+            212 | 214 | 215 => nan,
+            213 => 0x8400,
+            _ => 0,
+        })
+        .collect();
+    Case::new(kernel, 1)
+        .num_warps(1)
+        .input(
+            F16,
+            256,
+            &[(212, 0xfc84), (213, 0x8400), (214, 0x7c01), (215, 0xfe00)],
+        )
+        .output(I32, 256, 77.0)
+        .output(U16, 256, 77.0)
+        .expect(1, want)
+        .assert_agree();
+}

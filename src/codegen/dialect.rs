@@ -197,7 +197,9 @@ impl Dialect {
 /// `uint`, `$i8` names the 8-bit signed type. Returns the `minmax` and `f2i` helpers.
 ///
 /// Max/min follow Triton: a NaN operand is ignored (`maximum`, `max` reductions) or wins
-/// (`propagate_nan=ALL`), and +0 is greater than -0 whatever the order. They never call the
+/// (`propagate_nan=ALL`) as the canonical NaN (all payload bits set, `0x7fffffff`; `0x7fff`
+/// once rounded to f16/bf16), which PTX's `max.NaN`/`min.NaN` give, and +0 is greater than
+/// -0 whatever the order. They never call the
 /// language's `fmax`/`fmin` (nor `simd_max`/`simd_min` on floats, see `reduce.rs`; CUDA
 /// has its own max/min, [`CUDA_MINMAX`]): under
 /// Metal's default `mathFloatingPointFunctions` (fast), which MLX leaves in place, those are
@@ -211,14 +213,14 @@ impl Dialect {
 /// 16-bit one. Every out-of-range case is selected before the C conversion, which is
 /// undefined there.
 macro_rules! value_helpers {
-    ($q:literal, $u:literal, $i8:literal) => {
+    ($q:literal, $u:literal, $f:literal, $i8:literal) => {
         (
             concat!(
                 "\n", $q, " bool tm_isnan_f(float x) { return (", $u, "(x) & 0x7fffffffu) > 0x7f800000u; }\n",
                 $q, " float tm_fmax(float a, float b) { return (tm_isnan_f(b) || a > b || (a == b && (", $u, "(a) >> 31) == 0u)) ? a : b; }\n",
                 $q, " float tm_fmin(float a, float b) { return (tm_isnan_f(b) || a < b || (a == b && (", $u, "(a) >> 31) != 0u)) ? a : b; }\n",
-                $q, " float tm_fmax_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmax(a, b); }\n",
-                $q, " float tm_fmin_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmin(a, b); }\n",
+                $q, " float tm_fmax_nan(float a, float b) { return (tm_isnan_f(a) || tm_isnan_f(b)) ? ", $f, "(0x7fffffffu) : tm_fmax(a, b); }\n",
+                $q, " float tm_fmin_nan(float a, float b) { return (tm_isnan_f(a) || tm_isnan_f(b)) ? ", $f, "(0x7fffffffu) : tm_fmin(a, b); }\n",
             ),
             concat!(
                 "\n", $q, " bool tm_f2i_nan(float x) { return (", $u, "(x) & 0x7fffffffu) > 0x7f800000u; }\n",
@@ -235,9 +237,16 @@ macro_rules! value_helpers {
     };
 }
 
-const METAL_VALUES: (&str, &str) = value_helpers!("inline", "as_type<uint>", "char");
-const CUDA_VALUES: (&str, &str) = value_helpers!("__device__ inline", "__float_as_uint", "schar");
-const CPU_VALUES: (&str, &str) = value_helpers!("inline", "as_type<uint>", "schar");
+const METAL_VALUES: (&str, &str) =
+    value_helpers!("inline", "as_type<uint>", "as_type<float>", "char");
+const CUDA_VALUES: (&str, &str) = value_helpers!(
+    "__device__ inline",
+    "__float_as_uint",
+    "__uint_as_float",
+    "schar"
+);
+const CPU_VALUES: (&str, &str) =
+    value_helpers!("inline", "as_type<uint>", "as_type<float>", "schar");
 
 /// CUDA's max/min: `fmaxf`/`fminf` are PTX `max.f32`/`min.f32`, the instructions Triton's
 /// own `maximum`/`minimum` become, with exactly its semantics (NaN ignored, -0 < +0;
@@ -247,8 +256,8 @@ const CUDA_MINMAX: &str = concat!(
     "\n__device__ inline bool tm_isnan_f(float x) { return (__float_as_uint(x) & 0x7fffffffu) > 0x7f800000u; }\n",
     "__device__ inline float tm_fmax(float a, float b) { return fmaxf(a, b); }\n",
     "__device__ inline float tm_fmin(float a, float b) { return fminf(a, b); }\n",
-    "__device__ inline float tm_fmax_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : fmaxf(a, b); }\n",
-    "__device__ inline float tm_fmin_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : fminf(a, b); }\n",
+    "__device__ inline float tm_fmax_nan(float a, float b) { return (tm_isnan_f(a) || tm_isnan_f(b)) ? __uint_as_float(0x7fffffffu) : fmaxf(a, b); }\n",
+    "__device__ inline float tm_fmin_nan(float a, float b) { return (tm_isnan_f(a) || tm_isnan_f(b)) ? __uint_as_float(0x7fffffffu) : fminf(a, b); }\n",
 );
 
 /// Metal Shading Language (MLX `fast::metal_kernel` bodies).

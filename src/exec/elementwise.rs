@@ -237,16 +237,18 @@ macro_rules! float_binary {
                 BinaryOp::Rem => zip2(a, b, o, |x, y| x % y),
                 BinaryOp::Max => zip2(a, b, o, $max),
                 BinaryOp::Min => zip2(a, b, o, $min),
+                // A NaN result is the canonical NaN (every payload bit set), as PTX's
+                // `max.NaN` and the generated code give.
                 BinaryOp::MaxNan => zip2(a, b, o, |x, y| {
                     if x.is_nan() || y.is_nan() {
-                        <$t>::NAN
+                        <$t>::from_bits(!0 >> 1)
                     } else {
                         $max(x, y)
                     }
                 }),
                 BinaryOp::MinNan => zip2(a, b, o, |x, y| {
                     if x.is_nan() || y.is_nan() {
-                        <$t>::NAN
+                        <$t>::from_bits(!0 >> 1)
                     } else {
                         $min(x, y)
                     }

@@ -26,7 +26,7 @@ pub(crate) fn unary_fn(kind: UnaryOp) -> fn(f64) -> f64 {
         UnaryOp::Sinh => libm::sinh,
         UnaryOp::Cosh => libm::cosh,
         UnaryOp::Asinh => libm::asinh,
-        UnaryOp::Acosh => libm::acosh,
+        UnaryOp::Acosh => acosh,
         UnaryOp::Atanh => libm::atanh,
         UnaryOp::Log1p => libm::log1p,
         UnaryOp::Expm1 => libm::expm1,
@@ -34,6 +34,16 @@ pub(crate) fn unary_fn(kind: UnaryOp) -> fn(f64) -> f64 {
         UnaryOp::Exp10 => libm::exp10,
         UnaryOp::Cbrt => libm::cbrt,
         UnaryOp::Erfinv => erfinv,
+    }
+}
+
+/// `acosh`, NaN below 1: musl's (and so `libm`'s) reads the exponent without the sign and
+/// returns finite values for `x <= 0` (`acosh(-1)` = -0.31).
+fn acosh(x: f64) -> f64 {
+    if x < 1.0 {
+        f64::NAN
+    } else {
+        libm::acosh(x)
     }
 }
 
@@ -119,7 +129,27 @@ pub fn erfinv(y: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::erfinv;
+    use super::{acosh, erfinv};
+
+    #[test]
+    fn acosh_is_nan_below_one() {
+        for x in [
+            0.999,
+            0.0,
+            -0.0,
+            -1.0,
+            -1.5,
+            -2.0,
+            -1_336_577.0,
+            f64::NEG_INFINITY,
+        ] {
+            assert!(acosh(x).is_nan(), "acosh({x}) = {}", acosh(x));
+        }
+        assert!(acosh(f64::NAN).is_nan());
+        assert_eq!(acosh(1.0), 0.0);
+        assert_eq!(acosh(f64::INFINITY), f64::INFINITY);
+        assert!((acosh(10.0) - 2.993_222_846_126_380_7).abs() < 1e-15);
+    }
 
     #[test]
     fn erfinv_inverts_erf() {

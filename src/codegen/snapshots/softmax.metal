@@ -4,8 +4,8 @@ using namespace metal;
 inline bool tm_isnan_f(float x) { return (as_type<uint>(x) & 0x7fffffffu) > 0x7f800000u; }
 inline float tm_fmax(float a, float b) { return (tm_isnan_f(b) || a > b || (a == b && (as_type<uint>(a) >> 31) == 0u)) ? a : b; }
 inline float tm_fmin(float a, float b) { return (tm_isnan_f(b) || a < b || (a == b && (as_type<uint>(a) >> 31) != 0u)) ? a : b; }
-inline float tm_fmax_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmax(a, b); }
-inline float tm_fmin_nan(float a, float b) { return tm_isnan_f(a) ? a : tm_isnan_f(b) ? b : tm_fmin(a, b); }
+inline float tm_fmax_nan(float a, float b) { return (tm_isnan_f(a) || tm_isnan_f(b)) ? as_type<float>(0x7fffffffu) : tm_fmax(a, b); }
+inline float tm_fmin_nan(float a, float b) { return (tm_isnan_f(a) || tm_isnan_f(b)) ? as_type<float>(0x7fffffffu) : tm_fmin(a, b); }
 
 #if defined(__x86_64__) || defined(__aarch64__)
 #define TM_PACKED(T, N, A) \
