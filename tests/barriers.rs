@@ -87,7 +87,7 @@ fn a_barrier_opening_a_loop_body_or_a_branch_orders_what_came_before() -> Result
     let run = |k: &JitKernel, target: Target| -> Result<Vec<f32>> {
         k.launch()
             .grid([1])
-            .args((out(&[256], F32), &x))
+            .args((out(&[256], F32).fill(f64::NAN), &x))
             .constexpr("BLOCK", 256)
             .optimize(PassOptions::default())
             .target(target)
