@@ -2,6 +2,8 @@
 //! every example kernel's CUDA compiles with NVRTC (when NVRTC is installed; required when
 //! `TRITON_METAL_REQUIRE_NVRTC=1`, as in CI).
 
+mod support;
+
 #[allow(dead_code)]
 #[path = "../examples/emit_gpu_bench.rs"]
 mod emit;
@@ -13,30 +15,9 @@ mod dropout;
 #[path = "../examples/strided.rs"]
 mod strided;
 
-use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
 use triton_metal::codegen::{self, LaunchOptions};
 use triton_metal::opt::{Chip, HardwareProfile};
 use triton_metal::DType::F32;
-
-fn nvrtc() -> Option<Nvrtc> {
-    let found = match std::env::var_os(NVRTC_DIR_ENV) {
-        Some(_) => Nvrtc::from_env(),
-        None => {
-            Nvrtc::from_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"))
-        }
-    };
-    match found {
-        Ok(n) => Some(n),
-        Err(e) => {
-            assert!(
-                std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-            );
-            println!("skipping NVRTC compiles: {e}");
-            None
-        }
-    }
-}
 
 #[test]
 fn committed_gpu_bench_files_are_current() {
@@ -57,7 +38,7 @@ fn committed_gpu_bench_files_are_current() {
             "{name} is stale: run `cargo run --release --example emit_gpu_bench`"
         );
     }
-    if let Some(n) = nvrtc() {
+    if let Some(n) = support::nvrtc() {
         for (name, text) in files.iter().filter(|(n, _)| n.ends_with(".cu")) {
             if let Err(e) = n.compile(name, text, "compute_90") {
                 panic!("{e}");
@@ -117,7 +98,7 @@ fn every_example_kernel_prints_cuda_that_compiles() {
             vec![("BLOCK_SIZE", 256)],
         ),
     ];
-    let n = nvrtc();
+    let n = support::nvrtc();
     for (k, cx) in kernels {
         let spec = k.specialize_with(&cx).unwrap();
         let prog = match codegen::cuda(&spec, &sm80) {

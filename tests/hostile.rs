@@ -3,9 +3,10 @@
 //! target or is a clear error naming the kernel, the op and the line. Cases that once
 //! crashed the process run in a child process of their own.
 
+mod support;
+
 use std::process::Command;
 
-use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
 use triton_metal::emu::{Emulator, LaneOrder};
 use triton_metal::ir::Kernel;
 use triton_metal::runtime::{out, out_like, Target, MAX_GRID};
@@ -15,50 +16,6 @@ use triton_metal::{
     DType::{F32, I32},
     Error,
 };
-
-/// The targets a test runs on here: the interpreter, and (with clang) the compiled CPU
-/// executor and the Metal emulator in both lane orders.
-fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Cpu];
-    if Emulator::should_run(test).unwrap() {
-        t.extend([
-            Target::CpuCompiled,
-            Target::Emulated(LaneOrder::Forward),
-            Target::Emulated(LaneOrder::Reverse),
-        ]);
-    }
-    t
-}
-
-fn nvrtc() -> Option<Nvrtc> {
-    let found = match std::env::var_os(NVRTC_DIR_ENV) {
-        Some(_) => Nvrtc::from_env(),
-        None => {
-            Nvrtc::from_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"))
-        }
-    };
-    match found {
-        Ok(n) => Some(n),
-        Err(e) => {
-            assert!(
-                std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-            );
-            println!("skipping NVRTC compiles: {e}");
-            None
-        }
-    }
-}
-
-/// Compiles the CUDA a launch would run with NVRTC (where NVRTC is available).
-fn nvrtc_compiles(launch: &triton_metal::runtime::Launch<'_>) {
-    if let Some(n) = nvrtc() {
-        let p = launch.cuda().unwrap();
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_90") {
-            panic!("NVRTC rejected `{}`: {e}\n{}", p.name, p.standalone());
-        }
-    }
-}
 
 /// Runs the ignored test `name` of this binary in a child process and returns its output;
 /// the child must exit normally (no signal, no abort).
@@ -131,7 +88,7 @@ fn nested_ifs(depth: usize) -> triton_metal::Result<JitKernel> {
 fn nesting_up_to_the_limit_runs_on_every_target() {
     let loops = nested_loops(MAX_NESTING).unwrap();
     let ifs = nested_ifs(MAX_NESTING).unwrap();
-    for t in targets("nesting_up_to_the_limit_runs_on_every_target") {
+    for t in support::targets("nesting_up_to_the_limit_runs_on_every_target") {
         let y = loops
             .launch()
             .grid([1])
@@ -149,8 +106,8 @@ fn nesting_up_to_the_limit_runs_on_every_target() {
             .unwrap_or_else(|e| panic!("{t:?}: {e}"));
         assert_eq!(vals(&y[0]), vec![MAX_NESTING as f32; 16], "{t:?}");
     }
-    nvrtc_compiles(&loops.launch().args((out(&[16], F32),)));
-    nvrtc_compiles(&ifs.launch().args((out(&[16], F32), 1)));
+    support::nvrtc_compiles(&loops.launch().args((out(&[16], F32),)));
+    support::nvrtc_compiles(&ifs.launch().args((out(&[16], F32), 1)));
 }
 
 fn check_too_deep(r: triton_metal::Result<JitKernel>, kernel: &str) {
@@ -264,7 +221,7 @@ fn grids_beyond_the_per_axis_limits_are_rejected() {
         .to_string();
     assert!(e.contains("threads per program"), "{e}");
     // The largest legal grid on axes 1 and 2 runs.
-    for t in targets("grids_beyond_the_per_axis_limits_are_rejected") {
+    for t in support::targets("grids_beyond_the_per_axis_limits_are_rejected") {
         let y = k
             .launch()
             .grid([1, MAX_GRID[1], 1])
@@ -304,7 +261,7 @@ fn seventy_pointer_parameters_keep_their_own_access() {
         .map(|i| Array::from_slice(&[i as f32; 16], &[16]).unwrap())
         .collect();
     let want = (0..n_in).sum::<usize>() as f32;
-    for t in targets("seventy_pointer_parameters_keep_their_own_access") {
+    for t in support::targets("seventy_pointer_parameters_keep_their_own_access") {
         let mut l = k.launch().grid([1]).target(t);
         for a in &inputs {
             l = l.arg(a);
@@ -597,11 +554,11 @@ fn keyword_parameter_names_work_on_every_target() {
         }
         l.arg(0.5f32).arg(13).arg(out(&[16], F32).fill(-1.0))
     };
-    for t in targets("keyword_parameter_names_work_on_every_target") {
+    for t in support::targets("keyword_parameter_names_work_on_every_target") {
         let y = launch(t).run().unwrap_or_else(|e| panic!("{t:?}: {e}"));
         assert_eq!(vals(&y[0]), want, "{t:?}");
     }
-    nvrtc_compiles(&launch(Target::Cuda));
+    support::nvrtc_compiles(&launch(Target::Cuda));
 }
 
 /// Kernel and parameter names in any script (valid Rust identifiers) work on every target:
@@ -629,7 +586,7 @@ fn unicode_kernel_and_parameter_names_work_on_every_target() {
             .args((&xa, 2.0f32, 12, out(&[16], F32).fill(-1.0)))
             .target(t)
     };
-    for t in targets("unicode_kernel_and_parameter_names_work_on_every_target") {
+    for t in support::targets("unicode_kernel_and_parameter_names_work_on_every_target") {
         let y = launch(t).run().unwrap_or_else(|e| panic!("{t:?}: {e}"));
         assert_eq!(vals(&y[0]), want, "{t:?}");
     }
@@ -637,7 +594,7 @@ fn unicode_kernel_and_parameter_names_work_on_every_target() {
     assert!(p.name.is_ascii() && p.source.is_ascii(), "{}", p.name);
     let c = launch(Target::Cuda).cuda().unwrap();
     assert!(c.name.is_ascii() && c.standalone().is_ascii(), "{}", c.name);
-    nvrtc_compiles(&launch(Target::Cuda));
+    support::nvrtc_compiles(&launch(Target::Cuda));
     // Errors show the user's names.
     let e = k
         .launch()

@@ -8,9 +8,9 @@
 //! helpers `codegen::math` prints) are held to [`TOLERANCE`]. The CUDA text is compiled
 //! by NVRTC here; it calls CUDA's math library (CUDA's documented bounds: 1 to 4 ulp).
 
-use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
-use triton_metal::emu::Emulator;
-use triton_metal::runtime::{out, LaneOrder, Launch, Target};
+mod support;
+
+use triton_metal::runtime::{out, Launch, Target};
 use triton_metal::tl::{self, libdevice, JitKernel, Tensor};
 use triton_metal::{Array, DType::*};
 
@@ -52,50 +52,18 @@ fn tolerance(name: &str, t: Target) -> f64 {
     TOLERANCE.iter().find(|(n, _)| *n == name).unwrap().1
 }
 
-fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Cpu];
-    if Emulator::should_run(test).unwrap() {
-        t.extend([
-            Target::CpuCompiled,
-            Target::Emulated(LaneOrder::Forward),
-            Target::Emulated(LaneOrder::Reverse),
-        ]);
-    }
-    t
-}
-
-fn nvrtc() -> Option<Nvrtc> {
-    let found = match std::env::var_os(NVRTC_DIR_ENV) {
-        Some(_) => Nvrtc::from_env(),
-        None => {
-            Nvrtc::from_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"))
-        }
-    };
-    match found {
-        Ok(n) => Some(n),
-        Err(e) => {
-            assert!(
-                std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-            );
-            println!("skipping NVRTC compiles: {e}");
-            None
-        }
-    }
-}
-
 /// Runs the launch on every target (and compiles its CUDA); each target's first output.
 fn every_target(
     k: &JitKernel,
     setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
 ) -> Vec<(Target, Vec<f32>)> {
-    if let Some(n) = nvrtc() {
+    if let Some(n) = support::nvrtc() {
         let p = setup(k.launch()).cuda().unwrap();
         if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
             panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
         }
     }
-    targets(k.name())
+    support::targets(k.name())
         .into_iter()
         .map(|t| {
             let o = setup(k.launch())
