@@ -4,52 +4,16 @@
 //! compiled CPU executor and the emulated Metal in both lane orders; its CUDA is compiled by
 //! NVRTC. References are computed in f64 (or exactly, in integers) here.
 
-use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
-use triton_metal::emu::Emulator;
-use triton_metal::runtime::{out, LaneOrder, Launch, Target};
+mod support;
+
+use triton_metal::runtime::{out, Launch, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{Array, DType, DType::*};
-
-fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Cpu];
-    if Emulator::should_run(test).unwrap() {
-        t.extend([
-            Target::CpuCompiled,
-            Target::Emulated(LaneOrder::Forward),
-            Target::Emulated(LaneOrder::Reverse),
-        ]);
-    }
-    t
-}
-
-fn nvrtc() -> Option<&'static Nvrtc> {
-    static N: std::sync::OnceLock<Option<Nvrtc>> = std::sync::OnceLock::new();
-    N.get_or_init(|| {
-        let found = match std::env::var_os(NVRTC_DIR_ENV) {
-            Some(_) => Nvrtc::from_env(),
-            None => Nvrtc::from_dir(
-                &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"),
-            ),
-        };
-        match found {
-            Ok(n) => Some(n),
-            Err(e) => {
-                assert!(
-                    std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                    "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-                );
-                println!("skipping NVRTC compiles: {e}");
-                None
-            }
-        }
-    })
-    .as_ref()
-}
 
 /// Compiles the launch's CUDA with NVRTC (where available); `Err` is the code generator's.
 fn cuda_compiles(k: &JitKernel, l: Launch<'_>) -> triton_metal::Result<()> {
     let p = l.cuda()?;
-    if let Some(n) = nvrtc() {
+    if let Some(n) = support::nvrtc() {
         if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
             panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
         }
@@ -63,7 +27,7 @@ fn every_target(
     setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
 ) -> Vec<(Target, Vec<Array>)> {
     cuda_compiles(k, setup(k.launch())).unwrap_or_else(|e| panic!("{}: CUDA: {e}", k.name()));
-    targets(k.name())
+    support::targets(k.name())
         .into_iter()
         .map(|t| {
             let outs = setup(k.launch())
@@ -244,7 +208,7 @@ fn atomic_cas_claims_once() {
             ))
         }
         cuda_compiles(&k, setup(k.launch(), d)).unwrap();
-        for t in targets(&name) {
+        for t in support::targets(&name) {
             let r = setup(k.launch(), d).target(t).run();
             if d == I64 && matches!(t, Target::Emulated(_)) {
                 let e = r.expect_err("64-bit atomics on Metal").to_string();
@@ -326,7 +290,7 @@ fn atomics_on_64_bit_integers() {
                 .args((out(&[176], d).fill(fill as f64), &v)),
         )
         .unwrap();
-        for t in targets(&name) {
+        for t in support::targets(&name) {
             let r = k
                 .launch()
                 .grid([1])
@@ -396,7 +360,7 @@ fn atomic_orderings() {
                     );
                 }
             }
-            for t in targets(k.name()) {
+            for t in support::targets(k.name()) {
                 let r = setup(k.launch(), sem, scope).target(t).run();
                 let metal = matches!(t, Target::Emulated(_));
                 if metal && (sem != 0 || scope == 2) {

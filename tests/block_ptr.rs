@@ -6,9 +6,9 @@
 //! reference model here is the one `benches/gpu/block_ptr_probe.py` compared with Triton 3.6
 //! on an H100 (benches/README.md): block pointers agree in every case, descriptor loads too.
 
-use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
-use triton_metal::emu::Emulator;
-use triton_metal::runtime::{out, LaneOrder, Launch, Target};
+mod support;
+
+use triton_metal::runtime::{out, Launch, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{jit, mlx, Array, DType, DType::*};
 
@@ -18,40 +18,9 @@ mod persistent_matmul;
 
 const POISON: f64 = -777.0;
 
-fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Cpu];
-    if Emulator::should_run(test).unwrap() {
-        t.extend([
-            Target::CpuCompiled,
-            Target::Emulated(LaneOrder::Forward),
-            Target::Emulated(LaneOrder::Reverse),
-        ]);
-    }
-    t
-}
-
-fn nvrtc() -> Option<Nvrtc> {
-    let found = match std::env::var_os(NVRTC_DIR_ENV) {
-        Some(_) => Nvrtc::from_env(),
-        None => {
-            Nvrtc::from_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"))
-        }
-    };
-    match found {
-        Ok(n) => Some(n),
-        Err(e) => {
-            assert!(
-                std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-            );
-            None
-        }
-    }
-}
-
 /// Compiles the launch's CUDA with NVRTC (when available).
 fn nvrtc_compiles(k: &JitKernel, l: Launch<'_>) {
-    if let Some(n) = nvrtc() {
+    if let Some(n) = support::nvrtc() {
         let p = l.cuda().unwrap();
         if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
             panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
@@ -65,7 +34,7 @@ fn every_target(
     setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
 ) -> Vec<(Target, Vec<Array>)> {
     nvrtc_compiles(k, setup(k.launch()));
-    targets(k.name())
+    support::targets(k.name())
         .into_iter()
         .map(|t| {
             let o = setup(k.launch())
@@ -473,7 +442,7 @@ fn unchecked_block_ptr_access_is_reported() {
             .target(t)
     };
     nvrtc_compiles(&k, launch(Target::Cuda));
-    for t in targets(k.name()) {
+    for t in support::targets(k.name()) {
         let e = match launch(t).run() {
             Err(e) => e,
             Ok(y) => y[0].eval().expect_err(&format!("{t:?}: a load outside x")),

@@ -3,60 +3,24 @@
 //! compiled by NVRTC), against references computed here: TF32 rounding and f64 sums, and
 //! Philox-4x32-10 as Triton's `randint4x` calls it.
 
-use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
-use triton_metal::emu::Emulator;
-use triton_metal::runtime::{out, LaneOrder, Launch, Target};
+mod support;
+
+use triton_metal::runtime::{out, Launch, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{Array, DType::*};
-
-fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Cpu];
-    if Emulator::should_run(test).unwrap() {
-        t.extend([
-            Target::CpuCompiled,
-            Target::Emulated(LaneOrder::Forward),
-            Target::Emulated(LaneOrder::Reverse),
-        ]);
-    }
-    t
-}
-
-fn nvrtc() -> Option<&'static Nvrtc> {
-    static N: std::sync::OnceLock<Option<Nvrtc>> = std::sync::OnceLock::new();
-    N.get_or_init(|| {
-        let found = match std::env::var_os(NVRTC_DIR_ENV) {
-            Some(_) => Nvrtc::from_env(),
-            None => Nvrtc::from_dir(
-                &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"),
-            ),
-        };
-        match found {
-            Ok(n) => Some(n),
-            Err(e) => {
-                assert!(
-                    std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                    "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-                );
-                println!("skipping NVRTC compiles: {e}");
-                None
-            }
-        }
-    })
-    .as_ref()
-}
 
 /// Runs on every target and compiles the CUDA; every target must succeed.
 fn every_target(
     k: &JitKernel,
     setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
 ) -> Vec<(Target, Vec<Array>)> {
-    if let Some(n) = nvrtc() {
+    if let Some(n) = support::nvrtc() {
         let p = setup(k.launch()).cuda().unwrap();
         if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
             panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
         }
     }
-    targets(k.name())
+    support::targets(k.name())
         .into_iter()
         .map(|t| {
             let outs = setup(k.launch())

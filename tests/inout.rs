@@ -4,9 +4,9 @@
 //! compiled by NVRTC. Results are checked bit for bit against Rust references on random
 //! data with edge values and ragged sizes.
 
-use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
-use triton_metal::emu::Emulator;
-use triton_metal::runtime::{inout, out, LaneOrder, Launch, Target};
+mod support;
+
+use triton_metal::runtime::{inout, out, Launch, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{
     mlx, Array,
@@ -14,53 +14,13 @@ use triton_metal::{
     Element,
 };
 
-/// The targets this machine can run: the emulator's clang gates the compiled CPU executor
-/// and the emulated Metal (skipped with a notice, or an error under `TRITON_METAL_REQUIRE_EMU`).
-fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Cpu];
-    if Emulator::should_run(test).unwrap() {
-        t.extend([
-            Target::CpuCompiled,
-            Target::Emulated(LaneOrder::Forward),
-            Target::Emulated(LaneOrder::Reverse),
-            Target::Emulated(LaneOrder::SimdgroupsForward),
-            Target::Emulated(LaneOrder::Shuffled(7)),
-        ]);
-    }
-    t
-}
-
-fn nvrtc() -> Option<&'static Nvrtc> {
-    static N: std::sync::OnceLock<Option<Nvrtc>> = std::sync::OnceLock::new();
-    N.get_or_init(|| {
-        let found = match std::env::var_os(NVRTC_DIR_ENV) {
-            Some(_) => Nvrtc::from_env(),
-            None => Nvrtc::from_dir(
-                &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"),
-            ),
-        };
-        match found {
-            Ok(n) => Some(n),
-            Err(e) => {
-                assert!(
-                    std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                    "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-                );
-                println!("skipping NVRTC compiles: {e}");
-                None
-            }
-        }
-    })
-    .as_ref()
-}
-
 /// Runs the launch that `setup` configures on every target (and compiles its CUDA, the
 /// in-place variant these arguments make, with NVRTC); returns each target's outputs.
 fn every_target(
     k: &JitKernel,
     setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
 ) -> Vec<(Target, Vec<Array>)> {
-    if let Some(n) = nvrtc() {
+    if let Some(n) = support::nvrtc() {
         let p = setup(k.launch())
             .cuda()
             .unwrap_or_else(|e| panic!("{}: CUDA codegen: {e}", k.name()));
@@ -68,7 +28,7 @@ fn every_target(
             panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
         }
     }
-    targets(k.name())
+    support::targets(k.name())
         .into_iter()
         .map(|t| {
             let outs = setup(k.launch())

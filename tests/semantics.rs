@@ -4,9 +4,9 @@
 //! NVIDIA GPU is present). The expected values are what Triton 3.6 computes on an H100
 //! (`benches/gpu/semantics_probe.py`, results in `benches/README.md`).
 
-use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
-use triton_metal::emu::Emulator;
-use triton_metal::runtime::{out, LaneOrder, Launch, ReductionLayout, Target};
+mod support;
+
+use triton_metal::runtime::{out, Launch, ReductionLayout, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{
     Array,
@@ -14,51 +14,13 @@ use triton_metal::{
     Element,
 };
 
-/// The targets this machine can run: the emulator's clang gates the compiled CPU executor
-/// and the emulated Metal (skipped with a notice, or an error under `TRITON_METAL_REQUIRE_EMU`).
-fn targets(test: &str) -> Vec<Target> {
-    let mut t = vec![Target::Cpu];
-    if Emulator::should_run(test).unwrap() {
-        t.extend([
-            Target::CpuCompiled,
-            Target::Emulated(LaneOrder::Forward),
-            Target::Emulated(LaneOrder::Reverse),
-        ]);
-    }
-    t
-}
-
-fn nvrtc() -> Option<&'static Nvrtc> {
-    static N: std::sync::OnceLock<Option<Nvrtc>> = std::sync::OnceLock::new();
-    N.get_or_init(|| {
-        let found = match std::env::var_os(NVRTC_DIR_ENV) {
-            Some(_) => Nvrtc::from_env(),
-            None => Nvrtc::from_dir(
-                &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"),
-            ),
-        };
-        match found {
-            Ok(n) => Some(n),
-            Err(e) => {
-                assert!(
-                    std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                    "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-                );
-                println!("skipping NVRTC compiles: {e}");
-                None
-            }
-        }
-    })
-    .as_ref()
-}
-
 /// Runs the launch that `setup` configures on every target (and compiles its CUDA with
 /// NVRTC); returns each target's outputs.
 fn every_target(
     k: &JitKernel,
     setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
 ) -> Vec<(Target, Vec<Array>)> {
-    if let Some(n) = nvrtc() {
+    if let Some(n) = support::nvrtc() {
         let p = setup(k.launch())
             .cuda()
             .unwrap_or_else(|e| panic!("{}: CUDA codegen: {e}", k.name()));
@@ -66,7 +28,7 @@ fn every_target(
             panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
         }
     }
-    targets(k.name())
+    support::targets(k.name())
         .into_iter()
         .map(|t| {
             let outs = setup(k.launch())
@@ -764,7 +726,7 @@ fn range_with_a_zero_step() {
         .unwrap();
     assert!(e.to_string().contains("range step must not be zero"), "{e}");
     let k = loop_kernel("range_zero", None);
-    for t in targets("range_zero") {
+    for t in support::targets("range_zero") {
         // CPU outputs are lazy: a failure surfaces when they are read.
         let r = k
             .launch()
@@ -817,7 +779,7 @@ fn unstored_outputs_and_exact_fills() {
         tl::store(o + offs, offs).mask(offs.lt(4));
     })
     .unwrap();
-    for t in targets("partial_store") {
+    for t in support::targets("partial_store") {
         let r = partial
             .launch()
             .grid([1])

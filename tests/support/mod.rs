@@ -20,26 +20,31 @@ pub fn targets(test: &str) -> Vec<Target> {
     t
 }
 
-/// NVRTC from `TRITON_METAL_NVRTC_DIR` or `target/nvrtc`; `None` (after saying so) when it
-/// is missing, a failure when `TRITON_METAL_REQUIRE_NVRTC=1`.
-pub fn nvrtc() -> Option<Nvrtc> {
-    let found = match std::env::var_os(NVRTC_DIR_ENV) {
-        Some(_) => Nvrtc::from_env(),
-        None => {
-            Nvrtc::from_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"))
+/// NVRTC from `TRITON_METAL_NVRTC_DIR` or `target/nvrtc`, loaded once per test binary;
+/// `None` (after saying so) when it is missing, a failure when
+/// `TRITON_METAL_REQUIRE_NVRTC=1`.
+pub fn nvrtc() -> Option<&'static Nvrtc> {
+    static N: std::sync::OnceLock<Option<Nvrtc>> = std::sync::OnceLock::new();
+    N.get_or_init(|| {
+        let found = match std::env::var_os(NVRTC_DIR_ENV) {
+            Some(_) => Nvrtc::from_env(),
+            None => Nvrtc::from_dir(
+                &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc"),
+            ),
+        };
+        match found {
+            Ok(n) => Some(n),
+            Err(e) => {
+                assert!(
+                    std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
+                    "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
+                );
+                println!("skipping NVRTC compiles: {e}");
+                None
+            }
         }
-    };
-    match found {
-        Ok(n) => Some(n),
-        Err(e) => {
-            assert!(
-                std::env::var("TRITON_METAL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "TRITON_METAL_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}"
-            );
-            println!("skipping NVRTC compiles: {e}");
-            None
-        }
-    }
+    })
+    .as_ref()
 }
 
 /// Compiles the CUDA `launch` would run with NVRTC for sm_90 (where NVRTC is available).
