@@ -198,7 +198,7 @@ impl Dialect {
 ///
 /// Max/min follow Triton: a NaN operand is ignored (`maximum`, `max` reductions) or wins
 /// (`propagate_nan=ALL`) as the canonical NaN (all payload bits set, `0x7fffffff`; `0x7fff`
-/// once rounded to f16/bf16), which PTX's `max.NaN`/`min.NaN` give, and +0 is greater than
+/// once rounded to f16/bf16), which the PTX ISA specifies for `max.NaN`/`min.NaN`, and +0 is greater than
 /// -0 whatever the order. They never call the
 /// language's `fmax`/`fmin` (nor `simd_max`/`simd_min` on floats, see `reduce.rs`; CUDA
 /// has its own max/min, [`CUDA_MINMAX`]): under
