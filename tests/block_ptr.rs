@@ -765,6 +765,140 @@ fn bad_block_ptr_arguments_are_build_errors() {
     );
 }
 
+/// A block pointer's block shape is part of its type: branches and loops that would change
+/// it are build errors (as in Triton), with the same rank or not; keeping it is fine.
+#[test]
+fn block_shape_changes_through_branches_and_loops_are_build_errors() {
+    build_error(
+        |k| {
+            let x = k.ptr(F32, "x");
+            let c = k.scalar(I32, "c");
+            let p = tl::if_(
+                c.gt(0),
+                || tl::make_block_ptr(x, (64, 64), (64, 1), (0, 0), [16, 16], [1, 0]),
+                || tl::make_block_ptr(x, (64, 64), (64, 1), (0, 0), [16, 32], [1, 0]),
+            );
+            tl::load(p);
+        },
+        "if",
+        line!() - 8,
+        &[
+            "else branch",
+            "block_shape [16, 32]",
+            "then branch yields a block pointer of block_shape [16, 16]",
+        ],
+    );
+    build_error(
+        |k| {
+            let x = k.ptr(F32, "x");
+            let n = k.scalar(I32, "n");
+            let p = tl::make_block_ptr(x, (64, 64), (64, 1), (0, 0), [16, 16], [1, 0]);
+            let p = tl::range(0, n, 1).fold(p, |_, _| {
+                tl::make_block_ptr(x, (64, 64), (64, 1), (0, 0), [32, 16], [1, 0])
+            });
+            tl::load(p);
+        },
+        "for",
+        line!() - 6,
+        &[
+            "loop-carried values",
+            "block_shape [32, 16]",
+            "loop starts with a block pointer of block_shape [16, 16]",
+        ],
+    );
+    build_error(
+        |k| {
+            let x = k.ptr(F32, "x");
+            let n = k.scalar(I32, "n");
+            let p = tl::make_block_ptr(x, (64,), (1,), (0,), [16], [0]);
+            let (p, _) = tl::while_loop(
+                (p, n),
+                |(_, i)| i.gt(0),
+                |(_, i)| (tl::make_block_ptr(x, (64,), (1,), (0,), [8], [0]), i - 1),
+            );
+            tl::load(p);
+        },
+        "while",
+        line!() - 8,
+        &["block_shape [8]", "block_shape [16]"],
+    );
+    build_error(
+        |k| {
+            let x = k.ptr(F32, "x");
+            let c = k.scalar(I32, "c");
+            let d = tl::make_tensor_descriptor(x, (64, 64), (64, 1), [16, 16]);
+            let e =
+                tl::make_tensor_descriptor(x, (64, 64), (64, 1), [16, 16]).padding_option("nan");
+            let d = tl::if_(c.gt(0), || d, || e);
+            d.load((0, 0));
+        },
+        "if",
+        line!() - 4,
+        &["tensor descriptor of block_shape [16, 16] padded with NaN"],
+    );
+    // The same block shape through a branch and a loop builds.
+    tl::jit("same_block", |k| {
+        let x = k.ptr(F32, "x");
+        let c = k.scalar(I32, "c");
+        let p = tl::if_(
+            c.gt(0),
+            || tl::make_block_ptr(x, (64, 64), (64, 1), (0, 0), [16, 16], [1, 0]),
+            || tl::make_block_ptr(x, (64, 64), (64, 1), (16, 0), [16, 16], [0, 1]),
+        );
+        let p = tl::range(0, c, 1).fold(p, |_, p| tl::advance(p, (0, 16)));
+        tl::load(p);
+    })
+    .and_then(|k| k.specialize_with(&[]).map(|_| ()))
+    .unwrap();
+}
+
+#[jit]
+fn branch_block_shapes(x_ptr: Ptr<F32>, y_ptr: Ptr<F32>, c: i32) {
+    let mut p = tl::make_block_ptr(
+        base = x_ptr,
+        shape = (64, 64),
+        strides = (64, 1),
+        offsets = (0, 0),
+        block_shape = (16, 16),
+        order = (1, 0),
+    );
+    if c > 0 {
+        p = tl::make_block_ptr(
+            base = x_ptr,
+            shape = (64, 64),
+            strides = (64, 1),
+            offsets = (0, 0),
+            block_shape = (16, 32),
+            order = (1, 0),
+        );
+    }
+    let q = tl::make_block_ptr(
+        base = y_ptr,
+        shape = (64, 64),
+        strides = (64, 1),
+        offsets = (0, 0),
+        block_shape = (16, 16),
+        order = (1, 0),
+    );
+    tl::store(q, tl::load(p));
+}
+
+#[test]
+fn jit_branch_changing_a_block_shape_is_a_build_error() {
+    let e = branch_block_shapes()
+        .and_then(|k| k.specialize_with(&[]).map(|_| ()))
+        .expect_err("the kernel must not build")
+        .to_string();
+    assert!(
+        e.contains("kernel `branch_block_shapes`")
+            && e.contains("op `if`")
+            && e.contains(file!())
+            && e.contains("block_shape [16, 32]")
+            && e.contains("block_shape [16, 16]"),
+        "{e}"
+    );
+}
+
 #[test]
 fn bad_descriptor_arguments_are_build_errors() {
     build_error(

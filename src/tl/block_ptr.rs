@@ -108,8 +108,9 @@ fn padding(p: &str) -> Res<Padding> {
 /// [`load_block`] and [`store`](super::store) / [`store_block`]; move it with [`advance`].
 ///
 /// A `Copy` handle, like [`Tensor`]; it can be carried through loops and branches (its
-/// base, shape, strides and offsets are carried; the block shape and order are the
-/// initial value's, so a loop or branch must keep them, as Triton's types require).
+/// base, shape, strides and offsets are carried). The block shape is part of its type, as
+/// in Triton: a branch or loop body that yields one of another block shape is a build
+/// error; the order, a layout hint, is the initial value's.
 #[derive(Clone, Copy)]
 pub struct BlockPtr {
     base: Tensor,
@@ -223,6 +224,14 @@ impl Carry for BlockPtr {
             }
         }
         p
+    }
+
+    fn static_type(&self, out: &mut Vec<String>) {
+        out.push(if self.is_poisoned() {
+            String::new()
+        } else {
+            format!("block pointer of block_shape {:?}", self.block_shape())
+        });
     }
 }
 
@@ -428,6 +437,18 @@ impl Carry for TensorDescriptor {
             }
         }
         d
+    }
+
+    fn static_type(&self, out: &mut Vec<String>) {
+        out.push(if self.is_poisoned() {
+            String::new()
+        } else {
+            format!(
+                "tensor descriptor of block_shape {:?}{}",
+                self.block_shape(),
+                if self.nan { " padded with NaN" } else { "" }
+            )
+        });
     }
 }
 

@@ -15,6 +15,12 @@ pub trait Carry: Sized {
     fn flatten(&self, out: &mut Vec<Tensor>);
     /// Rebuilds a value of the same structure as `self` from `it`.
     fn unflatten(&self, it: &mut dyn Iterator<Item = Tensor>) -> Self;
+    /// Appends what the value's type fixes besides its tensors (a block pointer's block
+    /// shape), one entry per such value (empty for a failed operation's handle): every
+    /// branch and loop iteration must keep it.
+    fn static_type(&self, out: &mut Vec<String>) {
+        let _ = out;
+    }
 }
 
 impl Carry for Tensor {
@@ -38,6 +44,9 @@ impl<T: Carry> Carry for Vec<T> {
     fn unflatten(&self, it: &mut dyn Iterator<Item = Tensor>) -> Self {
         self.iter().map(|t| t.unflatten(it)).collect()
     }
+    fn static_type(&self, out: &mut Vec<String>) {
+        self.iter().for_each(|t| t.static_type(out));
+    }
 }
 
 impl<T: Carry, const N: usize> Carry for [T; N] {
@@ -46,6 +55,9 @@ impl<T: Carry, const N: usize> Carry for [T; N] {
     }
     fn unflatten(&self, it: &mut dyn Iterator<Item = Tensor>) -> Self {
         std::array::from_fn(|i| self[i].unflatten(it))
+    }
+    fn static_type(&self, out: &mut Vec<String>) {
+        self.iter().for_each(|t| t.static_type(out));
     }
 }
 
@@ -58,6 +70,9 @@ macro_rules! tuple_carry {
             fn unflatten(&self, it: &mut dyn Iterator<Item = Tensor>) -> Self {
                 ($(self.$i.unflatten(it),)*)
             }
+            fn static_type(&self, out: &mut Vec<String>) {
+                $(self.$i.static_type(out);)*
+            }
         }
     )*};
 }
@@ -69,6 +84,24 @@ fn values(b: &Builder, c: &impl Carry) -> Res<Vec<Value>> {
     let mut ts = Vec::new();
     c.flatten(&mut ts);
     ts.into_iter().map(|t| b.value(t)).collect()
+}
+
+/// Checks that `new` (what a branch or loop body yields) keeps the static parts of
+/// `old`'s type ([`Carry::static_type`]): `what` names `new`, `before` names `old`.
+fn same_static_type(old: &impl Carry, new: &impl Carry, what: &str, before: &str) -> Res<()> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    old.static_type(&mut a);
+    new.static_type(&mut b);
+    for (x, y) in a.iter().zip(&b) {
+        if !x.is_empty() && !y.is_empty() && x != y {
+            return Err(format!(
+                "{what}: a {y} where {before} a {x} (a block pointer or \
+                 descriptor keeps its block shape through branches and loops, as Triton's \
+                 types require; use a separate variable for each block shape)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn types(b: &Builder, vs: &[Value]) -> Vec<Type> {
@@ -129,6 +162,7 @@ impl Range {
         };
         let new = body(iv, carried);
         let results = op_any("for", loc, |b| {
+            same_static_type(&init, &new, "loop-carried values", "the loop starts with")?;
             let yields = values(b, &new)?;
             let want = types(b, &init_vals);
             b.finish_region(r, &yields, Some(&want), "loop-carried values")?;
@@ -176,6 +210,7 @@ pub fn while_loop<C: Carry>(
     };
     let new = body(carried);
     op_any("while", loc, |b| {
+        same_static_type(&init, &new, "loop-carried values", "the loop starts with")?;
         let yields = values(b, &new)?;
         b.finish_region(rb, &yields, Some(&tys), "loop-carried values")?;
         let vs = b.emit_while(init_vals, rc, rb);
@@ -211,6 +246,12 @@ pub fn if_<C: Carry>(
     let Some((tys, re)) = mid else { return t };
     let e = else_();
     op_any("if", loc, |b| {
+        same_static_type(
+            &t,
+            &e,
+            "else branch (must match the then branch)",
+            "the then branch yields",
+        )?;
         let yields = values(b, &e)?;
         b.finish_region(
             re,
