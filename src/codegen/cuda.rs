@@ -21,7 +21,6 @@ use std::hash::{Hash, Hasher};
 use super::dialect::CUDA;
 use super::lower::{check_block_shapes, in_place_names, printer_of, unsupported_on, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
-use crate::device::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, ParamKind};
@@ -242,7 +241,7 @@ pub fn compile_in_place(
         kernel: kernel.name.clone(),
         msg,
     };
-    if opts.target.backend != Backend::Cuda {
+    if !opts.target.is_cuda() {
         return Err(launch_err(format!(
             "target {} is not a CUDA device (use LaunchOptions::target with an sm_80/sm_90 profile)",
             opts.target.chip

@@ -411,6 +411,11 @@ impl HardwareProfile {
         HardwareProfile::of(chip_of_info(info))
     }
 
+    /// Whether kernels for this profile are CUDA (NVIDIA) kernels.
+    pub fn is_cuda(&self) -> bool {
+        self.backend == Backend::Cuda
+    }
+
     /// Elements of `dtype` one vector load moves (at least 1).
     pub fn vector_width(&self, dtype: DType) -> u32 {
         (self.vector_bytes / dtype.size_bytes() as u32).max(1)
