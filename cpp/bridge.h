@@ -10,7 +10,7 @@
 
 namespace triton_metal {
 
-struct CpuLaunch;  // Rust type: one CPU-executor launch (see src/runtime/cpu_primitive.rs).
+struct CpuLaunch;  // Rust type: one CPU-executor launch (see src/ffi/cpu_primitive.rs).
 
 // Owns one reference to an MLX array; cloning bumps MLX's refcount.
 struct MlxArray {

@@ -10,8 +10,8 @@ use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::{self, MlxArray};
-use crate::runtime::cpu_primitive::ErrorSlot;
-use crate::runtime::mlx_kernel::name_programs;
+use crate::ffi::cpu_primitive::ErrorSlot;
+use crate::ffi::programs::name_programs;
 
 /// An MLX array: lazily computed, reference counted, owned by MLX.
 ///

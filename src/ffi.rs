@@ -164,4 +164,7 @@ pub(crate) mod bridge {
 unsafe impl Send for bridge::MlxArray {}
 unsafe impl Sync for bridge::MlxArray {}
 
-pub(crate) use crate::runtime::cpu_primitive::{run_cpu_launch, CpuLaunch};
+pub mod cpu_primitive;
+pub(crate) mod programs;
+
+pub(crate) use cpu_primitive::{run_cpu_launch, CpuLaunch};

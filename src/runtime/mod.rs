@@ -1,9 +1,10 @@
 //! Running kernels: the MLX custom primitive for the CPU executor, launches, caches.
 
-pub mod cpu_primitive;
 pub mod launch;
 pub mod mlx_kernel;
 mod words;
+
+pub use crate::ffi::cpu_primitive;
 
 pub use launch::{
     cdiv, grid, inout, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target,
