@@ -849,7 +849,8 @@ fn big_graph(blocks: usize) -> Graph {
 #[test]
 fn a_hundred_thousand_ops_fuse_and_plan_in_linear_time() {
     use std::time::Instant;
-    use triton_metal::opt::{plan_fused, plan_graph, HardwareProfile};
+    use triton_metal::graph::{plan_fused, plan_graph};
+    use triton_metal::opt::HardwareProfile;
     let hw = HardwareProfile::named("m1").unwrap();
     // Quadratic work (a scan of the graph per op or per fused group) took minutes at this
     // size; linear work takes well under a second per pass.

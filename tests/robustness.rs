@@ -3,8 +3,10 @@
 //! MLX runner; each either works or returns an error.
 
 use serde_json::{json, Value};
-use triton_metal::graph::{fuse, random_inputs, Graph, GraphRunner, GraphSpec, OpKind, OpSpec};
-use triton_metal::opt::{memory_layout_for_op, HardwareProfile};
+use triton_metal::graph::{
+    fuse, memory_layout_for_op, random_inputs, Graph, GraphRunner, GraphSpec, OpKind, OpSpec,
+};
+use triton_metal::opt::HardwareProfile;
 
 fn shapes_for(n: usize) -> Vec<Vec<Vec<i64>>> {
     let one: Vec<Vec<i64>> = vec![

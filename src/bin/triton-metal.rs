@@ -16,9 +16,10 @@ use serde_json::{json, Value};
 use triton_metal::bench::{plot, reductions, BenchTarget, ReductionBench};
 use triton_metal::device::{self, Backend, HardwareInfo};
 use triton_metal::graph::{
-    fuse, random_inputs, samples, FusionSummary, Graph, GraphRunner, GraphSpec, OpSpec, TensorType,
+    fuse, plan_fused, plan_graph, random_inputs, samples, FusionSummary, Graph, GraphRunner,
+    GraphSpec, LayoutPlan, OpSpec, TensorType,
 };
-use triton_metal::opt::{plan_fused, plan_graph, HardwareProfile, LayoutPlan, HW_ENV_VAR};
+use triton_metal::opt::{HardwareProfile, HW_ENV_VAR};
 use triton_metal::{codegen, mlx, Array, DType, Error};
 
 #[derive(Parser)]

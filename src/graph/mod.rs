@@ -30,6 +30,7 @@ mod activation;
 pub mod dsl;
 pub mod dsl_build;
 pub mod fusion;
+pub mod layout;
 pub mod ops;
 pub mod pattern;
 pub mod runner;
@@ -39,6 +40,9 @@ pub mod spec;
 pub use fusion::{
     fuse, Activation, FusedGraph, FusedGroup, FusionEntry, FusionSummary, Node, Operand, Pattern,
     PatternParams,
+};
+pub use layout::{
+    memory_layout_for_op, op_flops, plan_fused, plan_graph, plan_layout, LayoutPlan, ReductionPlan,
 };
 pub use ops::{OpArgs, OpCategory, OpKind, ReduceOp};
 pub use runner::{

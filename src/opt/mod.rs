@@ -1,20 +1,17 @@
-//! The optimizer: hardware profiles and the layout decisions derived from them.
-//!
-//! Kernel-IR passes (constant folding, CSE, FMA contraction, barrier elimination) join
-//! this module once the IR lands; what is here needs only op descriptions and a profile.
+//! The optimizer: hardware profiles, the integer analysis of kernel IR, and the layout plan
+//! of a kernel ([`plan`]) that the printers spell. The per-op layouts of the op-graph tool
+//! are planned in [`crate::graph::layout`] from the same profiles.
 //!
 //! ```
-//! use triton_metal::graph::OpSpec;
-//! use triton_metal::opt::{memory_layout_for_op, HardwareProfile, MemoryLayout};
+//! use triton_metal::opt::{HardwareProfile, MemoryLayout, Roofline};
 //!
-//! // Plan a row reduction for an M3 Max, whatever machine this runs on.
+//! // An M3 Max, whatever machine this runs on.
 //! let hw = HardwareProfile::named("m3-max")?;
-//! let op = OpSpec::from_operation_str("tt.sum:[256,8192]:1")?;
-//! let plan = memory_layout_for_op(&op, &hw)?;
-//! assert!(plan.layout.contains(MemoryLayout::COALESCED));
-//! let r = plan.reduction.as_ref().unwrap();
-//! assert!(r.two_stage && r.partials_per_output >= 2); // 8192 > 1024 elements per row
-//! assert_eq!(plan.threads_per_threadgroup % hw.simd_width, 0);
+//! assert_eq!(hw.simd_width, 32);
+//! // Reading and writing 64 MiB once, with one operation per element, is memory bound.
+//! let r = Roofline::new(64 << 20, 8 << 20, &hw);
+//! assert_eq!(r.limit, Some("memory"));
+//! assert!("row_major|coalesced".parse::<MemoryLayout>()?.contains(MemoryLayout::COALESCED));
 //! # Ok::<(), triton_metal::Error>(())
 //! ```
 
@@ -25,7 +22,4 @@ pub mod options;
 pub mod plan;
 
 pub use hardware::{Chip, HardwareProfile, TileShape, HW_ENV_VAR};
-pub use layout::{
-    memory_layout_for_op, op_flops, plan_fused, plan_graph, plan_layout, LayoutPlan, MemoryLayout,
-    ReductionPlan, Roofline,
-};
+pub use layout::{MemoryLayout, Roofline};
