@@ -19,7 +19,7 @@
 //! | [`opt`], [`graph`], [`tune`] | hardware profiles and layout analysis, op-graph fusion with its reports, autotuning |
 //! | [`guide`] | the users' guide (documentation only) |
 //!
-//! The modules `codegen`, `emu`, `exec`, `fuzz`, `ir`, `passes` and `bench` are
+//! The modules `codegen`, `emu`, `exec`, `native`, `fuzz`, `ir`, `passes` and `bench` are
 //! public only so that this crate's own tool, tests, examples and benchmarks can reach them:
 //! they are hidden from the documentation and may change in any release. The items users
 //! need from them are re-exported in [`runtime`] ([`runtime::LaneOrder`],
@@ -32,6 +32,7 @@
 extern crate self as triton_metal;
 
 pub(crate) mod cache;
+pub(crate) mod clang;
 pub mod dtype;
 #[doc(hidden)]
 #[allow(rustdoc::broken_intra_doc_links)]
@@ -62,6 +63,9 @@ pub mod config;
 pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;
+#[doc(hidden)]
+#[allow(rustdoc::broken_intra_doc_links)]
+pub mod native;
 pub mod runtime;
 pub(crate) mod settings;
 pub mod testing;

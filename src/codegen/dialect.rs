@@ -429,7 +429,7 @@ pub const CUDA: Dialect = Dialect {
     zero_step: None,
 };
 
-/// C++20 for the compiled CPU executor (`exec::native`), built by clang against Metal's
+/// C++20 for the compiled CPU executor (`native`), built by clang against Metal's
 /// types and math (`emu/metal_core.h`) and a small runtime (`cpu_runtime.h`).
 ///
 /// A program is one call on one OS thread: one thread of one lane (`simd_width` 1), so
@@ -486,7 +486,7 @@ pub const CPU: Dialect = Dialect {
     mma_m16n8k16: false,
     overrides: super::math::CPU_OVERRIDES,
     prelude: concat!(
-        include_str!("../emu/metal_core.h"),
+        include_str!("../clang/metal_core.h"),
         include_str!("cpu_runtime.h")
     ),
     helpers: &[

@@ -4,7 +4,7 @@
 //! One printer (`lower.rs`, `reduce.rs`, `dot.rs`) writes per-thread code for any
 //! [`dialect::Dialect`]; [`metal::compile`] wraps it for MLX's `fast::metal_kernel` (the
 //! ABI rules are in [`abi`]), [`cuda::compile`] for `fast::cuda_kernel` or NVRTC, and
-//! [`cpu::compile`] for `exec::execute_native`. On a GPU each program is one threadgroup of
+//! [`cpu::compile`] for `native::execute_native`. On a GPU each program is one threadgroup of
 //! `num_warps x 32` threads (on the CPU, one thread); block tensors are spread over them by
 //! [`layout::BlockedLayout`].
 //!

@@ -55,24 +55,20 @@
 //! ```
 
 mod arrays;
-pub(crate) mod compile;
 mod guard;
 mod rewrite;
 pub mod signature;
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 
 use guard::{Edge, Guarded};
 
+pub use crate::clang::{cache_dir, METAL_CORE};
 pub use arrays::run_call;
-pub use compile::cache_dir;
 pub use signature::{MlxKernel, Param, SigInput, TemplateArg};
 
+use crate::clang::{self, Build, MISSING_CLANG};
 use crate::{DType, Element, Error, Result};
-
-/// Metal's types and math as C++ (no runtime): the first half of the shim, shared with the
-/// compiled CPU executor.
-pub const METAL_CORE: &str = include_str!("metal_core.h");
 
 /// The shim's runtime half (fibers, barriers, simd collectives, atomics), compiled after
 /// [`METAL_CORE`] in front of every kernel (stands in for MLX's `metal::utils()`).
@@ -86,9 +82,58 @@ pub const MAX_THREADGROUP_MEMORY: usize = 32768;
 /// Buffer slots a Metal kernel may bind.
 pub const MAX_BUFFERS: usize = 31;
 
-const MISSING_CLANG: &str = "the Metal emulator needs clang >= 15 (`_Float16` stands in for \
-    Metal's `half`): install it, e.g. `apt-get install clang-19`, or point \
-    TRITON_METAL_EMU_CXX at a clang++";
+/// `tm_emu_launch(bufs, grid, threadgroup, schedule, seed, workers, err, errlen)` in the .so.
+pub(crate) type LaunchFn = unsafe extern "C" fn(
+    *const *mut c_void,
+    *const u32,
+    *const u32,
+    i32,
+    u64,
+    i32,
+    *mut c_char,
+    usize,
+) -> i32;
+
+/// The emulator's build: `-O1` keeps compiles fast while inlining the shim.
+/// Stack-clash protection probes big stack frames page by page, so a kernel whose locals
+/// overflow its fiber stack hits the guard page instead of writing over other memory.
+/// Warnings are off except the ones that hold the kernel to what Metal compiles: C++20
+/// features (MSL 3 is C++17; the shim, a system header, may use them) and variable-length
+/// arrays are errors (`-Wvla-extension` before clang 18, `-Wvla-cxx-extension` since).
+/// Line tables let a fault name the kernel line that made it.
+const FLAGS: [&str; 16] = [
+    "-std=c++20",
+    "-O1",
+    "-gline-tables-only",
+    "-shared",
+    "-fPIC",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-pthread",
+    "-Wno-everything",
+    "-Werror=pre-c++20-compat-pedantic",
+    "-Werror=vla-extension",
+    "-Werror=vla-cxx-extension",
+    "-ferror-limit=20",
+    "-fno-color-diagnostics",
+    "-ffp-contract=off",
+    "-fstack-clash-protection",
+];
+
+/// Compiles (or finds in the cache) `cpp` and returns its launch entry. `msl` is the
+/// kernel as MLX wrote it, quoted in compile errors.
+pub(crate) fn load(cpp: &str, kernel: &str, msl: &str) -> Result<LaunchFn> {
+    let build = Build {
+        flags: FLAGS.to_vec(),
+        symbol: b"tm_emu_launch\0",
+        backend: "emulator",
+        source_tag: "kernel.metal",
+        key: String::new(),
+    };
+    let f = clang::load_symbol(cpp, kernel, msl, &build)?;
+    // SAFETY: the harness appends `tm_emu_launch` with exactly this signature.
+    Ok(unsafe { std::mem::transmute::<*const c_void, LaunchFn>(f) })
+}
 
 /// Whether the emulator can run here.
 #[derive(Clone, Copy, Debug)]
@@ -97,12 +142,12 @@ pub struct Emulator;
 impl Emulator {
     /// True when a suitable clang (>= 15) was found.
     pub fn available() -> bool {
-        compile::clang().is_some()
+        clang::clang().is_some()
     }
 
     /// The compiler's `--version` line, if one was found.
     pub fn compiler_version() -> Option<&'static str> {
-        compile::clang().map(|c| c.version.as_str())
+        clang::clang().map(|c| c.version.as_str())
     }
 
     /// For tests: `Ok(true)` when the emulator is available; otherwise prints a notice and
@@ -576,7 +621,7 @@ pub fn run(launch: &MetalLaunch) -> Result<Vec<EmuBuffer>> {
              {MAX_THREADGROUP_MEMORY} (32 KB) per threadgroup"
         )));
     }
-    let entry = compile::load(&cpp, &launch.name, &msl)?;
+    let entry = load(&cpp, &launch.name, &msl)?;
 
     // Reads before a buffer's start fault in the reverse schedules, reads past its end in
     // the others; writes outside it are found in every schedule.
@@ -759,7 +804,7 @@ fn describe_fault(
 /// object, found with llvm-symbolizer (beside clang) in the line tables; the outermost
 /// kernel frame of an inlined helper.
 fn kernel_line(so: &std::path::Path, pc: usize, msl: &str) -> Option<String> {
-    let clang = compile::clang()?;
+    let clang = clang::clang()?;
     let file = clang.path.file_name()?.to_str()?;
     let tool = clang
         .path

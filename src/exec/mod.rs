@@ -19,9 +19,9 @@
 //! it is an [`Error::Runtime`] naming the kernel, the op (and where it was built), the
 //! program id and the offending element offset. Masked-off lanes are not checked.
 //!
-//! [`execute_native`] runs the same kernels compiled to native code instead (the shared
-//! printer's C++ dialect, built with clang; see `native.rs`): same arguments, semantics and
-//! errors, 1.4–5.2× faster than the interpreter on the benchmark kernels (benches/README.md).
+//! `native::execute_native` runs the same kernels compiled to native code instead (the
+//! shared printer's C++ dialect, built with clang; `src/native/`): same arguments,
+//! semantics and errors, 1.4–5.2× faster than the interpreter on the benchmark kernels (benches/README.md).
 //!
 //! Speed comes from doing each op as one tight loop over its block and from not repeating
 //! work: ops that do not depend on the program (`arange`, constants, splats of arguments)
@@ -74,10 +74,7 @@ mod lazy;
 mod libdevice;
 mod memops;
 mod memory;
-mod native;
-#[cfg(test)]
-mod native_tests;
-mod parallel;
+pub(crate) mod parallel;
 #[cfg(test)]
 mod parallel_tests;
 mod plan;
@@ -90,7 +87,7 @@ mod tests;
 /// Helpers shared by the tests that run kernels on both CPU executors.
 #[cfg(test)]
 pub(crate) mod test_support {
-    use super::{execute, execute_native, ExecArg};
+    use super::{execute, ExecArg};
     use crate::error::Result;
     use crate::ir::Kernel;
 
@@ -102,7 +99,7 @@ pub(crate) mod test_support {
         args: &mut [ExecArg<'_>],
     ) -> Result<()> {
         if compiled {
-            execute_native(kernel, grid, args)
+            crate::native::execute_native(kernel, grid, args)
         } else {
             execute(kernel, grid, args)
         }
@@ -118,10 +115,10 @@ pub(crate) mod test_support {
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, Param, ParamKind, Type};
-use data::{canon_i32, class_of, f64_to_f32_class, Class, Data};
+pub(crate) use data::Data;
+use data::{canon_i32, class_of, f64_to_f32_class, Class};
 use interp::Launch;
 use memory::Mem;
-pub use native::{available as native_available, execute_native};
 pub use reduce_layout::ReduceStrategy;
 
 /// One kernel argument, in kernel-parameter order.
@@ -170,7 +167,7 @@ from_scalar!(i8 => Int as i64, i16 => Int as i64, i32 => Int as i64, i64 => Int 
     u8 => Int as i64, u16 => Int as i64, u32 => Int as i64, f32 => Float as f64,
     f64 => Float as f64, bool => Bool as bool);
 
-fn launch_err(k: &Kernel, msg: String) -> Error {
+pub(crate) fn launch_err(k: &Kernel, msg: String) -> Error {
     Error::Launch {
         kernel: k.name.clone(),
         msg,
@@ -219,13 +216,17 @@ fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Da
 
 /// A launch's arguments checked against the kernel: buffers (plain stores where proven
 /// disjoint) and scalar values, in parameter order.
-struct Bound<'a> {
-    mems: Vec<Option<Mem<'a>>>,
-    scalars: Vec<Option<Data>>,
+pub(crate) struct Bound<'a> {
+    pub(crate) mems: Vec<Option<Mem<'a>>>,
+    pub(crate) scalars: Vec<Option<Data>>,
 }
 
 /// Verifies the kernel and checks `args` and `grid` against it (shared by both executors).
-fn bind<'a>(k: &Kernel, grid: [usize; 3], args: &'a mut [ExecArg<'_>]) -> Result<Bound<'a>> {
+pub(crate) fn bind<'a>(
+    k: &Kernel,
+    grid: [usize; 3],
+    args: &'a mut [ExecArg<'_>],
+) -> Result<Bound<'a>> {
     // The interpreter relies on the verifier's invariants (operand types, region shapes);
     // checking here keeps a hand-edited kernel from reaching it.
     crate::ir::verify(k)?;

@@ -435,7 +435,7 @@ pub enum Target {
     /// The CPU executor with the kernel compiled to native code by clang (>= 15) instead
     /// of interpreted: the same semantics and checks, 1.4–6.1× faster than `Cpu` on the
     /// benchmark kernels once built (each kernel compiled once, cached on disk; see
-    /// `exec::execute_native`). Without a clang the launch fails with `Unsupported`.
+    /// `native::execute_native`). Without a clang the launch fails with `Unsupported`.
     CpuCompiled,
     /// The generated MSL through MLX's `fast::metal_kernel` (needs MLX with Metal: macOS).
     Metal,
@@ -704,7 +704,7 @@ impl<'k> Launch<'k> {
                 run_cpu(kernel, grid, plan, CpuRun::Interpret(strategy))
             }
             Target::CpuCompiled => {
-                if !crate::exec::native_available() {
+                if !crate::native::available() {
                     return Err(Error::Unsupported(format!(
                         "kernel `{}`: Target::CpuCompiled needs clang >= 15 (install it, e.g. \
                          `apt-get install clang-19`, or point TRITON_METAL_EMU_CXX at a \
@@ -1268,7 +1268,7 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound, how: CpuRun) -> R
             CpuRun::Interpret(strategy) => {
                 crate::exec::execute_with(&kernel, grid, &mut args, strategy)
             }
-            CpuRun::Compiled => crate::exec::execute_native(&kernel, grid, &mut args),
+            CpuRun::Compiled => crate::native::execute_native(&kernel, grid, &mut args),
         }
     };
     let refs: Vec<&Array> = inputs.iter().collect();

@@ -1,8 +1,9 @@
 //! The compiled CPU executor: the kernel printed as C++ by the shared printer
-//! (`codegen::cpu`), built once per kernel with clang and run natively, in parallel over
-//! programs like the interpreter.
+//! (`codegen::cpu`), built once per kernel with clang (`clang`) and run natively, in
+//! parallel over programs like the interpreter (`exec`), whose argument binding and worker
+//! pool it shares. It sits above both the printers and the executors.
 //!
-//! Same arguments, same semantics, same errors as [`super::execute`]: every access is
+//! Same arguments, same semantics, same errors as [`crate::exec::execute`]: every access is
 //! checked against its buffer (the generated code records the first out-of-bounds access
 //! of a program, touches nothing outside the buffer, and stops the run; the error names the
 //! kernel, the op, the program and the offset), integer corner cases are defined as the
@@ -14,7 +15,7 @@
 //!
 //! Building needs clang >= 15 (the emulator's, found the same way:
 //! `TRITON_METAL_EMU_CXX`, else the newest `clang++-N`); the shared objects are cached on
-//! disk under [`crate::emu::cache_dir`], keyed by a digest of source, flags, compiler and host CPU, so
+//! disk under `clang::cache_dir`, keyed by a digest of source, flags, compiler and host CPU, so
 //! a kernel is compiled once per machine (the 86 kernels of tests/ops.rs took about 8 s
 //! together on 2 cores), then loaded once per process.
 
@@ -22,12 +23,11 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
 
-use super::data::Data;
-use super::{bind, Bound, ExecArg};
+use crate::clang::{self, Build};
 use crate::codegen::cpu;
 use crate::dtype::DType;
-use crate::emu::compile::{self, Build};
 use crate::error::{Error, Result};
+use crate::exec::{bind, launch_err, parallel, Bound, Data, ExecArg};
 use crate::ir::{Kernel, Op, OpId, ParamKind, UnaryOp};
 
 /// The program-range status the generated code fills (`tm_ctx` in `cpu_runtime.h`).
@@ -108,7 +108,7 @@ const VECTOR_MATH: &[&str] = &[];
 
 /// True when kernels can be compiled here (a clang >= 15 was found).
 pub fn available() -> bool {
-    compile::clang().is_some()
+    clang::clang().is_some()
 }
 
 /// What `-march=native` depends on: the host's vector extensions.
@@ -166,7 +166,7 @@ impl Programs {
 
 /// How many programs are remembered by kernel (not by text) under `name`.
 #[cfg(test)]
-pub(super) fn remembered(name: &str) -> usize {
+pub(crate) fn remembered(name: &str) -> usize {
     programs()
         .lock()
         .map(|p| p.by_kernel.get(name).map_or(0, Vec::len))
@@ -231,7 +231,7 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
         source_tag: "kernel.cpp",
         key: host_key(),
     };
-    let addr = compile::load_symbol(&prog.source, &k.name, body, &build)?;
+    let addr = clang::load_symbol(&prog.source, &k.name, body, &build)?;
     // SAFETY: `codegen::cpu` prints `tm_run` with exactly this signature.
     let f = unsafe { std::mem::transmute::<*const c_void, RunFn>(addr) };
     let mut p = lock()?;
@@ -270,7 +270,7 @@ struct Args {
 // outputs are atomic unless the launch proved them disjoint.
 unsafe impl Sync for Args {}
 
-/// [`super::execute`] through compiled code. Errors as there, plus
+/// [`crate::exec::execute`] through compiled code. Errors as there, plus
 /// [`Error::Unsupported`] when no clang is available or the kernel uses something the
 /// compiled back end lacks (f64, blocks too large for a worker's stack), and
 /// [`Error::Compile`] if clang fails.
@@ -280,7 +280,7 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
     let total = grid
         .iter()
         .try_fold(1usize, |a, &g| a.checked_mul(g))
-        .ok_or_else(|| super::launch_err(k, format!("grid {grid:?} is too large")))?;
+        .ok_or_else(|| launch_err(k, format!("grid {grid:?} is too large")))?;
     // Outputs that programs may share (or read) are accessed atomically.
     let shared = k
         .params
@@ -305,7 +305,7 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
             Some(m) => {
                 // An empty buffer's address is never dereferenced (accesses are bounds-checked).
                 if m.len() > 0 && (m.as_ptr() as usize) % m.elem_bytes() != 0 {
-                    return Err(super::launch_err(
+                    return Err(launch_err(
                         k,
                         format!(
                             "buffer for `{}` is not aligned to its {}-byte elements (the compiled \
@@ -327,7 +327,7 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
     let g = [grid[0] as i64, grid[1] as i64, grid[2] as i64];
     let a = &a;
     // Enough pieces to balance the pool, few enough that each runs many programs.
-    super::parallel::run_pieces(
+    parallel::run_pieces(
         total,
         8,
         || (),
@@ -404,3 +404,6 @@ fn out_of_bounds(k: &Kernel, c: &Ctx) -> Error {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests;

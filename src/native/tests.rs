@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use super::test_support::{bytes_mut, run_on};
-use super::{execute_native, ExecArg};
+use super::execute_native;
 use crate::dtype::DType::*;
 use crate::emu::Emulator;
 use crate::error::Error;
+use crate::exec::test_support::{bytes_mut, run_on};
+use crate::exec::ExecArg;
 use crate::ir::Kernel;
 use crate::tl::{self, *};
 
@@ -287,7 +288,7 @@ fn launches_find_their_program_by_the_kernel_and_nan_constants_still_work() {
             assert_eq!(got, want, "{name} launch {launch}");
         }
         let expect = if c.is_nan() { 0 } else { 1 };
-        assert_eq!(super::native::remembered(name), expect, "{name}");
+        assert_eq!(super::remembered(name), expect, "{name}");
     }
 }
 

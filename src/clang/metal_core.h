@@ -1,6 +1,6 @@
 // Metal Shading Language types and math as C++20: the part of the emulation harness's
 // shim that needs no runtime. The emulator compiles it in front of `metal_shim.h` (fibers,
-// barriers, simd collectives, atomics); the compiled CPU executor (`exec::native`) in
+// barriers, simd collectives, atomics); the compiled CPU executor (`native`) in
 // front of its own single-thread runtime. Correctness first; nothing here models Apple's
 // precision.
 //
@@ -162,7 +162,7 @@ namespace metal {
 // that a subnormal result is rounded once and overflow is decided by that rounding. Below
 // -104 the result rounds to +0, above 89 to +inf; NaN stays NaN. Checked on all 2^32
 // inputs against the correctly rounded result: at most 1 ulp for both (a sample of them,
-// subnormal and overflowing results included, is a test in `exec::native_tests`). Triton
+// subnormal and overflowing results included, is a test in `native::tests`). Triton
 // on NVIDIA computes exp as `ex2.approx` of a rounded x log2 e, which is less precise.
 inline float tm_exp_reduced(float n, float g, float x) {
   float p = 1.9875691500e-4f;

@@ -1,25 +1,26 @@
-//! Finding clang, compiling the generated C++ into a cached shared object, loading it.
+//! Finding clang, compiling generated C++ into a cached shared object, loading it: the
+//! just-in-time C++ build that the Metal emulator (`emu`) and the compiled CPU executor
+//! (`native`) share, with the C++ model of Metal's types and math both compile in front of
+//! their kernels ([`METAL_CORE`]).
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use crate::cache;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
-/// `tm_emu_launch(bufs, grid, threadgroup, schedule, seed, workers, err, errlen)` in the .so.
-pub(crate) type LaunchFn = unsafe extern "C" fn(
-    *const *mut c_void,
-    *const u32,
-    *const u32,
-    i32,
-    u64,
-    i32,
-    *mut c_char,
-    usize,
-) -> i32;
+/// Metal's types and math as C++ (no runtime): compiled in front of the emulator's runtime
+/// (`emu::METAL_SHIM`) and in front of the compiled CPU executor's (`codegen::cpu`).
+pub const METAL_CORE: &str = include_str!("metal_core.h");
+
+/// Why nothing can be compiled here.
+pub(crate) const MISSING_CLANG: &str =
+    "the Metal emulator needs clang >= 15 (`_Float16` stands in for \
+    Metal's `half`): install it, e.g. `apt-get install clang-19`, or point \
+    TRITON_METAL_EMU_CXX at a clang++";
 
 /// How one kind of generated C++ is built and entered.
 pub(crate) struct Build {
@@ -34,32 +35,6 @@ pub(crate) struct Build {
     /// Extra cache-key text (what else the binary depends on, e.g. the host CPU).
     pub key: String,
 }
-
-/// The emulator's build: `-O1` keeps compiles fast while inlining the shim.
-/// Stack-clash protection probes big stack frames page by page, so a kernel whose locals
-/// overflow its fiber stack hits the guard page instead of writing over other memory.
-/// Warnings are off except the ones that hold the kernel to what Metal compiles: C++20
-/// features (MSL 3 is C++17; the shim, a system header, may use them) and variable-length
-/// arrays are errors (`-Wvla-extension` before clang 18, `-Wvla-cxx-extension` since).
-/// Line tables let a fault name the kernel line that made it.
-const FLAGS: [&str; 16] = [
-    "-std=c++20",
-    "-O1",
-    "-gline-tables-only",
-    "-shared",
-    "-fPIC",
-    "-fno-exceptions",
-    "-fno-rtti",
-    "-pthread",
-    "-Wno-everything",
-    "-Werror=pre-c++20-compat-pedantic",
-    "-Werror=vla-extension",
-    "-Werror=vla-cxx-extension",
-    "-ferror-limit=20",
-    "-fno-color-diagnostics",
-    "-ffp-contract=off",
-    "-fstack-clash-protection",
-];
 
 /// Oldest clang whose x86-64 target has `_Float16` (Metal's `half`).
 const MIN_CLANG: u32 = 15;
@@ -129,21 +104,6 @@ fn loaded() -> &'static Mutex<HashMap<String, Entry>> {
     LOADED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Compiles (or finds in the cache) `cpp` and returns its launch entry. `msl` is the
-/// kernel as MLX wrote it, quoted in compile errors.
-pub(crate) fn load(cpp: &str, kernel: &str, msl: &str) -> Result<LaunchFn> {
-    let build = Build {
-        flags: FLAGS.to_vec(),
-        symbol: b"tm_emu_launch\0",
-        backend: "emulator",
-        source_tag: "kernel.metal",
-        key: String::new(),
-    };
-    let f = load_symbol(cpp, kernel, msl, &build)?;
-    // SAFETY: the harness appends `tm_emu_launch` with exactly this signature.
-    Ok(unsafe { std::mem::transmute::<*const c_void, LaunchFn>(f) })
-}
-
 /// The cache key of `cpp` built as `build` says with `clang`: a SHA-256 digest of the
 /// compiler's path and version, the host CPU, the build's flags and extra key, and the source.
 fn cache_key(clang: &Clang, cpp: &str, build: &Build) -> String {
@@ -168,7 +128,7 @@ pub(crate) fn load_symbol(
     quoted: &str,
     build: &Build,
 ) -> Result<*const c_void> {
-    let clang = clang().ok_or_else(|| Error::Unsupported(super::MISSING_CLANG.into()))?;
+    let clang = clang().ok_or_else(|| Error::Unsupported(MISSING_CLANG.into()))?;
     let key = cache_key(clang, cpp, build);
     if let Some(f) = loaded().lock().ok().and_then(|m| m.get(&key).copied()) {
         return Ok(f.0);
@@ -342,7 +302,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         cache::ensure_private_dir(&dir, "test").unwrap();
         let build = Build {
-            flags: FLAGS.to_vec(),
+            flags: vec!["-std=c++20", "-shared", "-fPIC"],
             symbol: b"tm_plant_probe\0",
             backend: "emulator",
             source_tag: "kernel.metal",
