@@ -45,3 +45,12 @@ pub(crate) fn var(name: &str) -> Option<String> {
 pub(crate) fn flag(name: &str) -> bool {
     var(name).is_some_and(|v| !v.is_empty() && v != "0")
 }
+
+/// Environment variable that turns on compile-time dumps to stderr.
+pub const DEBUG_ENV: &str = "TRITON_METAL_DEBUG";
+
+/// Whether compile-time dumps ([`DEBUG_ENV`]) are on: the DSL's pass pipeline, the printers
+/// and the compiled CPU executor print what they build.
+pub(crate) fn debug_enabled() -> bool {
+    flag(DEBUG_ENV)
+}

@@ -63,8 +63,7 @@ use crate::error::Result;
 use crate::ir::Kernel;
 pub use crate::opt::options::{LaunchOptions, ReductionLayout};
 
-/// Environment variable that turns on compile-time dumps to stderr.
-pub const DEBUG_ENV: &str = "TRITON_METAL_DEBUG";
+pub use crate::settings::DEBUG_ENV;
 /// Environment variable naming a folder where generated sources are written.
 pub const CACHE_DIR_ENV: &str = "TRITON_METAL_CACHE_DIR";
 
@@ -94,10 +93,6 @@ pub fn cache_key(kernel: &Kernel, opts: &LaunchOptions) -> u64 {
     h.finish()
 }
 
-pub(crate) fn debug_enabled() -> bool {
-    crate::settings::flag(DEBUG_ENV)
-}
-
 /// The Metal program of a kernel specialisation under `opts`, compiled once per process
 /// (keyed by [`cache_key`]).
 pub fn msl(kernel: &Kernel, opts: &LaunchOptions) -> Result<Arc<MetalProgram>> {
@@ -112,7 +107,13 @@ pub fn msl_in_place(
     in_place: &[usize],
 ) -> Result<Arc<MetalProgram>> {
     let dir = crate::cache::source_dir()?;
-    msl_with(kernel, opts, in_place, debug_enabled(), dir.as_deref())
+    msl_with(
+        kernel,
+        opts,
+        in_place,
+        crate::settings::debug_enabled(),
+        dir.as_deref(),
+    )
 }
 
 /// [`cache_key`] extended by the parameters updated in place (none: the same key).
@@ -195,7 +196,7 @@ pub fn cuda_in_place(
     if let Some(p) = cuda_cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }
-    let debug = debug_enabled();
+    let debug = crate::settings::debug_enabled();
     if debug {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
         eprintln!("[triton-metal] layout plan:\n{}", cuda::plan(kernel, opts));

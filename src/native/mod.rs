@@ -207,7 +207,7 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
         .nth(1)
         .unwrap_or_default();
     // The same inspection hooks as the GPU back ends (`codegen::msl`).
-    if crate::codegen::debug_enabled() {
+    if crate::settings::debug_enabled() {
         eprintln!("[triton-metal] IR before lowering:\n{}", key.0);
         for l in &prog.layouts {
             eprintln!("[triton-metal]   layout: {} -> {}", l.op, l.layout);

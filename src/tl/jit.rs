@@ -299,7 +299,7 @@ impl JitKernel {
         }
         let kernel = self.specialize(constexprs)?;
         let (optimized, stats) = pipeline(&kernel, opts)?;
-        if crate::codegen::debug_enabled() {
+        if crate::settings::debug_enabled() {
             eprintln!("[triton-metal] IR before optimisation:\n{}", kernel.ir());
             for s in &stats {
                 eprintln!("[triton-metal]   {s}");
