@@ -64,7 +64,6 @@ use std::ffi::{c_char, c_void};
 use guard::{Edge, Guarded};
 
 pub use crate::clang::{cache_dir, METAL_CORE};
-pub use arrays::run_call;
 pub use signature::{MlxKernel, Param, SigInput, TemplateArg};
 
 use crate::clang::{self, Build, MISSING_CLANG};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::array::{dims_to_i32, Array};
 use crate::dtype::DType;
+use crate::emu::{self, LaneOrder};
 use crate::error::{Error, Result};
 use crate::ffi::bridge::{self, MlxArray, MlxArrayList};
 use crate::ffi::cpu_primitive::{CpuBody, CpuLaunch, ErrorSlot};
@@ -188,6 +189,31 @@ impl MetalKernelCall<'_> {
         unpack(list, Array::merged_pending(&k.inputs))
     }
 
+    /// Runs this call in the Metal emulator with lanes in `order`, returning MLX arrays as
+    /// [`MetalKernelCall::launch`] does on a Mac (MLX copies inputs to row-major order,
+    /// which `emu::EmuBuffer::from_array` does too).
+    pub fn emulate(&self, order: LaneOrder) -> Result<Vec<Array>> {
+        let k = &self.kernel;
+        let mut launch = emu::MetalLaunch::new(k.name, k.source)
+            .header(k.header)
+            .grid(k.grid)
+            .threadgroup(k.threadgroup)
+            .atomic_outputs(self.atomic_outputs)
+            .lane_order(order);
+        for (name, a) in k.input_names.iter().zip(&k.inputs) {
+            launch = launch.input(emu::EmuBuffer::from_array(name, a)?);
+        }
+        for (name, o) in k.output_names.iter().zip(&k.outputs) {
+            let mut spec = emu::OutputSpec::new(name, o.dtype, &o.shape);
+            spec.init = k.init_value;
+            launch = launch.output(spec);
+        }
+        emu::run(&launch)?
+            .iter()
+            .map(emu::EmuBuffer::to_array)
+            .collect()
+    }
+
     /// The complete Metal source MLX would compile for this call (signature included),
     /// captured from MLX itself by tracing the call under `export_function` with
     /// `verbose = true`. Works on builds without Metal.
@@ -269,5 +295,47 @@ impl CudaKernelCall<'_> {
             )?
         };
         unpack(list, Array::merged_pending(&k.inputs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metal_kernel_call_runs_in_the_emulator() {
+        if !emu::Emulator::should_run("a_metal_kernel_call_runs_in_the_emulator")
+            .unwrap_or_else(|e| panic!("{e}"))
+        {
+            return;
+        }
+        let x = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 4]).unwrap();
+        let h = Array::from_slice(&[half::f16::from_f32(0.5); 8], &[8]).unwrap();
+        let call = MetalKernelCall {
+            kernel: KernelCall {
+                name: "axpy",
+                input_names: vec!["x".into(), "h".into()],
+                output_names: vec!["out".into()],
+                source:
+                    "uint i = thread_position_in_grid.x;\n  if (i < 6) out[i] = x[i] * float(h[i]);",
+                header: "",
+                inputs: vec![&x, &h],
+                outputs: vec![OutputSpec {
+                    shape: vec![8],
+                    dtype: DType::F32,
+                }],
+                grid: [8, 1, 1],
+                threadgroup: [4, 1, 1],
+                init_value: Some(-1.0),
+            },
+            atomic_outputs: false,
+        };
+        for order in [LaneOrder::Forward, LaneOrder::Reverse] {
+            let out = call.emulate(order).unwrap();
+            assert_eq!(
+                out[0].to_vec::<f32>().unwrap(),
+                vec![0.5, 1.0, 1.5, 2.0, 2.5, 3.0, -1.0, -1.0]
+            );
+        }
     }
 }
