@@ -63,6 +63,7 @@ pub mod config;
 pub mod device;
 pub(crate) mod ffi;
 pub mod mlx;
+pub(crate) mod mlx_abi;
 #[doc(hidden)]
 #[allow(rustdoc::broken_intra_doc_links)]
 pub mod native;

@@ -14,32 +14,7 @@
 
 use crate::error::{Error, Result};
 
-/// Inputs with fewer elements than this are passed in the `constant` address space.
-pub const MAX_CONSTANT_ARRAY_SIZE: usize = 8;
-
-/// MLX's table of Metal attributes: a parameter is added for each one named in the source.
-pub const METAL_ATTRIBUTES: [&str; 20] = [
-    "dispatch_quadgroups_per_threadgroup",
-    "dispatch_simdgroups_per_threadgroup",
-    "dispatch_threads_per_threadgroup",
-    "grid_origin",
-    "grid_size",
-    "quadgroup_index_in_threadgroup",
-    "quadgroups_per_threadgroup",
-    "simdgroup_index_in_threadgroup",
-    "simdgroups_per_threadgroup",
-    "thread_execution_width",
-    "thread_index_in_quadgroup",
-    "thread_index_in_simdgroup",
-    "thread_index_in_threadgroup",
-    "thread_position_in_grid",
-    "thread_position_in_threadgroup",
-    "threadgroup_position_in_grid",
-    "threadgroups_per_grid",
-    "threads_per_grid",
-    "threads_per_simdgroup",
-    "threads_per_threadgroup",
-];
+pub use crate::mlx_abi::{MAX_CONSTANT_ARRAY_SIZE, METAL_ATTRIBUTES};
 
 /// The attributes generated code may use (program id, program count, thread, lane, warp).
 pub const USED_ATTRIBUTES: [&str; 5] = [
@@ -285,7 +260,7 @@ fn is_plain(name: &str) -> bool {
         && !RESERVED.contains(&name)
         && !RESERVED_WORDS.contains(&name)
         && !MORE_RESERVED.contains(&name)
-        && !METAL_ATTRIBUTES.iter().any(|a| name.contains(a))
+        && !METAL_ATTRIBUTES.iter().any(|(a, _)| name.contains(a))
         && !["_shape", "_strides", "_ndim"]
             .iter()
             .any(|s| name.contains(s))
@@ -357,7 +332,7 @@ pub fn check_source(kernel: &str, text: &str, io_names: &[String]) -> Result<()>
         backend: "metal".into(),
         msg: format!("internal code generator error: {msg}"),
     };
-    for a in METAL_ATTRIBUTES {
+    for (a, _) in METAL_ATTRIBUTES {
         if USED_ATTRIBUTES.contains(&a) {
             continue;
         }
@@ -428,7 +403,7 @@ mod tests {
                 id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !id.contains("__"),
                 "{id}"
             );
-            for a in METAL_ATTRIBUTES {
+            for (a, _) in METAL_ATTRIBUTES {
                 assert!(!id.contains(a), "{id} contains {a}");
             }
             for other in &ids {
@@ -470,7 +445,7 @@ mod tests {
     #[test]
     fn used_attributes_do_not_contain_other_attributes() {
         for u in USED_ATTRIBUTES {
-            for a in METAL_ATTRIBUTES {
+            for (a, _) in METAL_ATTRIBUTES {
                 assert!(a == u || !u.contains(a), "{u} contains {a}");
             }
         }
