@@ -63,9 +63,8 @@ use crate::error::Result;
 use crate::ir::Kernel;
 pub use crate::opt::options::{LaunchOptions, ReductionLayout};
 
+pub use crate::cache::CACHE_DIR_ENV;
 pub use crate::settings::DEBUG_ENV;
-/// Environment variable naming a folder where generated sources are written.
-pub const CACHE_DIR_ENV: &str = "TRITON_METAL_CACHE_DIR";
 
 /// One decision of the code generator, for debugging and tools.
 #[derive(Clone, Debug, PartialEq, Eq)]
