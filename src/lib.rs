@@ -62,6 +62,8 @@ pub mod bench;
 pub mod config;
 pub mod device;
 pub(crate) mod ffi;
+#[cfg(test)]
+mod layering;
 pub mod mlx;
 pub(crate) mod mlx_abi;
 #[doc(hidden)]
