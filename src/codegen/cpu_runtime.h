@@ -14,7 +14,7 @@ typedef signed char schar;
 #define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")
 
-// One program range's status, shared with the host (layout mirrored in exec/native.rs).
+// One program range's status, shared with the host (layout mirrored in src/native/mod.rs).
 struct tm_ctx {
   int64_t failed;   // 1 once an access was out of bounds, 2 for a zero loop step
   int64_t op;       // the op being run (set before each memory op)

@@ -556,7 +556,7 @@ fn fill_bytes(dtype: DType, value: f32) -> Vec<u8> {
 ///
 /// The shim is marked as a system header (GNU line markers with flag 3), so the C++20 it
 /// uses is allowed while the kernel's own lines are held to C++17, the language MSL 3 is
-/// built on (clang's `pre-c++20-compat` diagnostics are errors, see `compile.rs`). The
+/// built on (clang's `pre-c++20-compat` diagnostics are errors, see `FLAGS`). The
 /// kernel never sees the host's target macros, so it compiles the branches a Metal compiler
 /// would take, and `double` (no such type in Metal) is not a type name in it.
 /// Also returns the threadgroup memory the kernel declares, where known.
