@@ -3,15 +3,15 @@
 //! `cargo bench --bench dsl_build`. Each iteration runs the kernel closure for one constexpr
 //! set, records the ops, removes dead constants, renumbers and verifies (no cache).
 
-use std::collections::BTreeMap;
-
 use criterion::{criterion_group, criterion_main, Criterion};
-use triton_metal::tl::JitKernel;
+use triton_metal::tl::{JitKernel, Signature};
+use triton_metal::DType::F32;
 
 mod common;
 
-fn kernels() -> Vec<(JitKernel, Vec<(&'static str, i64)>)> {
-    let block = || vec![("BLOCK_SIZE", 1024)];
+/// Each kernel with its constexprs and the dtypes of its arguments (f32 arrays).
+fn kernels() -> Vec<(JitKernel, Signature)> {
+    let block = || Signature::new().constexpr("BLOCK_SIZE", 1024);
     vec![
         (common::vector_add::add_kernel().expect("builds"), block()),
         (
@@ -20,18 +20,20 @@ fn kernels() -> Vec<(JitKernel, Vec<(&'static str, i64)>)> {
         ),
         (
             common::layer_norm::layer_norm_kernel().expect("builds"),
-            block(),
+            (0..4).fold(block(), |s, _| s.array(F32)),
         ),
         (common::row_sum::row_sum_kernel().expect("builds"), block()),
         (common::strided::strided_kernel().expect("builds"), block()),
         (
             common::matmul::matmul_kernel().expect("builds"),
-            vec![
-                ("BLOCK_SIZE_M", 64),
-                ("BLOCK_SIZE_N", 64),
-                ("BLOCK_SIZE_K", 32),
-                ("GROUP_SIZE_M", 8),
-            ],
+            Signature::new()
+                .constexpr("BLOCK_SIZE_M", 64)
+                .constexpr("BLOCK_SIZE_N", 64)
+                .constexpr("BLOCK_SIZE_K", 32)
+                .constexpr("GROUP_SIZE_M", 8)
+                .array(F32)
+                .array(F32)
+                .array(F32),
         ),
         (common::dropout::dropout_kernel().expect("builds"), block()),
     ]
@@ -39,10 +41,9 @@ fn kernels() -> Vec<(JitKernel, Vec<(&'static str, i64)>)> {
 
 fn build_time(c: &mut Criterion) {
     let mut g = c.benchmark_group("dsl_build");
-    for (k, cx) in kernels() {
-        let map: BTreeMap<String, i64> = cx.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    for (k, sig) in kernels() {
         g.bench_function(k.name().to_string(), |b| {
-            b.iter(|| k.build_uncached(&map).expect("builds"))
+            b.iter(|| k.build_uncached(&sig).expect("builds"))
         });
     }
     g.finish();

@@ -30,7 +30,7 @@ use triton_metal::codegen::{self, CudaProgram, LaunchOptions};
 use triton_metal::ir::ParamKind;
 use triton_metal::opt::{Chip, HardwareProfile};
 use triton_metal::passes::{specializable, IntFact, IntSpec};
-use triton_metal::tl::JitKernel;
+use triton_metal::tl::{JitKernel, Signature};
 use triton_metal::{DType, Error, Result};
 
 /// A scalar argument's value.
@@ -40,10 +40,12 @@ enum Val {
     F(f64),
 }
 
-/// One benchmark case: a kernel, its constexprs and warps, its scalars, its grid.
+/// One benchmark case: a kernel, the dtypes of its leading array arguments (which its
+/// generic pointers take), its constexprs and warps, its scalars, its grid.
 struct Case {
     case: &'static str,
     kernel: JitKernel,
+    arrays: Vec<DType>,
     constexprs: Vec<(&'static str, i64)>,
     num_warps: u32,
     scalars: Vec<(&'static str, Val)>,
@@ -55,6 +57,7 @@ fn cases() -> Result<Vec<Case>> {
         Case {
             case: "vector_add",
             kernel: vector_add::add_kernel()?,
+            arrays: Vec::new(),
             constexprs: vec![("BLOCK_SIZE", 1024)],
             num_warps: 4,
             scalars: vec![("n_elements", Val::I(1 << 28))],
@@ -63,6 +66,7 @@ fn cases() -> Result<Vec<Case>> {
         Case {
             case: "row_sum",
             kernel: row_sum::row_sum_kernel()?,
+            arrays: Vec::new(),
             constexprs: vec![("BLOCK_SIZE", 2048)],
             num_warps: 8,
             scalars: vec![("n_cols", Val::I(16384))],
@@ -71,6 +75,7 @@ fn cases() -> Result<Vec<Case>> {
         Case {
             case: "softmax",
             kernel: fused_softmax::softmax_kernel()?,
+            arrays: Vec::new(),
             constexprs: vec![("BLOCK_SIZE", 4096)],
             num_warps: 16,
             scalars: vec![
@@ -82,7 +87,8 @@ fn cases() -> Result<Vec<Case>> {
         },
         Case {
             case: "layer_norm",
-            kernel: layer_norm::layer_norm_kernel_for(DType::F16)?,
+            kernel: layer_norm::layer_norm_kernel()?,
+            arrays: vec![DType::F16; 4],
             constexprs: vec![("BLOCK_SIZE", 2048)],
             num_warps: 8,
             scalars: vec![
@@ -109,7 +115,8 @@ fn cases() -> Result<Vec<Case>> {
             } else {
                 "matmul_4096"
             },
-            kernel: matmul::matmul_kernel_for(DType::F16)?,
+            kernel: matmul::matmul_kernel()?,
+            arrays: vec![DType::F16; 3],
             constexprs: vec![
                 ("BLOCK_SIZE_M", bm),
                 ("BLOCK_SIZE_N", bn),
@@ -145,6 +152,7 @@ fn cases() -> Result<Vec<Case>> {
                     (_, true) => "attention_4096_causal",
                 },
                 kernel: fused_attention::attn_fwd_kernel()?,
+                arrays: Vec::new(),
                 constexprs: vec![
                     ("HEAD_DIM", d),
                     ("BLOCK_M", bm),
@@ -211,12 +219,12 @@ pub fn generate_with(int_spec: bool) -> Result<Vec<(String, String)>> {
     let mut files = Vec::new();
     let mut entries = Vec::new();
     for c in cases()? {
-        let constexprs = c
+        let sig = c
             .constexprs
             .iter()
-            .map(|(n, v)| (n.to_string(), *v))
-            .collect();
-        let general = c.kernel.specialize(&constexprs)?;
+            .fold(Signature::new(), |s, (n, v)| s.constexpr(n, *v));
+        let sig = c.arrays.iter().fold(sig, |s, d| s.array(*d));
+        let general = c.kernel.specialize(&sig)?;
         let ints: IntSpec = general
             .params
             .iter()
@@ -229,7 +237,7 @@ pub fn generate_with(int_spec: bool) -> Result<Vec<(String, String)>> {
                 },
             )
             .collect();
-        let kernel = c.kernel.specialize_for_ints(&constexprs, None, &ints)?;
+        let kernel = c.kernel.specialize_for_ints(&sig, None, &ints)?;
         let opts = LaunchOptions::default()
             .num_warps(c.num_warps)
             .target(target.clone());

@@ -6,27 +6,17 @@
 
 use triton_metal::runtime::out;
 use triton_metal::testing::max_abs_diff;
-use triton_metal::{
-    jit, mlx,
-    tl::{self, JitKernel},
-    DType::{self, F32},
-    Error,
-};
+use triton_metal::{jit, mlx, tl, DType::F32, Error};
 
-/// The kernel, as a Triton user writes it (also used by the benches).
-pub fn layer_norm_kernel() -> triton_metal::Result<JitKernel> {
-    layer_norm_kernel_for(F32)
-}
-
-/// The kernel for `X`, `Y`, `W`, `B` of `dtype`; statistics and arithmetic in f32:
-/// `layer_norm_kernel_for(dtype)` returns the `JitKernel` named `layer_norm_fwd`.
+/// The kernel, as a Triton user writes it (also used by the benches): `X`, `Y`, `W`, `B`
+/// take the dtypes of their arrays (the kernel is built once per dtype signature), with
+/// statistics and arithmetic in f32.
 #[jit(name = "layer_norm_fwd")]
 #[rustfmt::skip]
-pub fn layer_norm_kernel_for(
-    mut X: Ptr<dtype>, mut Y: Ptr<dtype>, W: Ptr<dtype>, B: Ptr<dtype>,
+pub fn layer_norm_kernel(
+    mut X: Ptr, mut Y: Ptr, W: Ptr, B: Ptr,
     stride: i32, N: i32, eps: f32,
     BLOCK_SIZE: Constexpr,
-    dtype: DType,
 ) {
     let row = tl::program_id(0);
     X += row * stride;
@@ -52,7 +42,7 @@ pub fn layer_norm_kernel_for(
         let w = tl::load(W + cols, mask = mask).to(F32);
         let b = tl::load(B + cols, mask = mask).to(F32);
         let x = tl::load(X + cols, mask = mask, other = 0.0).to(F32);
-        tl::store(Y + cols, ((x - mean) * rstd * w + b).to(dtype), mask = mask);
+        tl::store(Y + cols, ((x - mean) * rstd * w + b).to(Y.dtype.element_ty), mask = mask);
     }
 }
 

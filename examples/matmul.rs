@@ -5,32 +5,22 @@
 
 use triton_metal::runtime::{cdiv, grid, out};
 use triton_metal::testing::max_abs_diff;
-use triton_metal::{
-    jit, mlx,
-    tl::{self, JitKernel},
-    DType::{self, F32},
-    Error,
-};
+use triton_metal::{jit, mlx, tl, DType::F32, Error};
 
-/// The kernel, as a Triton user writes it (also used by the benches).
-pub fn matmul_kernel() -> triton_metal::Result<JitKernel> {
-    matmul_kernel_for(F32)
-}
-
-/// The kernel for `A`, `B`, `C` of `dtype`, accumulating in f32 (Triton's tutorial with
-/// `c = accumulator.to(tl.float16)` for f16): `matmul_kernel_for(dtype)` returns the
-/// `JitKernel` named `matmul_kernel`.
+/// The kernel, as a Triton user writes it (also used by the benches): `A`, `B`, `C` take
+/// the dtypes of their arrays (the kernel is built once per dtype signature), accumulating
+/// in f32 and storing in `C`'s dtype (Triton's tutorial has `c = accumulator.to(tl.float16)`
+/// for f16).
 #[jit(name = "matmul_kernel")]
 #[rustfmt::skip]
-pub fn matmul_kernel_for(
-    a_ptr: Ptr<dtype>, b_ptr: Ptr<dtype>, c_ptr: Ptr<dtype>,
+pub fn matmul_kernel(
+    a_ptr: Ptr, b_ptr: Ptr, c_ptr: Ptr,
     M: i32, N: i32, K: i32,
     stride_am: i32, stride_ak: i32,
     stride_bk: i32, stride_bn: i32,
     stride_cm: i32, stride_cn: i32,
     BLOCK_SIZE_M: Constexpr, BLOCK_SIZE_N: Constexpr, BLOCK_SIZE_K: Constexpr,
     GROUP_SIZE_M: Constexpr,
-    dtype: DType,
 ) {
     // Grouped ordering: programs that run together share rows of A.
     let pid = tl::program_id(axis = 0);
@@ -62,7 +52,7 @@ pub fn matmul_kernel_for(
     let offs_cn = pid_n * BLOCK_SIZE_N + tl::arange(0, BLOCK_SIZE_N);
     let c_ptrs = c_ptr + stride_cm * offs_cm.col() + stride_cn * offs_cn.row();
     let c_mask = (offs_cm.col() < M) & (offs_cn.row() < N);
-    tl::store(c_ptrs, accumulator.to(dtype), mask = c_mask);
+    tl::store(c_ptrs, accumulator.to(c_ptr.dtype.element_ty), mask = c_mask);
 }
 
 fn main() -> triton_metal::Result<()> {

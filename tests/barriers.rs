@@ -227,7 +227,7 @@ fn cases() -> Result<Vec<Case>> {
     }
 
     for dtype in [F32, F16] {
-        let matmul = matmul::matmul_kernel_for(dtype)?;
+        let matmul = matmul::matmul_kernel()?;
         // The example's blocks, ragged sizes.
         let (m, n, k) = (130usize, 70usize, 80usize);
         let a = mlx::random::normal(&[m, k], dtype, 6)?;

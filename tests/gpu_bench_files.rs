@@ -17,7 +17,8 @@ mod strided;
 
 use triton_metal::codegen::{self, LaunchOptions};
 use triton_metal::opt::{Chip, HardwareProfile};
-use triton_metal::DType::F32;
+use triton_metal::tl::Signature;
+use triton_metal::DType::{BF16, F32};
 
 #[test]
 fn committed_gpu_bench_files_are_current() {
@@ -54,31 +55,37 @@ fn every_example_kernel_prints_cuda_that_compiles() {
         (
             emit::vector_add::add_kernel().unwrap(),
             vec![("BLOCK_SIZE", 1024)],
+            Vec::new(),
         ),
         (
             emit::row_sum::row_sum_kernel().unwrap(),
             vec![("BLOCK_SIZE", 512)],
+            Vec::new(),
         ),
         (
             emit::fused_softmax::softmax_kernel().unwrap(),
             vec![("BLOCK_SIZE", 1024)],
+            Vec::new(),
         ),
         (
             emit::layer_norm::layer_norm_kernel().unwrap(),
             vec![("BLOCK_SIZE", 256)],
+            vec![F32; 4],
         ),
         (
-            emit::layer_norm::layer_norm_kernel_for(triton_metal::DType::BF16).unwrap(),
+            emit::layer_norm::layer_norm_kernel().unwrap(),
             vec![("BLOCK_SIZE", 256)],
+            vec![BF16; 4],
         ),
         (
-            emit::matmul::matmul_kernel_for(F32).unwrap(),
+            emit::matmul::matmul_kernel().unwrap(),
             vec![
                 ("BLOCK_SIZE_M", 64),
                 ("BLOCK_SIZE_N", 64),
                 ("BLOCK_SIZE_K", 32),
                 ("GROUP_SIZE_M", 8),
             ],
+            vec![F32; 3],
         ),
         (
             emit::fused_attention::attn_fwd_kernel().unwrap(),
@@ -88,19 +95,27 @@ fn every_example_kernel_prints_cuda_that_compiles() {
                 ("BLOCK_N", 32),
                 ("CAUSAL", 1),
             ],
+            Vec::new(),
         ),
         (
             dropout::dropout_kernel().unwrap(),
             vec![("BLOCK_SIZE", 1024)],
+            Vec::new(),
         ),
         (
             strided::strided_kernel().unwrap(),
             vec![("BLOCK_SIZE", 256)],
+            Vec::new(),
         ),
     ];
     let n = support::nvrtc();
-    for (k, cx) in kernels {
-        let spec = k.specialize_with(&cx).unwrap();
+    for (k, cx, arrays) in kernels {
+        let sig = cx
+            .iter()
+            .fold(Signature::new(), |s, (n, v)| s.constexpr(n, *v));
+        let spec = k
+            .specialize(&arrays.iter().fold(sig, |s, d| s.array(*d)))
+            .unwrap();
         let prog = match codegen::cuda(&spec, &sm80) {
             Ok(p) => p,
             Err(e) => panic!("{}: {e}", k.name()),

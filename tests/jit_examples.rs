@@ -24,7 +24,7 @@ mod strided;
 #[path = "../examples/vector_add.rs"]
 mod vector_add;
 
-use triton_metal::tl::{self, JitKernel};
+use triton_metal::tl::{self, JitKernel, Signature};
 use triton_metal::DType::{self, BF16, F16, F32, I32};
 use triton_metal::Result;
 
@@ -34,14 +34,29 @@ fn same_ir(
     builder: Result<JitKernel>,
     cx: &[(&str, i64)],
 ) {
+    same_ir_for(name, macro_form, builder, cx, &[]);
+}
+
+/// [`same_ir`] for arguments whose leading arrays are of `arrays` (generic pointers).
+fn same_ir_for(
+    name: &str,
+    macro_form: Result<JitKernel>,
+    builder: Result<JitKernel>,
+    cx: &[(&str, i64)],
+    arrays: &[DType],
+) {
     let (m, b) = (
         macro_form.expect("macro form"),
         builder.expect("builder form"),
     );
     assert_eq!(m.name(), b.name(), "{name}: kernel names");
+    let sig = cx
+        .iter()
+        .fold(Signature::new(), |s, (n, v)| s.constexpr(n, *v));
+    let sig = arrays.iter().fold(sig, |s, d| s.array(*d));
     let (m, b) = (
-        m.specialize_with(cx).expect("macro form builds").ir(),
-        b.specialize_with(cx).expect("builder form builds").ir(),
+        m.specialize(&sig).expect("macro form builds").ir(),
+        b.specialize(&sig).expect("builder form builds").ir(),
     );
     assert_eq!(
         m, b,
@@ -96,13 +111,10 @@ mod builder {
         })
     }
 
-    pub fn matmul_kernel(dtype: DType) -> Result<JitKernel> {
+    pub fn matmul_kernel() -> Result<JitKernel> {
         tl::jit("matmul_kernel", move |k| {
-            let (a_ptr, b_ptr, c_ptr) = (
-                k.ptr(dtype, "a_ptr"),
-                k.ptr(dtype, "b_ptr"),
-                k.ptr(dtype, "c_ptr"),
-            );
+            let (a_ptr, b_ptr, c_ptr) =
+                (k.ptr_any("a_ptr"), k.ptr_any("b_ptr"), k.ptr_any("c_ptr"));
             let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
             let (stride_am, stride_ak) = (k.scalar(I32, "stride_am"), k.scalar(I32, "stride_ak"));
             let (stride_bk, stride_bn) = (k.scalar(I32, "stride_bk"), k.scalar(I32, "stride_bn"));
@@ -144,16 +156,16 @@ mod builder {
             let offs_cn = pid_n * block_n + tl::arange(0, block_n);
             let c_ptrs = c_ptr + stride_cm * offs_cm.col() + stride_cn * offs_cn.row();
             let c_mask = offs_cm.col().lt(m) & offs_cn.row().lt(n);
-            tl::store(c_ptrs, acc.cast(dtype)).mask(c_mask);
+            tl::store(c_ptrs, acc.cast(k.dtype_of("c_ptr"))).mask(c_mask);
         })
     }
 
-    pub fn layer_norm_kernel(dtype: DType) -> Result<JitKernel> {
+    pub fn layer_norm_kernel() -> Result<JitKernel> {
         tl::jit("layer_norm_fwd", move |k| {
-            let x_ptr = k.ptr(dtype, "X");
-            let y_ptr = k.ptr(dtype, "Y");
-            let w_ptr = k.ptr(dtype, "W");
-            let b_ptr = k.ptr(dtype, "B");
+            let x_ptr = k.ptr_any("X");
+            let y_ptr = k.ptr_any("Y");
+            let w_ptr = k.ptr_any("W");
+            let b_ptr = k.ptr_any("B");
             let stride = k.scalar(I32, "stride");
             let n = k.scalar(I32, "N");
             let eps = k.scalar(F32, "eps");
@@ -180,7 +192,11 @@ mod builder {
                 let w = tl::load(w_ptr + cols).mask(mask).cast(F32);
                 let b = tl::load(b_ptr + cols).mask(mask).cast(F32);
                 let x = tl::load(x_row + cols).mask(mask).other(0.0).cast(F32);
-                tl::store(y_row + cols, ((x - mean) * rstd * w + b).cast(dtype)).mask(mask);
+                tl::store(
+                    y_row + cols,
+                    ((x - mean) * rstd * w + b).cast(k.dtype_of("Y")),
+                )
+                .mask(mask);
             });
         })
     }
@@ -269,31 +285,27 @@ fn matmul() {
         ("BLOCK_SIZE_K", 32),
         ("GROUP_SIZE_M", 8),
     ];
-    for dtype in [F32, F16] {
-        same_ir(
+    for dtype in [F32, F16, BF16] {
+        same_ir_for(
             "matmul",
-            matmul::matmul_kernel_for(dtype),
-            builder::matmul_kernel(dtype),
+            matmul::matmul_kernel(),
+            builder::matmul_kernel(),
             &cx,
+            &[dtype; 3],
         );
     }
-    same_ir(
-        "matmul",
-        matmul::matmul_kernel(),
-        builder::matmul_kernel(F32),
-        &cx,
-    );
 }
 
 #[test]
 fn layer_norm() {
     let cx = [("BLOCK_SIZE", 256)];
     for dtype in [F32, F16, BF16] {
-        same_ir(
+        same_ir_for(
             "layer_norm",
-            layer_norm::layer_norm_kernel_for(dtype),
-            builder::layer_norm_kernel(dtype),
+            layer_norm::layer_norm_kernel(),
+            builder::layer_norm_kernel(),
             &cx,
+            &[dtype; 4],
         );
     }
 }

@@ -17,7 +17,7 @@ use triton_metal::codegen::{self, nvrtc::Nvrtc, LaunchOptions};
 use triton_metal::emu::{Emulator, LaneOrder};
 use triton_metal::opt::{Chip, HardwareProfile};
 use triton_metal::runtime::{out, Target};
-use triton_metal::tl::JitKernel;
+use triton_metal::tl::{JitKernel, Signature};
 use triton_metal::{
     Array,
     DType::{self, F16, F32},
@@ -204,15 +204,16 @@ fn check(what: &str, p: &Problem, got: &[f64]) {
 
 /// The Metal program for one configuration: within the M1's 32 KB, the accumulator in
 /// fragments across the loop (loaded once as a constant, stored once after the last MMA).
-fn check_metal_plan(kernel: &JitKernel, blocks: [usize; 3], warps: u32) {
-    let k = kernel
-        .specialize_with(&[
-            ("BLOCK_SIZE_M", blocks[0] as i64),
-            ("BLOCK_SIZE_N", blocks[1] as i64),
-            ("BLOCK_SIZE_K", blocks[2] as i64),
-            ("GROUP_SIZE_M", 8),
-        ])
-        .unwrap();
+fn check_metal_plan(kernel: &JitKernel, blocks: [usize; 3], warps: u32, dtype: DType) {
+    let sig = Signature::new()
+        .constexpr("BLOCK_SIZE_M", blocks[0] as i64)
+        .constexpr("BLOCK_SIZE_N", blocks[1] as i64)
+        .constexpr("BLOCK_SIZE_K", blocks[2] as i64)
+        .constexpr("GROUP_SIZE_M", 8)
+        .array(dtype)
+        .array(dtype)
+        .array(dtype);
+    let k = kernel.specialize(&sig).unwrap();
     let opts = LaunchOptions::default().num_warps(warps);
     let prog = codegen::msl(&k, &opts).unwrap();
     assert!(
@@ -243,10 +244,10 @@ fn check_metal_plan(kernel: &JitKernel, blocks: [usize; 3], warps: u32) {
 }
 
 fn tutorial(blocks: [usize; 3], dtype: DType) {
-    let kernel = matmul::matmul_kernel_for(dtype).unwrap();
+    let kernel = matmul::matmul_kernel().unwrap();
     let emu = Emulator::should_run("tutorial_matmul").unwrap();
     for (warps, a_t, b_t) in [(4, false, false), (8, true, true), (4, true, false)] {
-        check_metal_plan(&kernel, blocks, warps as u32);
+        check_metal_plan(&kernel, blocks, warps as u32, dtype);
         let p = Problem::new(dtype, a_t, b_t);
         let what = |t: &str| format!("{dtype} {blocks:?} {warps} warps, A^T {a_t}, B^T {b_t}, {t}");
         let reference = run(&kernel, &p, blocks, warps, Target::Cpu);

@@ -341,6 +341,29 @@ impl Rewriter {
         })
     }
 
+    /// Triton's `x.dtype` (a tensor's dtype) and `x_ptr.dtype.element_ty` (a pointer's
+    /// element dtype); other fields are Rust's.
+    fn dtype_attr(&mut self, f: &mut syn::ExprField) -> Option<TokenStream> {
+        let member =
+            |m: &syn::Member, name: &str| matches!(m, syn::Member::Named(id) if id == name);
+        let (base, func) = match &mut *f.base {
+            Expr::Field(inner)
+                if member(&f.member, "element_ty") && member(&inner.member, "dtype") =>
+            {
+                (&mut inner.base, "element_ty")
+            }
+            _ if member(&f.member, "dtype") => (&mut f.base, "dtype"),
+            _ => {
+                visit_mut::visit_expr_field_mut(self, f);
+                return None;
+            }
+        };
+        self.visit_expr_mut(base);
+        let span = f.member.span();
+        let func = Ident::new(func, span);
+        Some(quote_spanned!(span=> ::triton_metal::tl::expand::#func(#base)))
+    }
+
     fn check_closure(&mut self, c: &syn::ExprClosure) {
         let params = c.inputs.iter().flat_map(pat_idents).collect();
         let outer = scope::assigned_in_expr(&c.body, params);
@@ -410,6 +433,7 @@ impl VisitMut for Rewriter {
                 }
                 t
             }
+            Expr::Field(f) => self.dtype_attr(f),
             Expr::Call(c) => {
                 self.visit_expr_mut(&mut c.func);
                 for a in c.args.iter_mut() {

@@ -49,6 +49,78 @@ fn kernel_name(attr: proc_macro2::TokenStream) -> syn::Result<Option<syn::LitStr
     }
 }
 
+const GENERIC_HELP: &str = "a kernel's type parameters are dtype variables without bounds \
+(`fn k<T>(x: Ptr<T>, y: Ptr<T>)`: `T` is the first such pointer's argument dtype); for \
+one kernel per dtype given when it is made, take `dtype: DType` and write `Ptr<dtype>`";
+
+/// The kernel's type parameters: dtype variables (`fn k<T>(x: Ptr<T>)`).
+fn dtype_vars(g: &syn::Generics) -> syn::Result<Vec<syn::Ident>> {
+    if let Some(w) = &g.where_clause {
+        return Err(syn::Error::new_spanned(w, GENERIC_HELP));
+    }
+    g.params
+        .iter()
+        .map(|p| match p {
+            syn::GenericParam::Type(t) if t.bounds.is_empty() && t.default.is_none() => {
+                Ok(t.ident.clone())
+            }
+            other => Err(syn::Error::new_spanned(other, GENERIC_HELP)),
+        })
+        .collect()
+}
+
+/// Marks the first `Ptr<T>` of each dtype variable `T` (it binds `T`); a variable no
+/// pointer takes is an error.
+fn bind_dtype_vars(
+    params: &mut [sig::Param],
+    vars: &[syn::Ident],
+    g: &syn::Generics,
+) -> syn::Result<()> {
+    let mut bound: Vec<&syn::Ident> = Vec::new();
+    for p in params.iter() {
+        match p {
+            sig::Param::Ptr {
+                dtype: sig::PtrDtype::Var { var, .. },
+                ..
+            } => bound.push(var),
+            sig::Param::Scalar { name, dtype, .. } => {
+                if let Some(v) = vars
+                    .iter()
+                    .find(|v| !bound.contains(v) && dtype.to_string() == v.to_string())
+                {
+                    return Err(syn::Error::new_spanned(
+                        name,
+                        format!(
+                            "`{v}` is bound by the first pointer `Ptr<{v}>`: declare that \
+                             pointer before this scalar"
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    for v in vars {
+        let first = params.iter_mut().find_map(|p| match p {
+            sig::Param::Ptr {
+                dtype: sig::PtrDtype::Var { var, first },
+                ..
+            } if var == v => Some(first),
+            _ => None,
+        });
+        match first {
+            Some(f) => *f = true,
+            None => {
+                return Err(syn::Error::new_spanned(
+                    g,
+                    format!("dtype variable `{v}` is the dtype of no pointer: {GENERIC_HELP}"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 pub(crate) fn expand(f: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     expand_named(f, None)
@@ -86,17 +158,13 @@ fn expand_named(
         }
         return helper_fn(f);
     }
-    if !s.generics.params.is_empty() {
-        return Err(syn::Error::new_spanned(
-            &s.generics,
-            "a kernel cannot be generic: take `dtype: DType` and write `Ptr<dtype>`",
-        ));
-    }
-    let params = s
+    let vars = dtype_vars(&s.generics)?;
+    let mut params = s
         .inputs
         .iter()
-        .map(sig::param)
+        .map(|a| sig::param(a, &vars))
         .collect::<syn::Result<Vec<_>>>()?;
+    bind_dtype_vars(&mut params, &vars, &s.generics)?;
     let k = sig::hidden("__tm_k");
     let decls = params.iter().map(|p| p.declare(&k));
     let factory_args = params.iter().filter_map(|p| p.factory_arg());

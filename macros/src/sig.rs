@@ -6,14 +6,35 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, GenericArgument, Ident, Pat, PathArguments, Type};
 
+/// Where a pointer's element dtype comes from.
+pub enum PtrDtype {
+    /// `Ptr<F32>`, `Ptr<dtype>`: this dtype expression.
+    Fixed(TokenStream),
+    /// `Ptr`: its launch argument's (a generic pointer).
+    Any,
+    /// `Ptr<T>` with `T` a type parameter of the kernel: the first such pointer is generic
+    /// and binds `T` to its element dtype; later ones take `T`.
+    Var { var: Ident, first: bool },
+}
+
+/// The kind of a constexpr, from its annotation (`Constexpr<bool>`) or its default.
+#[derive(Clone, Copy, PartialEq)]
+pub enum CxKind {
+    Int,
+    Bool,
+    Float,
+    Str,
+    DType,
+}
+
 /// One parameter of a `#[jit]` kernel.
 pub enum Param {
     /// `x_ptr: Ptr<F32>` (or `ConstPtr<F32>`, Triton's `tl.const`: never stored through): a
-    /// pointer argument; the dtype expression.
+    /// pointer argument.
     Ptr {
         name: Ident,
         mutable: bool,
-        dtype: TokenStream,
+        dtype: PtrDtype,
         constant: bool,
     },
     /// `n: i32`: a scalar argument of this dtype.
@@ -22,13 +43,15 @@ pub enum Param {
         mutable: bool,
         dtype: TokenStream,
     },
-    /// `BLOCK: Constexpr` or `BLOCK: Constexpr<64>` (with a default).
+    /// `BLOCK: Constexpr`, `BLOCK: Constexpr<64>` (with a default), `ACT: Constexpr<&str>`,
+    /// `ACT: Constexpr<"relu">`, `ACT: Constexpr<&str, "relu">`, ...
     Constexpr {
         name: Ident,
-        default: Option<syn::Expr>,
+        kind: CxKind,
+        default: Option<TokenStream>,
     },
     /// `dtype: DType`: an argument of the factory function, captured by the kernel.
-    Factory { name: Ident, ty: Type },
+    Factory { name: Ident, ty: Box<Type> },
 }
 
 const DTYPES: &[(&str, &str)] = &[
@@ -75,9 +98,106 @@ const SCALARS: &[(&str, &str)] = &[
 ];
 
 const PARAM_HELP: &str = "a kernel parameter is `name: Ptr<F32>` (a pointer; any dtype), \
+`name: Ptr` (a pointer to its argument's dtype), \
 `name: i32` (a scalar: bool, i8..i64, u8..u64, f32, f64, or `Scalar<F16>`), \
-`NAME: Constexpr` / `NAME: Constexpr<64>` (a constexpr, with a default), \
+`NAME: Constexpr` / `NAME: Constexpr<64>` (a constexpr, with a default; also \
+`Constexpr<bool>`, `Constexpr<f64>`, `Constexpr<&str>`, `Constexpr<DType>`), \
 or `name: DType` (an argument of the generated function, usable as `Ptr<name>`)";
+
+const CONSTEXPR_HELP: &str = "a constexpr is `Constexpr` (an integer), `Constexpr<KIND>` \
+(KIND: i64, bool, f64, &str, DType), `Constexpr<DEFAULT>` (an integer, bool, float or \
+string literal, or a path to an i64 constant) or `Constexpr<KIND, DEFAULT>`";
+
+/// The constexpr kind a type names (`bool`, `f64`, `&str`, `DType`, ...).
+fn constexpr_kind(ty: &Type) -> Option<CxKind> {
+    match ty {
+        Type::Reference(r) => match &*r.elem {
+            Type::Path(p) if p.path.is_ident("str") => Some(CxKind::Str),
+            _ => None,
+        },
+        Type::Path(p) if p.qself.is_none() => {
+            let id = p.path.segments.last()?.ident.to_string();
+            match id.as_str() {
+                "i64" => Some(CxKind::Int),
+                "bool" => Some(CxKind::Bool),
+                "f64" => Some(CxKind::Float),
+                "str" | "String" => Some(CxKind::Str),
+                "DType" => Some(CxKind::DType),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// A literal default's kind.
+fn literal_kind(lit: &syn::Lit) -> Option<CxKind> {
+    match lit {
+        syn::Lit::Int(_) => Some(CxKind::Int),
+        syn::Lit::Bool(_) => Some(CxKind::Bool),
+        syn::Lit::Float(_) => Some(CxKind::Float),
+        syn::Lit::Str(_) => Some(CxKind::Str),
+        _ => None,
+    }
+}
+
+/// A constexpr default written as a generic argument, as an expression of `kind`: a literal,
+/// a block, a path (a constant, or a dtype name for a dtype).
+fn default_expr(arg: &GenericArgument, kind: CxKind) -> syn::Result<TokenStream> {
+    let expr = match arg {
+        GenericArgument::Const(e) => quote!(#e),
+        GenericArgument::Type(Type::Path(p)) if kind == CxKind::DType => {
+            dtype_expr(arg).unwrap_or_else(|_| quote!(#p))
+        }
+        GenericArgument::Type(Type::Path(p)) => {
+            let path = &p.path;
+            quote!(#path)
+        }
+        other => return Err(syn::Error::new_spanned(other, CONSTEXPR_HELP)),
+    };
+    Ok(match kind {
+        CxKind::Str => quote!(::std::string::String::from(#expr)),
+        _ => expr,
+    })
+}
+
+/// `Constexpr`, `Constexpr<KIND>`, `Constexpr<DEFAULT>`, `Constexpr<KIND, DEFAULT>`.
+fn constexpr_param(name: Ident, seg: &syn::PathSegment) -> syn::Result<Param> {
+    let args: Vec<&GenericArgument> = match &seg.arguments {
+        PathArguments::None => Vec::new(),
+        PathArguments::AngleBracketed(a) => a.args.iter().collect(),
+        other => return Err(syn::Error::new_spanned(other, CONSTEXPR_HELP)),
+    };
+    let kind_of = |a: &GenericArgument| match a {
+        GenericArgument::Type(t) => constexpr_kind(t),
+        _ => None,
+    };
+    let (kind, default) = match args.as_slice() {
+        [] => (CxKind::Int, None),
+        [a] => match kind_of(a) {
+            Some(k) => (k, None),
+            None => {
+                let k = match a {
+                    GenericArgument::Const(syn::Expr::Lit(l)) => literal_kind(&l.lit)
+                        .ok_or_else(|| syn::Error::new_spanned(a, CONSTEXPR_HELP))?,
+                    GenericArgument::Const(_) | GenericArgument::Type(Type::Path(_)) => CxKind::Int,
+                    other => return Err(syn::Error::new_spanned(other, CONSTEXPR_HELP)),
+                };
+                (k, Some(default_expr(a, k)?))
+            }
+        },
+        [k, d] => {
+            let kind = kind_of(k).ok_or_else(|| syn::Error::new_spanned(k, CONSTEXPR_HELP))?;
+            (kind, Some(default_expr(d, kind)?))
+        }
+        _ => return Err(syn::Error::new_spanned(&seg.arguments, CONSTEXPR_HELP)),
+    };
+    Ok(Param::Constexpr {
+        name,
+        kind,
+        default,
+    })
+}
 
 fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
     match ty {
@@ -124,8 +244,8 @@ fn single_generic(seg: &syn::PathSegment) -> syn::Result<Option<&GenericArgument
     }
 }
 
-/// Classifies one parameter.
-pub fn param(arg: &FnArg) -> syn::Result<Param> {
+/// Classifies one parameter; `vars` are the kernel's type parameters (dtype variables).
+pub fn param(arg: &FnArg, vars: &[Ident]) -> syn::Result<Param> {
     let FnArg::Typed(pt) = arg else {
         return Err(syn::Error::new_spanned(arg, "a kernel has no `self`"));
     };
@@ -146,48 +266,44 @@ pub fn param(arg: &FnArg) -> syn::Result<Param> {
         return Err(syn::Error::new_spanned(&pt.ty, PARAM_HELP));
     };
     let kind = seg.ident.to_string();
+    if kind == "Constexpr" {
+        if mutable {
+            return Err(syn::Error::new_spanned(
+                &pt.pat,
+                "a constexpr is fixed for the specialisation: drop `mut`",
+            ));
+        }
+        return constexpr_param(name, seg);
+    }
     let generic = single_generic(seg)?;
     match (kind.as_str(), generic) {
-        ("Ptr" | "ConstPtr", Some(g)) => Ok(Param::Ptr {
-            name,
-            mutable,
-            dtype: dtype_expr(g)?,
-            constant: kind == "ConstPtr",
-        }),
+        ("Ptr" | "ConstPtr", g) => {
+            let var = match g {
+                Some(GenericArgument::Type(Type::Path(p))) => {
+                    p.path.get_ident().filter(|id| vars.contains(id)).cloned()
+                }
+                _ => None,
+            };
+            let dtype = match (g, var) {
+                (None, _) => PtrDtype::Any,
+                (Some(_), Some(var)) => PtrDtype::Var { var, first: false },
+                (Some(g), None) => PtrDtype::Fixed(dtype_expr(g)?),
+            };
+            Ok(Param::Ptr {
+                name,
+                mutable,
+                dtype,
+                constant: kind == "ConstPtr",
+            })
+        }
         ("Scalar", Some(g)) => Ok(Param::Scalar {
             name,
             mutable,
             dtype: dtype_expr(g)?,
         }),
-        ("Constexpr", g) => {
-            if mutable {
-                return Err(syn::Error::new_spanned(
-                    &pt.pat,
-                    "a constexpr is fixed for the specialisation: drop `mut`",
-                ));
-            }
-            let default = match g {
-                None => None,
-                Some(GenericArgument::Const(e)) => Some(e.clone()),
-                Some(GenericArgument::Type(Type::Path(p))) => {
-                    Some(syn::Expr::Path(syn::ExprPath {
-                        attrs: vec![],
-                        qself: None,
-                        path: p.path.clone(),
-                    }))
-                }
-                Some(other) => {
-                    return Err(syn::Error::new_spanned(
-                        other,
-                        "a constexpr default is an integer: `Constexpr<64>`",
-                    ))
-                }
-            };
-            Ok(Param::Constexpr { name, default })
-        }
         ("DType", None) => Ok(Param::Factory {
             name,
-            ty: (*pt.ty).clone(),
+            ty: pt.ty.clone(),
         }),
         (s, None) => match SCALARS.iter().find(|(n, _)| *n == s) {
             Some((_, d)) => {
@@ -221,23 +337,67 @@ impl Param {
                 mutable,
                 dtype,
                 constant,
-            } => decl(
-                name,
-                *mutable,
-                if *constant { "const_ptr" } else { "ptr" },
-                dtype,
-            ),
+            } => {
+                let span = name.span();
+                let lit = syn::LitStr::new(&name.to_string(), span);
+                let m = mutable.then(|| quote!(mut));
+                let any = Ident::new(
+                    if *constant {
+                        "const_ptr_any"
+                    } else {
+                        "ptr_any"
+                    },
+                    span,
+                );
+                let method = if *constant { "const_ptr" } else { "ptr" };
+                match dtype {
+                    PtrDtype::Fixed(d) => decl(name, *mutable, method, d),
+                    PtrDtype::Var { var, first: false } => {
+                        decl(name, *mutable, method, &quote!(#var))
+                    }
+                    PtrDtype::Any => quote_spanned!(span=>
+                        let #m #name: ::triton_metal::tl::Tensor = #k.#any(#lit);
+                    ),
+                    PtrDtype::Var { var, first: true } => quote_spanned!(span=>
+                        let #m #name: ::triton_metal::tl::Tensor = #k.#any(#lit);
+                        let #var: ::triton_metal::DType = #k.dtype_of(#lit);
+                    ),
+                }
+            }
             Param::Scalar {
                 name,
                 mutable,
                 dtype,
             } => decl(name, *mutable, "scalar", dtype),
-            Param::Constexpr { name, default } => {
+            Param::Constexpr {
+                name,
+                kind,
+                default,
+            } => {
                 let span = name.span();
                 let lit = syn::LitStr::new(&name.to_string(), span);
-                match default {
-                    None => quote_spanned!(span=> let #name: i64 = #k.constexpr(#lit);),
-                    Some(d) => quote_spanned!(span=> let #name: i64 = #k.constexpr_or(#lit, #d);),
+                let ty = match kind {
+                    CxKind::Int => quote!(i64),
+                    CxKind::Bool => quote!(bool),
+                    CxKind::Float => quote!(f64),
+                    CxKind::Str => quote!(::std::string::String),
+                    CxKind::DType => quote!(::triton_metal::DType),
+                };
+                let read = match (kind, default) {
+                    (CxKind::Int, None) => quote_spanned!(span=> #k.constexpr(#lit)),
+                    (CxKind::Int, Some(d)) => quote_spanned!(span=> #k.constexpr_or(#lit, #d)),
+                    (_, None) => quote_spanned!(span=> #k.constexpr_as::<#ty>(#lit)),
+                    (_, Some(d)) => quote_spanned!(span=> #k.constexpr_as_or::<#ty>(#lit, #d)),
+                };
+                if *kind == CxKind::Str {
+                    // Bound as a `&str` (Copy, comparable with string literals).
+                    let owned = hidden(&format!("__tm_cx_{name}"));
+                    quote_spanned!(span=>
+                        let #owned: #ty = #read;
+                        let #name: &str = #owned.as_str();
+                    )
+                } else {
+                    quote_spanned!(span=> let #name: #ty = #read;)
                 }
             }
             Param::Factory { .. } => TokenStream::new(),

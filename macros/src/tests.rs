@@ -250,9 +250,77 @@ fn bad_parameter_type_says_what_to_write() {
 }
 
 #[test]
-fn generic_kernels_are_an_error() {
+fn dtype_variables_must_be_pointer_dtypes() {
     let msg = error_at("fn k<T>(x: Ptr<F32>) {}", "<T>");
-    assert!(msg.contains("dtype: DType"), "{msg}");
+    assert!(
+        msg.contains("no pointer") && msg.contains("dtype: DType"),
+        "{msg}"
+    );
+    let msg = error_at("fn k<T: Copy>(x: Ptr<T>) {}", "T: Copy");
+    assert!(msg.contains("without bounds"), "{msg}");
+    let msg = error_at("fn k<T>(s: Scalar<T>, x: Ptr<T>) {}", "s:");
+    assert!(msg.contains("declare that pointer before"), "{msg}");
+}
+
+#[test]
+fn generic_pointers_take_their_arguments_dtype() {
+    let out =
+        expand_src("fn k<T>(x: Ptr, mut y: Ptr<T>, z: ConstPtr<T>, w: ConstPtr, s: Scalar<T>) {}")
+            .unwrap();
+    assert!(out.contains("fn k ()"), "{out}");
+    for want in [
+        "let x : :: triton_metal :: tl :: Tensor = __tm_k . ptr_any (\"x\")",
+        "let mut y : :: triton_metal :: tl :: Tensor = __tm_k . ptr_any (\"y\") ; \
+         let T : :: triton_metal :: DType = __tm_k . dtype_of (\"y\")",
+        "const_ptr (T , \"z\")",
+        "const_ptr_any (\"w\")",
+        "scalar (T , \"s\")",
+    ] {
+        assert!(out.contains(want), "{want}\n{out}");
+    }
+}
+
+#[test]
+fn constexprs_of_every_kind() {
+    let out = expand_src(
+        "fn k(A: Constexpr<&str>, B: Constexpr<\"relu\">, C: Constexpr<bool>, D: Constexpr<true>, \
+         E: Constexpr<f64>, F: Constexpr<1e-5>, G: Constexpr<DType>, H: Constexpr<DType, F16>, \
+         I: Constexpr<f64, 2.0>, J: Constexpr<{ -1 }>) {}",
+    )
+    .unwrap();
+    for want in [
+        "constexpr_as :: < :: std :: string :: String > (\"A\")",
+        "let A : & str = __tm_cx_A . as_str ()",
+        "constexpr_as_or :: < :: std :: string :: String > (\"B\" , :: std :: string :: String :: from (\"relu\"))",
+        "let C : bool = __tm_k . constexpr_as :: < bool > (\"C\")",
+        "let D : bool = __tm_k . constexpr_as_or :: < bool > (\"D\" , true)",
+        "let E : f64 = __tm_k . constexpr_as :: < f64 > (\"E\")",
+        "let F : f64 = __tm_k . constexpr_as_or :: < f64 > (\"F\" , 1e-5)",
+        "let G : :: triton_metal :: DType = __tm_k . constexpr_as :: < :: triton_metal :: DType > (\"G\")",
+        "constexpr_as_or :: < :: triton_metal :: DType > (\"H\" , :: triton_metal :: DType :: F16)",
+        "constexpr_as_or :: < f64 > (\"I\" , 2.0)",
+        "let J : i64 = __tm_k . constexpr_or (\"J\" , { - 1 })",
+    ] {
+        assert!(out.contains(want), "{want}\n{out}");
+    }
+    let msg = error_at("fn k(A: Constexpr<Vec<u8>, 1>) {}", "Vec");
+    assert!(msg.contains("Constexpr<KIND, DEFAULT>"), "{msg}");
+}
+
+#[test]
+fn dtype_attributes_are_trition_s() {
+    let out = expand_src(
+        "fn k(x: Ptr, y: Ptr) {\n    let v = tl::load(x);\n    tl::store(y, v.to(y.dtype.element_ty));\n    let d = v.dtype;\n}",
+    )
+    .unwrap();
+    assert!(
+        out.contains("v . to (:: triton_metal :: tl :: expand :: element_ty (y))"),
+        "{out}"
+    );
+    assert!(
+        out.contains("let d = :: triton_metal :: tl :: expand :: dtype (v)"),
+        "{out}"
+    );
 }
 
 #[test]

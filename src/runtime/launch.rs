@@ -64,7 +64,7 @@ use crate::passes::{specializable, IntFact, IntSpec, PassOptions};
 use crate::runtime::mlx_kernel::{
     cpu_launch, register_program, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec,
 };
-use crate::tl::JitKernel;
+use crate::tl::{ConstexprValue, JitKernel, Signature};
 
 /// `triton.cdiv`: `(x + d - 1) / d` for positive `d`.
 pub fn cdiv(x: impl TryInto<i64>, d: impl TryInto<i64>) -> usize {
@@ -73,24 +73,46 @@ pub fn cdiv(x: impl TryInto<i64>, d: impl TryInto<i64>) -> usize {
     ((x.max(0) + d - 1) / d) as usize
 }
 
-/// The constexprs of a launch, as a grid function sees them (`meta["BLOCK_SIZE"]`).
+/// The constexprs of a launch, as a grid function sees them: `meta["BLOCK_SIZE"]` is an
+/// integer constexpr (a bool reads as 0 or 1), [`Meta::value`] any kind.
 #[derive(Clone, Debug, Default)]
-pub struct Meta(BTreeMap<String, i64>, std::cell::RefCell<Vec<String>>);
+pub struct Meta {
+    ints: BTreeMap<String, i64>,
+    values: BTreeMap<String, ConstexprValue>,
+    /// Names read with `meta[..]` that the launch does not give as integers.
+    missed: std::cell::RefCell<Vec<String>>,
+}
 
 impl Meta {
-    /// The value of a constexpr, if given.
+    fn new(values: &BTreeMap<String, ConstexprValue>) -> Meta {
+        Meta {
+            ints: values
+                .iter()
+                .filter_map(|(n, v)| v.as_int().map(|i| (n.clone(), i)))
+                .collect(),
+            values: values.clone(),
+            missed: Default::default(),
+        }
+    }
+
+    /// The value of an integer constexpr (a bool as 0 or 1), if given.
     pub fn get(&self, name: &str) -> Option<i64> {
-        self.0.get(name).copied()
+        self.ints.get(name).copied()
+    }
+
+    /// The value of a constexpr of any kind, if given.
+    pub fn value(&self, name: &str) -> Option<&ConstexprValue> {
+        self.values.get(name)
     }
 }
 
 impl Index<&str> for Meta {
     type Output = i64;
-    /// A name the launch does not give reads as 1 here, so a grid lambda never panics; the
-    /// launch then fails with an error naming it.
+    /// A name the launch does not give as an integer reads as 1 here, so a grid function
+    /// never panics; the launch then fails with an error naming the kernel and the name.
     fn index(&self, name: &str) -> &i64 {
-        self.0.get(name).unwrap_or_else(|| {
-            self.1.borrow_mut().push(name.to_string());
+        self.ints.get(name).unwrap_or_else(|| {
+            self.missed.borrow_mut().push(name.to_string());
             &1
         })
     }
@@ -482,7 +504,7 @@ pub struct Launch<'k> {
     kernel: &'k JitKernel,
     grid: Option<Grid>,
     args: Vec<Arg>,
-    constexprs: BTreeMap<String, i64>,
+    constexprs: BTreeMap<String, ConstexprValue>,
     num_warps: usize,
     target: Target,
     reduction_layout: Option<ReductionLayout>,
@@ -528,10 +550,59 @@ impl<'k> Launch<'k> {
         self
     }
 
-    /// Gives a constexpr (specialises the kernel).
-    pub fn constexpr(mut self, name: &str, value: i64) -> Self {
-        self.constexprs.insert(name.to_string(), value);
+    /// Gives a constexpr (specialises the kernel): an integer, a bool, a float, a string
+    /// or a dtype (`.constexpr("BLOCK", 1024)`, `.constexpr("ACTIVATION", "leaky_relu")`,
+    /// `.constexpr("ACC_TYPE", DType::F32)`; see [`ConstexprValue`]).
+    pub fn constexpr(mut self, name: &str, value: impl Into<ConstexprValue>) -> Self {
+        self.constexprs.insert(name.to_string(), value.into());
         self
+    }
+
+    /// The signature this launch specialises the kernel for: its constexprs and the dtypes
+    /// of its array arguments.
+    pub fn signature(&self) -> Signature {
+        let dtypes = self
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::Array(x) | Arg::InOut(x) => Some(x.dtype()),
+                Arg::Out { dtype, .. } => Some(*dtype),
+                Arg::Scalar(_) => None,
+            })
+            .collect();
+        Signature::of(self.constexprs.clone(), dtypes)
+    }
+
+    /// The grid, computed from the constexprs for a grid function; an error names a
+    /// constexpr the function reads that the launch does not give (as an integer).
+    fn eval_grid(&self) -> Result<[usize; 3]> {
+        let meta = Meta::new(&self.constexprs);
+        let grid = match &self.grid {
+            None => return Err(self.err("no grid given: call .grid([programs, ...])")),
+            Some(Grid::Fixed(g)) => *g,
+            Some(Grid::Dynamic(f)) => f(&meta),
+        };
+        if let Some(name) = meta.missed.borrow().first() {
+            let given: Vec<String> = self
+                .constexprs
+                .iter()
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect();
+            let why = match self.constexprs.get(name) {
+                Some(v) => format!(
+                    "which this launch gives as a {} ({v}), not an integer: read it with \
+                     meta.value(\"{name}\")",
+                    v.kind()
+                ),
+                None => "which this launch does not give".to_string(),
+            };
+            return Err(self.err(format!(
+                "the grid function reads meta[\"{name}\"], {why} (constexprs given: [{}])",
+                given.join(", ")
+            )));
+        }
+        check_grid(grid).map_err(|m| self.err(m))?;
+        Ok(grid)
     }
 
     /// Warps (32 threads each) per program on GPUs; a power of two (default 4).
@@ -629,7 +700,8 @@ impl<'k> Launch<'k> {
 
     /// The specialisation for a GPU target (`gpu`) or a CPU one.
     fn specialize_for(&self, gpu: bool) -> Result<Arc<Kernel>> {
-        let general = self.kernel.specialize(&self.constexprs)?;
+        let sig = self.signature();
+        let general = self.kernel.specialize(&sig)?;
         // `do_not_specialize`'s names are checked whether or not facts apply.
         let facts = self.int_facts(&general)?;
         let ints = if self.int_spec.unwrap_or(!gpu) {
@@ -638,7 +710,7 @@ impl<'k> Launch<'k> {
             IntSpec::new()
         };
         self.kernel
-            .specialize_for_ints(&self.constexprs, self.passes.as_ref(), &ints)
+            .specialize_for_ints(&sig, self.passes.as_ref(), &ints)
     }
 
     /// Checks everything and runs; returns the outputs (the stored-to pointer arguments)
@@ -651,20 +723,7 @@ impl<'k> Launch<'k> {
             )));
         }
         let kernel = self.specialize_for(true)?;
-        let meta = Meta(self.constexprs.clone(), Default::default());
-        let grid = match &self.grid {
-            None => return Err(self.err("no grid given: call .grid([programs, ...])")),
-            Some(Grid::Fixed(g)) => *g,
-            Some(Grid::Dynamic(f)) => f(&meta),
-        };
-        if let Some(name) = meta.1.borrow().first() {
-            let given: Vec<&String> = self.constexprs.keys().collect();
-            return Err(self.err(format!(
-                "the grid function reads meta[\"{name}\"], which this launch does not give \
-                 (constexprs given: {given:?})"
-            )));
-        }
-        check_grid(grid).map_err(|m| self.err(m))?;
+        let grid = self.eval_grid()?;
         let plan = self.bind(&kernel)?;
         check_memory(&kernel, &plan)?;
         let target = match self.target {
@@ -777,18 +836,7 @@ impl<'k> Launch<'k> {
     /// to inspect or edit before running ([`emu::run`]).
     pub fn emulated(&self) -> Result<emu::MetalLaunch> {
         let kernel = self.specialize_for(true)?;
-        let meta = Meta(self.constexprs.clone(), Default::default());
-        let grid = match &self.grid {
-            None => return Err(self.err("no grid given: call .grid([programs, ...])")),
-            Some(Grid::Fixed(g)) => *g,
-            Some(Grid::Dynamic(f)) => f(&meta),
-        };
-        if let Some(name) = meta.1.borrow().first() {
-            return Err(self.err(format!(
-                "the grid function reads meta[\"{name}\"], which this launch does not give"
-            )));
-        }
-        check_grid(grid).map_err(|m| self.err(m))?;
+        let grid = self.eval_grid()?;
         let mut plan = self.bind(&kernel)?;
         let init = gpu_fills(&kernel, &mut plan, true)?;
         let prog = self.metal_program(&kernel, &in_place_params(&kernel, &plan))?;

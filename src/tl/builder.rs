@@ -9,7 +9,9 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
+use super::jit::ConstexprValue;
 use super::tensor::Tensor;
+use crate::dtype::DType;
 use crate::error::{Error, SourceLoc};
 use crate::ir::{
     Kernel, Op, OpData, OpId, RegionData, RegionId, Type, Value, ValueData, ValueDef, ValueRange,
@@ -32,10 +34,19 @@ pub(crate) struct Builder {
     pub(crate) op_name: &'static str,
     /// Uses of each value (so `load(..).mask(..)` can still rewrite an unused load).
     pub(crate) uses: Vec<u32>,
-    /// The requested specialisation.
-    pub(crate) given: BTreeMap<String, i64>,
+    /// The requested specialisation: constexprs by name.
+    pub(crate) given: BTreeMap<String, ConstexprValue>,
+    /// The element dtype of each launch argument that is an array (`None`: a scalar), by
+    /// position; `None` when the build has no arguments (generic pointers cannot be built).
+    pub(crate) arg_dtypes: Option<Vec<Option<DType>>>,
     /// True while a trial build (no constexprs given) asked for a constexpr.
     pub(crate) wants_constexpr: bool,
+    /// True while a build without arguments declared a generic pointer.
+    pub(crate) wants_dtypes: bool,
+    /// Constexprs the body read, with the value it got (given or default).
+    pub(crate) read: Vec<(String, ConstexprValue)>,
+    /// Indices of the parameters declared generic (their dtype came from the arguments).
+    pub(crate) generic: Vec<usize>,
     /// True once values are no longer numbered in program order (an op was moved, or a
     /// parameter was declared after ops); the build then renumbers.
     pub(crate) reordered: bool,
@@ -53,7 +64,7 @@ thread_local! {
 }
 
 impl Builder {
-    fn new(name: &str, given: BTreeMap<String, i64>) -> Builder {
+    fn new(name: &str, spec: &BuildSpec) -> Builder {
         let id = NEXT_ID.with(|n| {
             let id = n.get();
             // Wrapping skips 0, the poison id.
@@ -72,8 +83,12 @@ impl Builder {
             },
             op_name: "jit",
             uses: Vec::new(),
-            given,
+            given: spec.constexprs.clone(),
+            arg_dtypes: spec.dtypes.clone(),
             wants_constexpr: false,
+            wants_dtypes: false,
+            read: Vec::new(),
+            generic: Vec::new(),
             reordered: false,
             declared: Vec::new(),
             block_ops: Vec::new(),
@@ -242,9 +257,16 @@ pub(crate) fn op_any<R>(
     })
 }
 
+/// What one build is for: constexprs, and the arguments' dtypes when known.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BuildSpec {
+    pub(crate) constexprs: BTreeMap<String, ConstexprValue>,
+    pub(crate) dtypes: Option<Vec<Option<DType>>>,
+}
+
 /// Runs a whole build: pushes a fresh builder, runs `body`, pops it and returns it.
-pub(crate) fn run_build(name: &str, given: BTreeMap<String, i64>, body: impl FnOnce()) -> Builder {
-    STACK.with(|s| s.borrow_mut().push(Builder::new(name, given)));
+pub(crate) fn run_build(name: &str, spec: &BuildSpec, body: impl FnOnce()) -> Builder {
+    STACK.with(|s| s.borrow_mut().push(Builder::new(name, spec)));
     // Pop even if the user's closure panics, so this thread's stack stays consistent.
     struct Guard;
     impl Drop for Guard {
@@ -262,7 +284,7 @@ pub(crate) fn run_build(name: &str, given: BTreeMap<String, i64>, body: impl FnO
     body();
     drop(guard);
     STACK.with(|s| s.borrow_mut().pop()).unwrap_or_else(|| {
-        let mut b = Builder::new(name, BTreeMap::new());
+        let mut b = Builder::new(name, spec);
         b.fail("internal error: builder stack underflow".into());
         b
     })

@@ -4,7 +4,7 @@
 //! `&&`/`||` of Rust values stay Rust; of tensors they are the DSL's comparisons and logical
 //! ops. Not for direct use: write the operators in a `#[jit]` function.
 
-use super::builder::op;
+use super::builder::{op, op_any};
 use super::control::{if_ as runtime_if, Carry};
 use super::tensor::{compare, Operand, Tensor};
 use crate::dtype::DType;
@@ -140,6 +140,52 @@ impl Equal<bool> for bool {
     fn equal(self, eq: bool, rhs: bool) -> bool {
         (self == rhs) == eq
     }
+}
+
+impl<'b> Equal<&'b str> for &str {
+    type Output = bool;
+    fn equal(self, eq: bool, rhs: &'b str) -> bool {
+        (self == rhs) == eq
+    }
+}
+
+/// Triton's `x.dtype` of a tensor (not a pointer, whose `dtype` is a pointer type: its
+/// element dtype is `x.dtype.element_ty`).
+#[track_caller]
+pub fn dtype(x: Tensor) -> DType {
+    let loc = SourceLoc::caller();
+    op_any("dtype", loc, |b| {
+        let v = b.value(x)?;
+        let ty = b.ty(v);
+        if ty.ptr {
+            return Err(format!(
+                "`.dtype` of a pointer is Triton's pointer type, not a dtype: write \
+                 `.dtype.element_ty` for the {} elements it points to",
+                ty.dtype
+            ));
+        }
+        Ok(ty.dtype)
+    })
+    .unwrap_or(DType::F32)
+}
+
+/// Triton's `x_ptr.dtype.element_ty`: the dtype of the elements a pointer points to.
+#[track_caller]
+pub fn element_ty(x: Tensor) -> DType {
+    let loc = SourceLoc::caller();
+    op_any("element_ty", loc, |b| {
+        let v = b.value(x)?;
+        let ty = b.ty(v);
+        if !ty.ptr {
+            return Err(format!(
+                "`.dtype.element_ty` is the element dtype of a pointer, and this is a tensor \
+                 of {}: write `.dtype`",
+                ty.dtype
+            ));
+        }
+        Ok(ty.dtype)
+    })
+    .unwrap_or(DType::F32)
 }
 
 impl Equal<DType> for DType {

@@ -77,7 +77,9 @@ pub use block_ptr::{
 pub use control::{
     associative_scan, if_, if_then, range, reduce, static_range, while_loop, Carry, Range,
 };
-pub use jit::{build, jit, JitKernel, KernelBuilder};
+pub use jit::{
+    build, jit, ConstexprKind, ConstexprValue, IntoSignature, JitKernel, KernelBuilder, Signature,
+};
 pub use ops::*;
 pub use semantics::{computation_type, integer_promote, scalar_dtype};
 pub use standard::{
