@@ -14,6 +14,11 @@
 //!                        tm_ctx* tm_status);       // failure record (see cpu_runtime.h)
 //! ```
 //!
+//! Slot `params.len()` of `tm_args` is the table of slot kinds (`tm_lens` holds its length)
+//! and the slots after it are the buffers of pointer-table entries; pointers cast from
+//! integers (`int_to_ptr`) reach them through `tm_dyn` views, which check the slot, its
+//! dtype, writability and the offset on every access (`cpu_runtime.h`).
+//!
 //! Program `p` has ids `(p % g0, p / g0 % g1, p / (g0 g1))`, as in the interpreter. The run
 //! stops after the first program that made an out-of-bounds access.
 
@@ -22,7 +27,7 @@ use super::lower::{check_block_shapes, unsupported_on, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::{Kernel, ParamKind};
+use crate::ir::{Kernel, Op, ParamKind};
 use crate::opt::{Chip, HardwareProfile};
 
 /// Philox-4x32 as Triton computes it (`philox_impl`); an aggregate result, since Metal's
@@ -129,6 +134,33 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
             }
         }
         s.push_str(&format!("  (void){n};\n"));
+    }
+    let n = kernel.params.len();
+    let casts = kernel
+        .ops
+        .iter()
+        .any(|o| matches!(o.op, Op::IntToPtr { .. }));
+    s.push_str(&if !casts {
+        String::new()
+    } else {
+        format!(
+            "  const tm_slot_table tm_slots{{tm_args, tm_lens, (const int64_t*)tm_args[{n}], \
+         tm_lens[{n}], tm_status}};\n  (void)tm_slots;\n"
+        )
+    });
+    let pointees: std::collections::BTreeSet<DType> = kernel
+        .ops
+        .iter()
+        .filter(|o| matches!(o.op, Op::IntToPtr { .. }))
+        .filter_map(|o| o.result().map(|r| kernel.ty(r).dtype))
+        .collect();
+    for d in pointees {
+        let (ct, kind, short) = (lw.cty(d)?, super::int_to_ptr_kind(d), d.short_name());
+        s.push_str(&format!(
+            "  const tm_dyn<{ct}, false> tm_tab_{short}{{&tm_slots, {kind}}};\n  \
+             const tm_dyn<{ct}, true> tm_tabw_{short}{{&tm_slots, {kind}}};\n  \
+             (void)tm_tab_{short}; (void)tm_tabw_{short};\n"
+        ));
     }
     s.push_str("  for (int64_t tm_p = tm_start; tm_p < tm_end; ++tm_p) {\n");
     s.push_str("    const int tm_pid0 = (int)(tm_p % tm_grid[0]);\n");

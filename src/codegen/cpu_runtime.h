@@ -47,6 +47,61 @@ __attribute__((noinline, cold)) inline void tm_zero_step(tm_ctx* c, int64_t op) 
   }
 }
 
+// A pointer cast from an integer (int_to_ptr) or derived from one: a slot of `tm_args`
+// above a 48-bit element offset, as the interpreter packs pointers. Slots from 0x8000 up
+// mark pointers that reach no memory: 0xFFFF, cast from an integer that is no address of
+// the launch; 0x8000 | s, cast from slot s's address to another pointee dtype.
+struct tm_slot_table {
+  void* const* args;
+  const int64_t* lens;
+  const int64_t* kinds;  // per slot: -1, or dtype code * 2 + writable (pointer-table entries)
+  int64_t n;
+  tm_ctx* ctx;
+};
+
+// A bad pointer (`failed` 3) or a store through a read-only slot (`failed` 4).
+__attribute__((noinline, cold)) inline void* tm_bad_ptr(tm_ctx* c, int64_t failed, int64_t slot, int64_t off) {
+  if (!c->failed) {
+    c->failed = failed;
+    c->bad_op = c->op;
+    c->param = slot;
+    c->offset = off;
+    c->len = 0;
+  }
+  return c->sink;
+}
+
+inline int64_t tm_int_to_ptr(const tm_slot_table& t, int64_t x, int64_t kind) {
+  const uint64_t u = (uint64_t)x;
+  const int64_t slot = (int64_t)(u >> 48);
+  if ((u & 0xffffffffffffull) != 0 || slot >= t.n || t.kinds[slot] < 0) return (int64_t)(0xffffull << 48);
+  if ((t.kinds[slot] >> 1) != kind) return (int64_t)((uint64_t)(0x8000 | slot) << 48);
+  return x;
+}
+
+// `p + d` elements, keeping the slot.
+inline int64_t tm_padd(int64_t p, int64_t d) {
+  const uint64_t m = 0xffffffffffffull;
+  return (int64_t)(((uint64_t)p & ~m) | (((uint64_t)p + (uint64_t)d) & m));
+}
+
+// Elements of the slots through pointers of pointee code `kind` (`W`: for writing).
+template <class T, bool W> struct tm_dyn {
+  const tm_slot_table* t;
+  int64_t kind;
+  inline T& operator[](int64_t p) const {
+    const uint64_t u = (uint64_t)p;
+    const int64_t slot = (int64_t)(u >> 48);
+    const int64_t off = (int64_t)(u << 16) >> 16;
+    if (__builtin_expect(slot >= t->n || t->kinds[slot] < 0 || (t->kinds[slot] >> 1) != kind, 0))
+      return *(T*)tm_bad_ptr(t->ctx, 3, slot, off);
+    if (W && __builtin_expect(!(t->kinds[slot] & 1), 0)) return *(T*)tm_bad_ptr(t->ctx, 4, slot, off);
+    if (__builtin_expect((uint64_t)off >= (uint64_t)t->lens[slot], 0))
+      return *(T*)tm_oob(t->ctx, slot, off, t->lens[slot]);
+    return ((T*)t->args[slot])[off];
+  }
+};
+
 template <class T, int N> using tm_vec = T __attribute__((ext_vector_type(N)));
 
 // A block computed where it is read: `b[i]` is `f(i)` (codegen's lazy recipes).

@@ -110,6 +110,11 @@ pub(super) struct Lowering<'k> {
     /// program reads the argument's contents from an extra input and flags each element it
     /// writes in an extra output.
     pub in_place: Vec<bool>,
+    /// Per pointer value: cast from an integer (`int_to_ptr`) or derived from one, so its
+    /// buffer is chosen at run time and travels in its bits (a pointer-table slot above a
+    /// 48-bit element offset, as the CPU executor packs pointers). Only the compiled CPU
+    /// executor's dialect prints such pointers (through `tm_dyn` views of the slots).
+    pub dynamic: Vec<bool>,
 }
 
 /// The generated names of parameter `i`'s extra input (the argument's contents) and flag
@@ -186,9 +191,12 @@ impl<'k> Lowering<'k> {
         plan: KernelPlan,
     ) -> Lowering<'k> {
         let threads = opts.num_warps as usize * d.simd_width;
-        let wide = k.ops.iter().any(
-            |o| matches!(o.op, Op::AddPtr { offset, .. } if k.ty(offset).dtype.size_bytes() == 8),
-        );
+        // Pointers cast from integers are 64-bit (slot and offset), so offsets are too.
+        let wide = k.ops.iter().any(|o| match o.op {
+            Op::AddPtr { offset, .. } => k.ty(offset).dtype.size_bytes() == 8,
+            Op::IntToPtr { .. } => true,
+            _ => false,
+        });
         let idents: Vec<String> = k
             .params
             .iter()
@@ -244,6 +252,7 @@ impl<'k> Lowering<'k> {
             flags: HashMap::new(),
             plan,
             in_place: vec![false; k.params.len()],
+            dynamic: vec![false; k.values.len()],
         };
         if k.params.iter().any(|p| lw.word_param(p)) {
             lw.helpers.insert("atomic_words");
@@ -763,6 +772,87 @@ impl<'k> Lowering<'k> {
                 _ => {}
             }
         }
+        self.compute_dynamic()
+    }
+
+    /// Marks the pointers cast from integers and those derived from them
+    /// ([`Lowering::dynamic`]), which mix with no parameter's pointers.
+    fn compute_dynamic(&mut self) -> Result<()> {
+        if !self
+            .k
+            .ops
+            .iter()
+            .any(|o| matches!(o.op, Op::IntToPtr { .. }))
+        {
+            return Ok(());
+        }
+        for id in self.k.walk() {
+            let data = self.k.op(id);
+            let mut flows: Vec<(Value, Value)> = Vec::new();
+            match &data.op {
+                Op::IntToPtr { .. } => self.dynamic[data.results.start_value().index()] = true,
+                Op::AddPtr { ptr: src, .. }
+                | Op::Splat { src }
+                | Op::Broadcast { src }
+                | Op::ExpandDims { src, .. }
+                | Op::Reshape { src }
+                | Op::Permute { src, .. } => flows.push((*src, data.results.start_value())),
+                Op::Split { src } => flows.extend(data.results.iter().map(|r| (*src, r))),
+                Op::Select {
+                    on_true, on_false, ..
+                }
+                | Op::Join {
+                    lhs: on_true,
+                    rhs: on_false,
+                } => {
+                    let (a, b) = (*on_true, *on_false);
+                    let dynamic = |v: Value| self.dynamic[v.index()];
+                    let param = |v: Value| self.prov[v.index()].is_some();
+                    if (dynamic(a) && param(b)) || (dynamic(b) && param(a)) {
+                        return Err(unsupported_on(
+                            self.d,
+                            self.k,
+                            format!(
+                                "`{}` of a pointer cast from an integer and a pointer argument",
+                                data.op.name()
+                            ),
+                        ));
+                    }
+                    flows.push((a, data.results.start_value()));
+                    flows.push((b, data.results.start_value()));
+                }
+                Op::For { init, body, .. } => {
+                    let args = self.k.region(*body).args.clone();
+                    for (k, v) in init.iter().enumerate() {
+                        flows.push((*v, args[k + 1]));
+                        flows.extend(data.results.get(k).map(|r| (*v, r)));
+                    }
+                }
+                Op::While { init, cond, body } => {
+                    for (k, v) in init.iter().enumerate() {
+                        for r in [*cond, *body] {
+                            flows.push((*v, self.k.region(r).args[k]));
+                        }
+                        flows.extend(data.results.get(k).map(|r| (*v, r)));
+                    }
+                }
+                Op::If { then_region, .. } => {
+                    if let Some(&last) = self.k.region(*then_region).ops.last() {
+                        if let Op::Yield { values } = &self.k.op(last).op {
+                            for (k, v) in values.iter().enumerate() {
+                                flows.extend(data.results.get(k).map(|r| (*v, r)));
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+            for (from, to) in flows {
+                if self.dynamic[from.index()] {
+                    self.dynamic[to.index()] = true;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -793,6 +883,17 @@ impl<'k> Lowering<'k> {
     }
 
     fn param_name(&self, v: Value) -> Result<String> {
+        self.base_name(v, false)
+    }
+
+    /// The view that accesses through pointer `v` index: its parameter's, or for a pointer
+    /// cast from an integer the slots' view of its pointee type (`write`: the one that
+    /// refuses read-only slots).
+    fn base_name(&self, v: Value, write: bool) -> Result<String> {
+        if self.prov[v.index()].is_none() && self.dynamic[v.index()] && self.d.name == "cpu" {
+            let w = if write { "w" } else { "" };
+            return Ok(format!("tm_tab{w}_{}", self.ty(v).dtype.short_name()));
+        }
         let p = self.prov[v.index()].ok_or_else(|| {
             unsupported_on(self.d, self.k, "a pointer not derived from a parameter")
         })?;
@@ -1031,6 +1132,24 @@ impl<'k> Lowering<'k> {
                 let ct = self.cty(self.edt(res))?;
                 let t = self.d.bitcast.replace("{ty}", ct);
                 self.elementwise(res, &[*src], "bitcast", &|a| t.replace("{x}", &a[0]))?;
+            }
+            Op::IntToPtr { src } => {
+                if self.d.name != "cpu" {
+                    return Err(Error::Unsupported(format!(
+                        "kernel `{}`: {}",
+                        self.k.name,
+                        crate::ir::int_to_ptr_unsupported(self.d.title)
+                    )));
+                }
+                let kind = int_to_ptr_kind(self.ty(res).dtype);
+                self.elementwise(res, &[*src], "dptr", &|a| {
+                    format!("tm_int_to_ptr(tm_slots, {}, {kind})", a[0])
+                })?;
+            }
+            Op::AddPtr { ptr, offset } if self.dynamic[ptr.index()] => {
+                self.elementwise(res, &[*ptr, *offset], "dptr_off", &|a| {
+                    format!("tm_padd({}, long({}))", a[0], a[1])
+                })?;
             }
             Op::AddPtr { ptr, offset } => {
                 let ot = self.cty(self.off_dtype)?;
@@ -1359,13 +1478,15 @@ impl<'k> Lowering<'k> {
                 let wide = if dt.size_bytes() == 8 { "8" } else { "" };
                 return Ok(format!("tm_pk_load{wide}<{}>({p}, {off})", self.cty(dt)?));
             }
-            Ok(if self.atomic_outputs && self.is_output_ptr(ptr) {
-                self.d
-                    .atomic_load
-                    .replace("{addr}", &format!("&{p}[{off}]"))
-            } else {
-                format!("{p}[{off}]")
-            })
+            Ok(
+                if (self.atomic_outputs && self.is_output_ptr(ptr)) || self.dynamic[ptr.index()] {
+                    self.d
+                        .atomic_load
+                        .replace("{addr}", &format!("&{p}[{off}]"))
+                } else {
+                    format!("{p}[{off}]")
+                },
+            )
         };
         Ok(match self.in_place_param(ptr) {
             // An element the kernel has written is read back; any other is the argument's.
@@ -1500,6 +1621,7 @@ impl<'k> Lowering<'k> {
     /// whole block, and not an output that is accessed atomically.
     fn whole_block_access(&self, ptr: Value, lay: BlockedLayout) -> bool {
         self.threads == 1
+            && self.prov[ptr.index()].is_some()
             && !(self.atomic_outputs && self.is_output_ptr(ptr))
             && self.in_place_param(ptr).is_none()
             && self.axis[ptr.index()].contig >= lay.n as u64
@@ -1806,11 +1928,11 @@ impl<'k> Lowering<'k> {
     }
 
     fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
-        let p = self.param_name(ptr)?;
+        let p = self.base_name(ptr, true)?;
         let store = if let Some(dt) = self.in_words(ptr) {
             let wide = if dt.size_bytes() == 8 { "8" } else { "" };
             format!("tm_pk_store{wide}<{}>({p}, {off}, {val});", self.cty(dt)?)
-        } else if self.atomic_outputs {
+        } else if self.atomic_outputs || self.dynamic[ptr.index()] {
             self.d
                 .atomic_store
                 .replace("{addr}", &format!("&{p}[{off}]"))
@@ -1930,7 +2052,7 @@ impl<'k> Lowering<'k> {
                 ),
             ));
         }
-        let p = self.param_name(ptr)?;
+        let p = self.base_name(ptr, true)?;
         let ct = self.cty(dt)?;
         if self.in_words(ptr).is_some() {
             // A 16-bit element inside its 32-bit word: a compare-and-swap loop on the word.
@@ -2657,4 +2779,13 @@ impl StartValue for crate::ir::ValueRange {
     fn start_value(self) -> Value {
         Value(self.start)
     }
+}
+
+/// The code of a pointee dtype in the compiled CPU executor's table of slots: its index in
+/// [`DType::ALL`] (`exec::native` fills the table with the same codes).
+pub fn int_to_ptr_kind(d: DType) -> usize {
+    DType::ALL
+        .iter()
+        .position(|&x| x == d)
+        .unwrap_or(usize::MAX)
 }

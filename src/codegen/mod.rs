@@ -57,6 +57,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use cuda::CudaProgram;
+pub use lower::int_to_ptr_kind;
 pub use metal::MetalProgram;
 
 use crate::error::Result;

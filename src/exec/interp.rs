@@ -27,6 +27,8 @@ pub(crate) struct Launch<'k, 'a> {
     /// Builtin reductions in a GPU layout's order (see `reduce_layout.rs`); `None`: the
     /// executor's fastest order.
     pub(crate) reduce_strategy: Option<ReduceStrategy>,
+    /// The buffers of pointer-table entries (after the parameters' in `mems`).
+    pub(crate) table: Vec<super::TableSlot>,
 }
 
 thread_local! {
@@ -188,27 +190,32 @@ impl<'k, 'a> Launch<'k, 'a> {
         }
     }
 
-    fn mem_msg(&self, e: MemErr) -> String {
-        let name = |p: usize| {
-            self.kernel
-                .params
-                .get(p)
-                .map_or_else(|| format!("#{p}"), |p| p.name.clone())
-        };
+    /// The message of a failed access by op `id` (whose first operand is the pointer).
+    fn mem_msg(&self, id: OpId, e: MemErr) -> String {
+        let k = self.kernel;
+        let name = |p: usize| super::slot_name(k, &self.table, p);
         match e {
             MemErr::OutOfBounds { param, off, len } => format!(
-                "offset {off} is out of bounds for argument `{}` ({len} elements)",
+                "offset {off} is out of bounds for {} ({len} elements)",
+                name(param)
+            ),
+            MemErr::ReadOnly { param } if param >= k.params.len() => format!(
+                "{} is read-only (an input array: give the table out(..) or inout(..) entries \
+                 to write through them)",
                 name(param)
             ),
             MemErr::ReadOnly { param } => format!(
-                "argument `{}` is read-only (pass it as a mutable buffer to write it)",
+                "{} is read-only (pass it as a mutable buffer to write it)",
                 name(param)
             ),
             MemErr::NotABuffer { param } => {
-                format!(
-                    "pointer into argument {} which is not a buffer",
-                    name(param)
-                )
+                let pointee = k.op(id).op.operands().first().map(|&v| k.ty(v).dtype);
+                match pointee {
+                    Some(d) if param >= k.params.len() => {
+                        super::bad_pointer_msg(k, &self.table, param, d)
+                    }
+                    _ => format!("pointer into {} which is not a buffer", name(param)),
+                }
             }
             MemErr::Internal(m) => m,
         }
@@ -486,7 +493,7 @@ impl<'k, 'a> Launch<'k, 'a> {
         let ty = |v: Value| k.ty(v);
         let r0 = || res0.ok_or_else(|| self.err(id, pid, "op has no result"));
         let wrap = |e: String| self.err(id, pid, e);
-        let memw = |e: MemErr| self.err(id, pid, self.mem_msg(e));
+        let memw = |e: MemErr| self.err(id, pid, self.mem_msg(id, e));
         match &data.op {
             Op::ProgramId { axis } => {
                 let v = pid.get(*axis as usize).copied().unwrap_or(0) as i32;
@@ -640,6 +647,21 @@ impl<'k, 'a> Launch<'k, 'a> {
                 let r = r0()?;
                 let (s, d) = (ty(*src).dtype, ty(r).dtype);
                 with_out(env, r, |env, o| ew::bitcast(s, d, &env[src.index()], o)).map_err(wrap)?;
+            }
+            Op::IntToPtr { src } => {
+                let d = ty(r0()?).dtype;
+                with_out(env, r0()?, |env, o| {
+                    let Data::I64(x) = &env[src.index()] else {
+                        return Err("int_to_ptr of a value that is not 64-bit".to_string());
+                    };
+                    let o = o.ptrs();
+                    o.extend(
+                        x.iter()
+                            .map(|&x| super::int_to_ptr(k, &self.table, x as u64, d)),
+                    );
+                    Ok(())
+                })
+                .map_err(wrap)?;
             }
             Op::AddPtr { ptr, offset } => {
                 let od = ty(*offset).dtype;

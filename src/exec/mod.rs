@@ -140,6 +140,118 @@ pub enum ExecArg<'a> {
     Float(f64),
     /// A boolean scalar (`int1`).
     Bool(bool),
+    /// A pointer table for an `i64` pointer parameter: the kernel reads one address per
+    /// entry (`tl.load(table + g)`) and casts it to a pointer (`int_to_ptr`) to reach that
+    /// entry's buffer. See [`PtrTable`].
+    Table(PtrTable<'a>),
+}
+
+/// The buffers of a pointer-table argument ([`ExecArg::Table`]), each with its element
+/// dtype: [`ExecArg::Buffer`] for read-only entries, [`ExecArg::BufferMut`] for ones the
+/// kernel may write.
+///
+/// The kernel sees an `i64` array with one opaque address per entry. Only those exact
+/// values cast back to pointers reach memory: a pointer cast from any other integer, or
+/// to a pointee dtype other than the entry's, makes every access through it an error
+/// naming the op, and accesses through valid ones are bounds-checked like any argument's.
+#[derive(Debug)]
+pub struct PtrTable<'a> {
+    entries: Vec<(DType, ExecArg<'a>)>,
+    /// The addresses the kernel reads (filled when the launch binds its arguments).
+    addrs: Vec<u64>,
+}
+
+impl<'a> PtrTable<'a> {
+    /// A table of `entries`, in the order the kernel indexes them.
+    pub fn new(entries: Vec<(DType, ExecArg<'a>)>) -> PtrTable<'a> {
+        PtrTable {
+            entries,
+            addrs: Vec::new(),
+        }
+    }
+}
+
+/// The first index above the parameters that table entries take (one index is kept for the
+/// compiled executor's table of entry kinds).
+fn first_entry_slot(k: &Kernel) -> usize {
+    k.params.len() + 1
+}
+
+/// Most buffers (parameters and table entries together) a launch may have: slot numbers
+/// from `RESERVED_SLOT_BIT` up mark pointers that can never be dereferenced.
+const MAX_SLOTS: usize = RESERVED_SLOT_BIT;
+
+/// Slot bit of a pointer cast to the wrong pointee dtype (the rest: the entry's slot).
+pub(crate) const RESERVED_SLOT_BIT: usize = 0x8000;
+
+/// Slot of a pointer cast from an integer that is no address of the launch.
+pub(crate) const NOT_AN_ADDRESS: usize = 0xFFFF;
+
+/// One pointer-table entry of a launch, for `int_to_ptr` and error messages.
+#[derive(Clone, Debug)]
+pub(crate) struct TableSlot {
+    pub(crate) dtype: DType,
+    /// `table[j]`, the table parameter's name and the entry's index.
+    pub(crate) name: String,
+    pub(crate) writable: bool,
+}
+
+/// The name of buffer `slot` (a parameter or a table entry) in messages.
+pub(crate) fn slot_name(k: &Kernel, table: &[TableSlot], slot: usize) -> String {
+    match k.params.get(slot) {
+        Some(p) => format!("argument `{}`", p.name),
+        None => match slot
+            .checked_sub(first_entry_slot(k))
+            .and_then(|j| table.get(j))
+        {
+            Some(t) => format!("pointer-table entry `{}`", t.name),
+            None => format!("buffer #{slot}"),
+        },
+    }
+}
+
+/// Why an access through a pointer into `slot` failed when `slot` holds no buffer (a
+/// pointer cast from an integer that was not a launch's address, or cast to a pointee
+/// dtype `pointee` other than its entry's).
+pub(crate) fn bad_pointer_msg(
+    k: &Kernel,
+    table: &[TableSlot],
+    slot: usize,
+    pointee: DType,
+) -> String {
+    if slot & RESERVED_SLOT_BIT != 0 && slot != NOT_AN_ADDRESS {
+        let entry = slot & !RESERVED_SLOT_BIT;
+        if let Some(t) = entry
+            .checked_sub(first_entry_slot(k))
+            .and_then(|j| table.get(j))
+        {
+            return format!(
+                "the pointer was cast (int_to_ptr) to a pointer to {pointee} from the address \
+                 of `{}`, an array of {}: cast it to pointer_type({})",
+                t.name, t.dtype, t.dtype
+            );
+        }
+    }
+    "the pointer was cast (int_to_ptr) from an integer that is not an address of this \
+     launch's pointer tables: only the addresses a ptr_table argument holds can be \
+     dereferenced (offset the pointer after the cast instead of the integer)"
+        .to_string()
+}
+
+/// The pointer `int_to_ptr` makes of the integer `x` as a pointer to `d`: `x` itself when it
+/// is an address of an entry of `d` elements, else one that no access can go through.
+#[inline(always)]
+pub(crate) fn int_to_ptr(k: &Kernel, table: &[TableSlot], x: u64, d: DType) -> u64 {
+    use data::{ptr_off, ptr_pack, ptr_param};
+    let slot = ptr_param(x);
+    let entry = slot
+        .checked_sub(first_entry_slot(k))
+        .and_then(|j| table.get(j));
+    match entry {
+        Some(t) if ptr_off(x) == 0 && t.dtype == d => x,
+        Some(_) if ptr_off(x) == 0 => ptr_pack(slot | RESERVED_SLOT_BIT, 0),
+        _ => ptr_pack(NOT_AN_ADDRESS, 0),
+    }
 }
 
 impl<'a> From<&'a [u8]> for ExecArg<'a> {
@@ -210,15 +322,38 @@ fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Da
         (ExecArg::Bool(b), Class::I64) => Data::I64(vec![*b as i64]),
         (ExecArg::Bool(_), _) => return Err(bad("a bool")),
         (ExecArg::Buffer(_) | ExecArg::BufferMut(_), _) => return Err(bad("a buffer")),
+        (ExecArg::Table(_), _) => return Err(bad("a pointer table")),
         (ExecArg::Int(_), Class::Ptr) => return Err(bad("an integer")),
     })
 }
 
 /// A launch's arguments checked against the kernel: buffers (plain stores where proven
-/// disjoint) and scalar values, in parameter order.
+/// disjoint) and scalar values, in parameter order, then (after one unused slot) the
+/// buffers of pointer-table entries.
 pub(crate) struct Bound<'a> {
     pub(crate) mems: Vec<Option<Mem<'a>>>,
     pub(crate) scalars: Vec<Option<Data>>,
+    pub(crate) table: Vec<TableSlot>,
+}
+
+/// A buffer argument as a [`Mem`] of `d` elements (`what` names it in errors).
+fn buffer_mem<'a>(k: &Kernel, what: &str, d: DType, arg: &'a mut ExecArg<'_>) -> Result<Mem<'a>> {
+    match arg {
+        ExecArg::Buffer(b) => Ok(Mem::read_only(b, d.size_bytes())),
+        ExecArg::BufferMut(b) => Mem::writable(b, d.size_bytes()).ok_or_else(|| {
+            launch_err(
+                k,
+                format!(
+                    "buffer for {what} is not aligned to its {}-byte elements",
+                    d.size_bytes()
+                ),
+            )
+        }),
+        _ => Err(launch_err(
+            k,
+            format!("{what} (pointer to {d}) needs a buffer"),
+        )),
+    }
 }
 
 /// Verifies the kernel and checks `args` and `grid` against it (shared by both executors).
@@ -253,8 +388,55 @@ pub(crate) fn bind<'a>(
     }
     let mut mems: Vec<Option<Mem<'_>>> = Vec::with_capacity(args.len());
     let mut scalars: Vec<Option<Data>> = Vec::with_capacity(args.len());
+    let mut entries: Vec<Mem<'_>> = Vec::new();
+    let mut table: Vec<TableSlot> = Vec::new();
     for (p, arg) in k.params.iter().zip(args.iter_mut()) {
         match (p.kind, arg) {
+            (ParamKind::Ptr(d), ExecArg::Table(t)) => {
+                if !matches!(d, DType::I64 | DType::U64) || p.stored {
+                    return Err(launch_err(
+                        k,
+                        format!(
+                            "argument `{}` is a pointer table: its parameter must be a pointer \
+                             to i64 that the kernel only reads (it is a pointer to {d}{})",
+                            p.name,
+                            if p.stored {
+                                " that the kernel stores to"
+                            } else {
+                                ""
+                            }
+                        ),
+                    ));
+                }
+                let PtrTable { entries: ts, addrs } = t;
+                addrs.clear();
+                for (j, (ed, e)) in ts.iter_mut().enumerate() {
+                    let slot = first_entry_slot(k) + table.len();
+                    if slot >= MAX_SLOTS {
+                        return Err(launch_err(
+                            k,
+                            format!("more than {MAX_SLOTS} buffers in one launch"),
+                        ));
+                    }
+                    let name = format!("{}[{j}]", p.name);
+                    let m = buffer_mem(k, &format!("pointer-table entry `{name}`"), *ed, e)?;
+                    addrs.push(data::ptr_pack(slot, 0));
+                    table.push(TableSlot {
+                        dtype: *ed,
+                        name,
+                        writable: m.is_writable(),
+                    });
+                    entries.push(m);
+                }
+                let addrs: &'a Vec<u64> = addrs;
+                // SAFETY: a `u64` slice viewed as its bytes (no padding, any byte is valid);
+                // the table is borrowed for `'a` and not written again during the launch.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(addrs.as_ptr().cast::<u8>(), addrs.len() * 8)
+                };
+                mems.push(Some(Mem::read_only(bytes, 8)));
+                scalars.push(None);
+            }
             (ParamKind::Ptr(d), ExecArg::Buffer(b)) => {
                 if p.stored {
                     return Err(launch_err(
@@ -294,6 +476,10 @@ pub(crate) fn bind<'a>(
             }
         }
     }
+    if !entries.is_empty() {
+        mems.push(None);
+        mems.extend(entries.into_iter().map(Some));
+    }
     let ints: Vec<Option<i64>> = scalars
         .iter()
         .map(|s| match s {
@@ -313,7 +499,11 @@ pub(crate) fn bind<'a>(
             *mem = unsafe { mem.assume_disjoint() };
         }
     }
-    Ok(Bound { mems, scalars })
+    Ok(Bound {
+        mems,
+        scalars,
+        table,
+    })
 }
 
 /// Runs `kernel` over `grid` (programs per axis) on the CPU.
@@ -339,7 +529,11 @@ pub fn execute_with(
     reduce_strategy: Option<ReduceStrategy>,
 ) -> Result<()> {
     let k = kernel;
-    let Bound { mems, scalars } = bind(k, grid, args)?;
+    let Bound {
+        mems,
+        scalars,
+        table,
+    } = bind(k, grid, args)?;
     let read_only: Vec<bool> = mems
         .iter()
         .map(|m| m.as_ref().is_some_and(|m| !m.is_writable()))
@@ -351,6 +545,7 @@ pub fn execute_with(
         grid,
         plan: plan::Plan::new(k, &read_only),
         reduce_strategy,
+        table,
     };
     let total = grid
         .iter()

@@ -40,7 +40,8 @@ pub use kernel::{
     ValueRange,
 };
 pub use op::{
-    AtomicOp, BinaryOp, CmpPred, MemScope, MemSem, Op, OpProps, ReduceKind, ScanKind, UnaryOp,
+    int_to_ptr_unsupported, AtomicOp, BinaryOp, CmpPred, MemScope, MemSem, Op, OpProps, ReduceKind,
+    ScanKind, UnaryOp,
 };
 pub use types::{Const, Type};
 mod edit;

@@ -598,6 +598,14 @@ pub enum Op {
         /// Operand.
         src: Value,
     },
+    /// `int -> pointer` (Triton's `x.to(tl.pointer_type(dtype))`): a 64-bit integer (or
+    /// block of them) to pointers to the result's pointee dtype, same shape. Only an
+    /// address a launch gave the kernel (an element of a `ptr_table` argument) can be
+    /// dereferenced; any other integer gives a pointer whose every access is an error.
+    IntToPtr {
+        /// `i64` or `u64` operand.
+        src: Value,
+    },
     /// `ptr + offset`: pointer arithmetic in elements. `ptr` and `offset` have the same
     /// shape; `offset` is a signed or unsigned int; result type = `ptr`'s type.
     AddPtr {
@@ -839,6 +847,7 @@ impl Op {
             Op::Cmp { pred, .. } => props(true, matches!(pred, CmpPred::Eq | CmpPred::Ne)),
             Op::Select { .. } | Op::Fma { .. } | Op::Clamp { .. } => PURE,
             Op::Cast { .. } | Op::Bitcast { .. } | Op::AddPtr { .. } => PURE,
+            Op::IntToPtr { .. } => PURE,
             Op::Load { .. } => OpProps {
                 reads_memory: true,
                 ..props(false, false)
@@ -888,6 +897,7 @@ impl Op {
             Op::Cast { .. } => "cast",
             Op::Bitcast { .. } => "bitcast",
             Op::AddPtr { .. } => "addptr",
+            Op::IntToPtr { .. } => "int_to_ptr",
             Op::Load { .. } => "load",
             Op::Store { .. } => "store",
             Op::AtomicRmw { .. } => "atomic_rmw",
@@ -928,6 +938,7 @@ impl Op {
             Op::Splat { src }
             | Op::Unary { src, .. }
             | Op::Cast { src }
+            | Op::IntToPtr { src }
             | Op::Bitcast { src }
             | Op::Broadcast { src }
             | Op::ExpandDims { src, .. }
@@ -1015,6 +1026,7 @@ impl Op {
             Op::Splat { src }
             | Op::Unary { src, .. }
             | Op::Cast { src }
+            | Op::IntToPtr { src }
             | Op::Bitcast { src }
             | Op::Broadcast { src }
             | Op::ExpandDims { src, .. }
@@ -1136,4 +1148,17 @@ impl Op {
         };
         pair.into_iter().flatten()
     }
+}
+
+/// Why a target without pointer tables refuses [`Op::IntToPtr`] and `ptr_table` arguments,
+/// and what to write instead: one wording for every such target (`target`: its name in
+/// messages, e.g. `Metal`).
+pub fn int_to_ptr_unsupported(target: &str) -> String {
+    format!(
+        "pointers cast from integers (`int_to_ptr`, `.to(pointer_type(..))`) and `ptr_table` \
+         arguments are not supported on {target}: its kernels take a fixed list of arrays, \
+         not a table of addresses. Concatenate the groups into one array and pass each \
+         group's offset (examples/grouped_gemm.rs does both), or run on Target::Cpu or \
+         Target::CpuCompiled"
+    )
 }

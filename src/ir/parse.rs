@@ -517,6 +517,9 @@ impl<'a> Parser<'a> {
             "bitcast" => Op::Bitcast {
                 src: a.n(1, name)?[0],
             },
+            "int_to_ptr" => Op::IntToPtr {
+                src: a.n(1, name)?[0],
+            },
             "broadcast" => Op::Broadcast {
                 src: a.n(1, name)?[0],
             },

@@ -400,6 +400,16 @@ impl<'k> Verifier<'k> {
                     || format!("bitcast needs equal shapes and widths: {s} -> {t}"),
                 )
             }
+            Op::IntToPtr { src } => {
+                let t = one(&res)?;
+                let s = self.ty(*src);
+                ensure(!s.ptr && matches!(s.dtype, DType::I64 | DType::U64), || {
+                    format!("int_to_ptr needs 64-bit integers, got {s}")
+                })?;
+                ensure(t.ptr && s.shape == t.shape, || {
+                    format!("int_to_ptr gives pointers of the operand's shape: {s} -> {t}")
+                })
+            }
             Op::AddPtr { ptr, offset } => {
                 let t = one(&res)?;
                 let (p, o) = (self.ty(*ptr), self.ty(*offset));

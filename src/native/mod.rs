@@ -276,7 +276,11 @@ unsafe impl Sync for Args {}
 /// [`Error::Compile`] if clang fails.
 pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
     let k = kernel;
-    let Bound { mems, scalars } = bind(k, grid, args)?;
+    let Bound {
+        mems,
+        scalars,
+        table,
+    } = bind(k, grid, args)?;
     let total = grid
         .iter()
         .try_fold(1usize, |a, &g| a.checked_mul(g))
@@ -300,7 +304,21 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
         ptrs: Vec::with_capacity(k.params.len()),
         lens: Vec::with_capacity(k.params.len()),
     };
+    // Slot `params.len()` holds the kinds of all slots (`tm_slots` in the generated code):
+    // per pointer-table entry its dtype's code, doubled, plus 1 when writable; -1 elsewhere.
+    let first_entry = k.params.len() + 1;
+    let mut kinds: Vec<i64> = vec![-1; first_entry];
+    kinds.extend(
+        table
+            .iter()
+            .map(|t| 2 * crate::codegen::int_to_ptr_kind(t.dtype) as i64 + t.writable as i64),
+    );
     for (i, m) in mems.iter().enumerate() {
+        if i == k.params.len() {
+            a.ptrs.push(kinds.as_mut_ptr().cast());
+            a.lens.push(kinds.len() as i64);
+            continue;
+        }
         match m {
             Some(m) => {
                 // An empty buffer's address is never dereferenced (accesses are bounds-checked).
@@ -308,9 +326,9 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
                     return Err(launch_err(
                         k,
                         format!(
-                            "buffer for `{}` is not aligned to its {}-byte elements (the compiled \
+                            "buffer for {} is not aligned to its {}-byte elements (the compiled \
                              CPU executor reads elements in place)",
-                            k.params[i].name,
+                            crate::exec::slot_name(k, &table, i),
                             m.elem_bytes()
                         ),
                     ));
@@ -324,7 +342,12 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
             }
         }
     }
+    if mems.len() == k.params.len() {
+        a.ptrs.push(kinds.as_mut_ptr().cast());
+        a.lens.push(kinds.len() as i64);
+    }
     let g = [grid[0] as i64, grid[1] as i64, grid[2] as i64];
+    let table = &table;
     let a = &a;
     // Enough pieces to balance the pool, few enough that each runs many programs.
     parallel::run_pieces(
@@ -359,12 +382,12 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
             if ctx.failed == 0 {
                 return Ok(());
             }
-            Err(out_of_bounds(k, &ctx))
+            Err(out_of_bounds(k, table, &ctx))
         },
     )
 }
 
-fn out_of_bounds(k: &Kernel, c: &Ctx) -> Error {
+fn out_of_bounds(k: &Kernel, table: &[crate::exec::TableSlot], c: &Ctx) -> Error {
     if c.failed == 2 {
         let at = u32::try_from(c.bad_op)
             .ok()
@@ -380,10 +403,8 @@ fn out_of_bounds(k: &Kernel, c: &Ctx) -> Error {
             ),
         };
     }
-    let param = k
-        .params
-        .get(c.param as usize)
-        .map_or_else(|| format!("#{}", c.param), |p| p.name.clone());
+    let slot = c.param as usize;
+    let param = crate::exec::slot_name(k, table, slot);
     let op = u32::try_from(c.bad_op)
         .ok()
         .filter(|&i| (i as usize) < k.ops.len())
@@ -395,12 +416,29 @@ fn out_of_bounds(k: &Kernel, c: &Ctx) -> Error {
         }
         None => "an access".to_string(),
     };
+    let why = match c.failed {
+        // A pointer cast from an integer that is no address of this launch, or to
+        // another pointee dtype than its entry's.
+        3 => {
+            let pointee = op
+                .and_then(|id| k.op(id).op.operands().first().map(|&v| k.ty(v).dtype))
+                .unwrap_or(DType::I64);
+            crate::exec::bad_pointer_msg(k, table, slot, pointee)
+        }
+        4 => format!(
+            "{param} is read-only (an input array: give the table out(..) or inout(..) entries \
+             to write through them)"
+        ),
+        _ => format!(
+            "offset {} is out of bounds for {param} ({} elements)",
+            c.offset, c.len
+        ),
+    };
     Error::Runtime {
         kernel: k.name.clone(),
         msg: format!(
-            "{what} in program ({}, {}, {}): offset {} is out of bounds for argument `{param}` \
-             ({} elements)",
-            c.pid[0], c.pid[1], c.pid[2], c.offset, c.len
+            "{what} in program ({}, {}, {}): {why}",
+            c.pid[0], c.pid[1], c.pid[2]
         ),
     }
 }

@@ -57,7 +57,7 @@ use crate::device::{self, Device};
 use crate::dtype::DType;
 use crate::emu::{self, EmuBuffer, LaneOrder};
 use crate::error::{Error, Result};
-use crate::exec::{ExecArg, ReduceStrategy};
+use crate::exec::{ExecArg, PtrTable, ReduceStrategy};
 use crate::ir::{Kernel, Op, ParamKind};
 use crate::opt::HardwareProfile;
 use crate::passes::{specializable, IntFact, IntSpec, PassOptions};
@@ -262,6 +262,8 @@ pub enum Arg {
     InOut(Array),
     /// A scalar parameter.
     Scalar(Scalar),
+    /// A table of arrays for an `i64` pointer parameter ([`ptr_table`]).
+    PtrTable(Vec<Arg>),
 }
 
 /// An output of `shape` and `dtype`.
@@ -311,6 +313,51 @@ pub fn out_like(like: &Array) -> Arg {
 /// ```
 pub fn inout(a: &Array) -> Arg {
     Arg::InOut(a.clone())
+}
+
+/// A table of arrays for a pointer-to-`i64` parameter, Triton's tensor of addresses (its
+/// grouped GEMM tutorial passes `group_a_ptrs`, the `data_ptr()`s of the groups' matrices):
+/// the kernel reads element `g` (`tl::load(table + g)`), an opaque address, and casts it to
+/// a pointer (`.to(tl::pointer_type(F16))`, `tl::int_to_ptr`) that reaches array `g`.
+///
+/// Entries are arrays the kernel reads (`&a`), outputs (`out(..)`, `out_like(&a)`, with
+/// `.fill(..)` as needed) and arrays updated in place (`inout(&a)`); the launch returns the
+/// outputs among the others in parameter order, a table's in table order. MLX arrays have
+/// no stable addresses, so the addresses are the launch's own: only they, cast back
+/// unchanged, reach memory (offset the pointer after the cast), every access is
+/// bounds-checked, and a store through an input, an address cast to another pointee dtype
+/// than its array's, or any other integer cast to a pointer is an error naming the
+/// kernel, op and table entry. Runs on [`Target::Cpu`] and [`Target::CpuCompiled`];
+/// Metal and CUDA refuse it with [`Error::Unsupported`] (concatenate the groups into one
+/// array and pass offsets instead, as `examples/grouped_gemm.rs` shows).
+///
+/// ```
+/// use triton_metal::runtime::{out, ptr_table, Target};
+/// use triton_metal::{jit, tl, Array, DType::{self, F32}};
+///
+/// // Doubles each array of a table into the matching output.
+/// #[jit]
+/// fn double(srcs: Ptr<I64>, dsts: Ptr<I64>, lens: Ptr<I32>, BLOCK: Constexpr) {
+///     let g = tl::program_id(axis = 0);
+///     let src = tl::load(srcs + g).to(tl::pointer_type(F32));
+///     let dst = tl::load(dsts + g).to(tl::pointer_type(F32));
+///     let offs = tl::arange(0, BLOCK);
+///     let mask = offs < tl::load(lens + g);
+///     tl::store(dst + offs, tl::load(src + offs, mask = mask) * 2.0, mask = mask);
+/// }
+///
+/// let a = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3])?;
+/// let b = Array::from_slice(&[4.0f32], &[1])?;
+/// let lens = Array::from_slice(&[3i32, 1], &[2])?;
+/// let outs = double()?.launch().grid([2])
+///     .args((ptr_table([&a, &b]), ptr_table([out(&[3], DType::F32), out(&[1], DType::F32)]), &lens))
+///     .constexpr("BLOCK", 4).target(Target::Cpu).run()?;
+/// assert_eq!(outs[0].to_vec::<f32>()?, [2.0, 4.0, 6.0]);
+/// assert_eq!(outs[1].to_vec::<f32>()?, [8.0]);
+/// # Ok::<(), triton_metal::Error>(())
+/// ```
+pub fn ptr_table<A: Into<Arg>>(entries: impl IntoIterator<Item = A>) -> Arg {
+    Arg::PtrTable(entries.into_iter().map(Into::into).collect())
 }
 
 impl Arg {
@@ -751,7 +798,14 @@ impl<'k> Launch<'k> {
         };
         let kernel = match target {
             Target::Auto | Target::Cpu | Target::CpuCompiled => self.specialize_for(false)?,
-            _ => kernel,
+            Target::Metal | Target::Emulated(_) => {
+                return_if_table(&kernel, &plan, "Metal")?;
+                kernel
+            }
+            Target::Cuda => {
+                return_if_table(&kernel, &plan, "CUDA")?;
+                kernel
+            }
         };
         check_size(&kernel, target)?;
         let name = kernel.name.clone();
@@ -827,6 +881,7 @@ impl<'k> Launch<'k> {
         let Ok(mut plan) = self.bind(kernel) else {
             return Ok(Vec::new());
         };
+        return_if_table(kernel, &plan, if metal { "Metal" } else { "CUDA" })?;
         gpu_fills(kernel, &mut plan, metal)?;
         Ok(in_place_params(kernel, &plan))
     }
@@ -838,6 +893,7 @@ impl<'k> Launch<'k> {
         let kernel = self.specialize_for(true)?;
         let grid = self.eval_grid()?;
         let mut plan = self.bind(&kernel)?;
+        return_if_table(&kernel, &plan, "Metal")?;
         let init = gpu_fills(&kernel, &mut plan, true)?;
         let prog = self.metal_program(&kernel, &in_place_params(&kernel, &plan))?;
         let unstored = unstored_outputs(&prog.outputs, &plan)?;
@@ -980,10 +1036,62 @@ impl<'k> Launch<'k> {
                         self.err(format!("{at}: expected an array of {d}, got scalar {s:?}"))
                     )
                 }
+                (ParamKind::Ptr(d), Arg::PtrTable(entries)) => {
+                    if d != DType::I64 || p.stored {
+                        return Err(self.err(format!(
+                            "{at}: a ptr_table argument needs a pointer-to-i64 parameter the \
+                             kernel only reads (its addresses), not a pointer to {d}{}",
+                            if p.stored { " it stores to" } else { "" }
+                        )));
+                    }
+                    let mut slots = Vec::with_capacity(entries.len());
+                    for (j, e) in entries.iter().enumerate() {
+                        let at = format!("{at}, table entry {j}");
+                        match e {
+                            Arg::Array(arr) => {
+                                slots.push((arr.dtype(), Slot::Input));
+                                bound.inputs.push(arr.clone());
+                            }
+                            Arg::Out { shape, dtype, fill } => {
+                                let init = match fill {
+                                    Some(v) => Init::Fill(
+                                        fill_value(*v, *dtype)
+                                            .map_err(|m| self.err(format!("{at}: fill: {m}")))?,
+                                    ),
+                                    None => Init::None,
+                                };
+                                slots.push((*dtype, Slot::Output));
+                                let spec = OutputSpec {
+                                    shape: shape.clone(),
+                                    dtype: *dtype,
+                                };
+                                bound.outputs.push((spec, init));
+                            }
+                            Arg::InOut(arr) => {
+                                slots.push((arr.dtype(), Slot::Output));
+                                let spec = OutputSpec {
+                                    shape: arr.shape(),
+                                    dtype: arr.dtype(),
+                                };
+                                bound.outputs.push((spec, Init::From(arr.clone())));
+                            }
+                            Arg::Scalar(_) | Arg::PtrTable(_) => {
+                                return Err(self.err(format!(
+                                    "{at}: a pointer table holds arrays (&a, out(..), \
+                                     inout(&a)), not scalars or tables"
+                                )))
+                            }
+                        }
+                    }
+                    bound.slots.push(Slot::Table(slots));
+                }
                 (ParamKind::Scalar(d), Arg::Scalar(s)) => {
                     bound.slots.push(Slot::Scalar(
                         check_scalar(*s, d).map_err(|m| self.err(format!("{at}: {m}")))?,
                     ));
+                }
+                (ParamKind::Scalar(d), Arg::PtrTable(_)) => {
+                    return Err(self.err(format!("{at}: expected a scalar of {d}, got a ptr_table")))
                 }
                 (ParamKind::Scalar(d), _) => {
                     return Err(self.err(format!("{at}: expected a scalar of {d}, got an array")))
@@ -992,6 +1100,19 @@ impl<'k> Launch<'k> {
         }
         Ok(bound)
     }
+}
+
+/// [`Error::Unsupported`] when the launch passes a pointer table to `target`, which cannot
+/// take one.
+fn return_if_table(kernel: &Kernel, plan: &Bound, target: &str) -> Result<()> {
+    if plan.slots.iter().any(|s| matches!(s, Slot::Table(_))) {
+        return Err(Error::Unsupported(format!(
+            "kernel `{}`: {}",
+            kernel.name,
+            crate::ir::int_to_ptr_unsupported(target)
+        )));
+    }
+    Ok(())
 }
 
 /// A scalar converted to its parameter's dtype.
@@ -1137,6 +1258,9 @@ enum Slot {
     /// An output: `out(..)` or `inout(..)` (the output's [`Init`] says which).
     Output,
     Scalar(ScalarValue),
+    /// A pointer table: per entry its dtype and whether it is an input or an output (in
+    /// the order of `Bound::inputs` and `Bound::outputs`).
+    Table(Vec<(DType, Slot)>),
 }
 
 /// What an output holds before the kernel runs.
@@ -1165,7 +1289,15 @@ fn check_memory(kernel: &Kernel, plan: &Bound) -> Result<()> {
     let (mut outs, mut ins) = (plan.outputs.iter(), plan.inputs.iter());
     let mut parts: Vec<(usize, String)> = Vec::new();
     let mut total = 0usize;
-    for (p, slot) in kernel.params.iter().zip(&plan.slots) {
+    let flat = plan
+        .slots
+        .iter()
+        .zip(&kernel.params)
+        .flat_map(|(s, p)| match s {
+            Slot::Table(entries) => entries.iter().map(|(_, e)| (p, e)).collect::<Vec<_>>(),
+            s => vec![(p, s)],
+        });
+    for (p, slot) in flat {
         let (bytes, what) = match slot {
             Slot::Output => {
                 let Some((o, init)) = outs.next() else {
@@ -1193,7 +1325,7 @@ fn check_memory(kernel: &Kernel, plan: &Bound) -> Result<()> {
                 }
                 (Some(b), format!("input `{}` (not computed yet)", p.name))
             }
-            Slot::Scalar(_) => continue,
+            Slot::Scalar(_) | Slot::Table(_) => continue,
         };
         match bytes.and_then(|b| total.checked_add(b)) {
             Some(t) => total = t,
@@ -1302,7 +1434,7 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound, how: CpuRun) -> R
         let mut outs = outs.iter_mut();
         let mut args = Vec::with_capacity(slots.len());
         for slot in &slots {
-            args.push(match slot {
+            let mut buffer = |s: &Slot| match s {
                 Slot::Input => ExecArg::Buffer(ins.next().copied().unwrap_or(&[])),
                 Slot::Output => match outs.next() {
                     Some(b) => ExecArg::BufferMut(b),
@@ -1310,6 +1442,13 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound, how: CpuRun) -> R
                 },
                 Slot::Scalar(ScalarValue::Int(v)) => ExecArg::Int(*v),
                 Slot::Scalar(ScalarValue::Float(v)) => ExecArg::Float(*v),
+                Slot::Table(_) => ExecArg::Buffer(&[]),
+            };
+            args.push(match slot {
+                Slot::Table(entries) => ExecArg::Table(PtrTable::new(
+                    entries.iter().map(|(d, s)| (*d, buffer(s))).collect(),
+                )),
+                s => buffer(s),
             });
         }
         match how {

@@ -7,7 +7,7 @@ mod words;
 pub use crate::ffi::cpu_primitive;
 
 pub use launch::{
-    cdiv, grid, inout, out, out_like, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target,
+    cdiv, grid, inout, out, out_like, ptr_table, Arg, Grid, IntoArgs, Launch, Meta, Scalar, Target,
     MAX_COMPILED_OPS, MAX_EMULATED_OPS, MAX_GRID,
 };
 // What launches take and return from the modules outside the public API.

@@ -382,13 +382,63 @@ pub fn where_(cond: impl Into<Operand>, x: impl Into<Operand>, y: impl Into<Oper
     })
 }
 
-/// `x.to(dtype)`: value conversion.
+/// `x.to(dtype)`: value conversion; `x.to(pointer_type(dtype))` of 64-bit integers makes
+/// pointers ([`int_to_ptr`]).
 #[track_caller]
-pub fn cast(x: Tensor, dtype: DType) -> Tensor {
+pub fn cast(x: Tensor, dtype: impl Into<CastTarget>) -> Tensor {
     let loc = SourceLoc::caller();
-    op("cast", loc, |b| {
+    match dtype.into() {
+        CastTarget::Value(dtype) => op("cast", loc, |b| {
+            let v = b.value(x)?;
+            b.cast(v, dtype)
+        }),
+        CastTarget::Pointer(dtype) => op("int_to_ptr", loc, |b| {
+            let v = b.value(x)?;
+            b.int_to_ptr(v, dtype)
+        }),
+    }
+}
+
+/// What [`cast`] (`x.to(..)`) converts to: values of a dtype, or pointers to one
+/// ([`pointer_type`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CastTarget {
+    /// Numbers of this dtype (a value conversion).
+    Value(DType),
+    /// Pointers to elements of this dtype (`int_to_ptr`).
+    Pointer(DType),
+}
+
+impl From<DType> for CastTarget {
+    fn from(d: DType) -> CastTarget {
+        CastTarget::Value(d)
+    }
+}
+
+/// Triton's `tl.pointer_type(dtype)`, for `x.to(tl::pointer_type(F16))`.
+pub fn pointer_type(dtype: DType) -> CastTarget {
+    CastTarget::Pointer(dtype)
+}
+
+/// Triton's `x.to(tl.pointer_type(dtype))` of an `int64` scalar or block: pointers to
+/// `dtype` elements at those addresses, as Triton's grouped GEMM tutorial reads them from
+/// a table (`tl.load(group_a_ptrs + g).to(tl.pointer_type(tl.float16))`).
+///
+/// Addresses come from a `ptr_table` launch argument (`runtime::ptr_table`): the kernel's
+/// `i64` pointer parameter then holds one address per array of the table, and the pointer
+/// cast from element `g` reaches array `g`, bounds-checked like any argument. An integer
+/// that is not one of those addresses (an offset added before the cast included: offset
+/// the pointer after it), or a cast to another pointee dtype than the array's, gives a
+/// pointer whose every access is an error naming the op; the cast itself never fails, so
+/// masked-off lanes may hold anything. Runs on `Target::Cpu` and `Target::CpuCompiled`;
+/// Metal and CUDA refuse it with `Unsupported` (their kernels take a fixed list of arrays:
+/// concatenate the groups and pass offsets instead).
+#[track_caller]
+pub fn int_to_ptr(x: Tensor, dtype: DType) -> Tensor {
+    let loc = SourceLoc::caller();
+    op("int_to_ptr", loc, |b| {
         let v = b.value(x)?;
-        b.cast(v, dtype)
+        b.int_to_ptr(v, dtype)
     })
 }
 
@@ -719,8 +769,9 @@ impl Tensor {
     }
 
     forward! {
-        /// `x.to(dtype)`.
-        to(dtype: DType) => cast;
+        /// `x.to(dtype)`; `x.to(pointer_type(dtype))` casts 64-bit integers to pointers
+        /// ([`int_to_ptr`]).
+        to(dtype: impl Into<CastTarget>) => cast;
         /// `x.to(dtype, bitcast=True)`.
         bitcast(dtype: DType) => bitcast;
         /// `expand_dims(x, axis)`.
@@ -799,9 +850,10 @@ impl Tensor {
         expand_dims(self, 0)
     }
 
-    /// `x.to(dtype)` (alias of [`Tensor::to`]).
+    /// `x.to(dtype)` (alias of [`Tensor::to`]); `x.cast(pointer_type(d))` casts integers to
+    /// pointers ([`int_to_ptr`]).
     #[track_caller]
-    pub fn cast(self, dtype: DType) -> Tensor {
+    pub fn cast(self, dtype: impl Into<CastTarget>) -> Tensor {
         cast(self, dtype)
     }
 

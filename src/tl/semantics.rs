@@ -339,6 +339,31 @@ impl Builder {
     }
 
     /// Triton's `bitcast`.
+    /// Triton's `x.to(tl.pointer_type(d))` of an integer: `int_to_ptr` (64-bit integers only,
+    /// as in Triton).
+    pub(crate) fn int_to_ptr(&mut self, v: Value, d: DType) -> Res<Value> {
+        let src = self.tyc(v);
+        if src.ptr {
+            return Err(format!(
+                "cannot cast pointer type {src} to pointer_type({}): casts between pointer \
+                 types are not supported",
+                dts(d)
+            ));
+        }
+        if !matches!(src.dtype, DType::I64 | DType::U64) {
+            return Err(format!(
+                "only 64-bit integers cast to pointers, got {src} (an address read from a \
+                 pointer table is int64)"
+            ));
+        }
+        let ty = Type {
+            dtype: d,
+            ptr: true,
+            shape: src.shape.clone(),
+        };
+        Ok(self.emit1(Op::IntToPtr { src: v }, ty))
+    }
+
     pub(crate) fn bitcast(&mut self, v: Value, d: DType) -> Res<Value> {
         let src = self.tyc(v);
         if src.ptr {
