@@ -93,6 +93,11 @@ fn persistent_matmul() {
 }
 
 #[test]
+fn grouped_gemm() {
+    run("grouped_gemm");
+}
+
+#[test]
 fn adam() {
     run("adam");
 }

@@ -6,6 +6,10 @@
 mod support;
 
 use triton_metal::runtime::{inout, out, ptr_table, Arg, Target};
+
+#[allow(dead_code)]
+#[path = "../examples/grouped_gemm.rs"]
+mod grouped_gemm;
 use triton_metal::{
     jit, tl, Array,
     DType::{self, *},
@@ -356,6 +360,47 @@ fn build_errors_name_the_cast() {
         .to_string();
     assert!(
         e.contains("ptr_table argument needs a pointer-to-i64"),
+        "{e}"
+    );
+}
+
+/// The `grouped_gemm` example's portable kernel (flat arrays and offsets, which the example
+/// runs itself on the CPU targets and emulated Metal in `tests/examples.rs`) compiles as
+/// CUDA with NVRTC; its pointer-table kernel is refused for CUDA in the shared wording.
+#[test]
+fn grouped_gemm_kernels_on_cuda() {
+    let a = Array::from_slice(&[half::f16::ZERO; 64], &[64]).unwrap();
+    let ints = Array::from_slice(&[0i32; 6], &[6]).unwrap();
+    let k = grouped_gemm::grouped_matmul_offsets_kernel().unwrap();
+    let l = k
+        .launch()
+        .grid([4])
+        .args((&a, &a, out(&[64], F16), &ints, &ints, &ints, 2))
+        .constexpr("NUM_SM", 4)
+        .constexpr("BLOCK_SIZE_M", 32)
+        .constexpr("BLOCK_SIZE_N", 32)
+        .constexpr("BLOCK_SIZE_K", 16);
+    support::nvrtc_compiles(&l);
+    let k = grouped_gemm::grouped_matmul_kernel().unwrap();
+    let e = k
+        .launch()
+        .grid([4])
+        .args((
+            ptr_table([&a]),
+            ptr_table([&a]),
+            ptr_table([out(&[64], F16)]),
+            &ints,
+            &ints,
+            2,
+        ))
+        .constexpr("NUM_SM", 4)
+        .constexpr("BLOCK_SIZE_M", 32)
+        .constexpr("BLOCK_SIZE_N", 32)
+        .constexpr("BLOCK_SIZE_K", 16)
+        .cuda()
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Unsupported(m) if m.contains("not supported on CUDA")),
         "{e}"
     );
 }
