@@ -29,42 +29,42 @@ namespace mx = mlx::core;
 namespace triton_metal {
 namespace {
 
-// Must match `DType::ALL` in src/dtype.rs.
-mx::Dtype to_dtype(uint8_t code) {
+mx::Dtype to_dtype(DtypeCode code) {
   switch (code) {
-    case 0: return mx::bool_;
-    case 1: return mx::int8;
-    case 2: return mx::int16;
-    case 3: return mx::int32;
-    case 4: return mx::int64;
-    case 5: return mx::uint8;
-    case 6: return mx::uint16;
-    case 7: return mx::uint32;
-    case 8: return mx::uint64;
-    case 9: return mx::float16;
-    case 10: return mx::bfloat16;
-    case 11: return mx::float32;
-    case 12: return mx::float64;
-    default: throw std::invalid_argument("unknown dtype code " + std::to_string(code));
+    case DtypeCode::Bool: return mx::bool_;
+    case DtypeCode::I8: return mx::int8;
+    case DtypeCode::I16: return mx::int16;
+    case DtypeCode::I32: return mx::int32;
+    case DtypeCode::I64: return mx::int64;
+    case DtypeCode::U8: return mx::uint8;
+    case DtypeCode::U16: return mx::uint16;
+    case DtypeCode::U32: return mx::uint32;
+    case DtypeCode::U64: return mx::uint64;
+    case DtypeCode::F16: return mx::float16;
+    case DtypeCode::BF16: return mx::bfloat16;
+    case DtypeCode::F32: return mx::float32;
+    case DtypeCode::F64: return mx::float64;
   }
+  throw std::invalid_argument("unknown dtype code " + std::to_string(static_cast<int>(code)));
 }
 
-uint8_t from_dtype(mx::Dtype d) {
+// MLX's `complex64` has no `DType`: a value outside the enum, which Rust reads as none.
+DtypeCode from_dtype(mx::Dtype d) {
   switch (d) {
-    case mx::bool_: return 0;
-    case mx::int8: return 1;
-    case mx::int16: return 2;
-    case mx::int32: return 3;
-    case mx::int64: return 4;
-    case mx::uint8: return 5;
-    case mx::uint16: return 6;
-    case mx::uint32: return 7;
-    case mx::uint64: return 8;
-    case mx::float16: return 9;
-    case mx::bfloat16: return 10;
-    case mx::float32: return 11;
-    case mx::float64: return 12;
-    default: return 255;  // complex64: not exposed to Rust
+    case mx::bool_: return DtypeCode::Bool;
+    case mx::int8: return DtypeCode::I8;
+    case mx::int16: return DtypeCode::I16;
+    case mx::int32: return DtypeCode::I32;
+    case mx::int64: return DtypeCode::I64;
+    case mx::uint8: return DtypeCode::U8;
+    case mx::uint16: return DtypeCode::U16;
+    case mx::uint32: return DtypeCode::U32;
+    case mx::uint64: return DtypeCode::U64;
+    case mx::float16: return DtypeCode::F16;
+    case mx::bfloat16: return DtypeCode::BF16;
+    case mx::float32: return DtypeCode::F32;
+    case mx::float64: return DtypeCode::F64;
+    default: return static_cast<DtypeCode>(255);
   }
 }
 
@@ -98,7 +98,7 @@ std::vector<mx::Shape> to_shapes(rust::Slice<const int32_t> flat, rust::Slice<co
   return shapes;
 }
 
-std::vector<mx::Dtype> to_dtypes(rust::Slice<const uint8_t> codes) {
+std::vector<mx::Dtype> to_dtypes(rust::Slice<const DtypeCode> codes) {
   std::vector<mx::Dtype> out;
   for (auto c : codes) out.push_back(to_dtype(c));
   return out;
@@ -431,7 +431,7 @@ void check_eval_sizes(const std::vector<const mx::array*>& roots) {
 
 }  // namespace
 
-ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype) {
+ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, DtypeCode dtype) {
   auto dt = to_dtype(dtype);
   auto shp = to_shape(shape);
   size_t n = 1;
@@ -480,7 +480,7 @@ rust::Vec<int64_t> array_strides(const MlxArray& a) {
   return out;
 }
 
-uint8_t array_dtype(const MlxArray& a) { return from_dtype(a.a.dtype()); }
+DtypeCode array_dtype(const MlxArray& a) { return from_dtype(a.a.dtype()); }
 size_t array_size(const MlxArray& a) { return a.a.size(); }
 uintptr_t array_id(const MlxArray& a) { return a.a.id(); }
 
@@ -615,8 +615,8 @@ ArrayPtr op_sdpa(const MlxArray& q, const MlxArray& k, const MlxArray& v, float 
   return wrap(mx::fast::scaled_dot_product_attention(q.a, k.a, v.a, scale));
 }
 
-ArrayPtr op_astype(const MlxArray& a, uint8_t dtype) { return wrap(mx::astype(a.a, to_dtype(dtype))); }
-ArrayPtr op_view(const MlxArray& a, uint8_t dtype) { return wrap(mx::view(a.a, to_dtype(dtype))); }
+ArrayPtr op_astype(const MlxArray& a, DtypeCode dtype) { return wrap(mx::astype(a.a, to_dtype(dtype))); }
+ArrayPtr op_view(const MlxArray& a, DtypeCode dtype) { return wrap(mx::view(a.a, to_dtype(dtype))); }
 ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape) { return wrap(mx::reshape(a.a, to_shape(shape))); }
 
 ArrayPtr op_transpose(const MlxArray& a, rust::Slice<const int32_t> axes, bool reverse) {
@@ -630,20 +630,20 @@ ArrayPtr op_broadcast_to(const MlxArray& a, rust::Slice<const int32_t> shape) {
 
 ArrayPtr op_contiguous(const MlxArray& a) { return wrap(mx::contiguous(a.a)); }
 
-ArrayPtr op_full(rust::Slice<const int32_t> shape, double value, uint8_t dtype) {
+ArrayPtr op_full(rust::Slice<const int32_t> shape, double value, DtypeCode dtype) {
   return wrap(mx::full(to_shape(shape), mx::array(value, mx::float64), to_dtype(dtype), mx::Device::cpu));
 }
 
-ArrayPtr op_arange(double start, double stop, double step, uint8_t dtype) {
+ArrayPtr op_arange(double start, double stop, double step, DtypeCode dtype) {
   return wrap(mx::arange(start, stop, step, to_dtype(dtype)));
 }
 
-ArrayPtr op_random_uniform(rust::Slice<const int32_t> shape, uint8_t dtype, double lo, double hi, uint64_t seed) {
+ArrayPtr op_random_uniform(rust::Slice<const int32_t> shape, DtypeCode dtype, double lo, double hi, uint64_t seed) {
   auto dt = to_dtype(dtype);
   return wrap(mx::random::uniform(mx::array(lo, dt), mx::array(hi, dt), to_shape(shape), dt, mx::random::key(seed)));
 }
 
-ArrayPtr op_random_normal(rust::Slice<const int32_t> shape, uint8_t dtype, uint64_t seed) {
+ArrayPtr op_random_normal(rust::Slice<const int32_t> shape, DtypeCode dtype, uint64_t seed) {
   return wrap(mx::random::normal(to_shape(shape), to_dtype(dtype), 0.0f, 1.0f, mx::random::key(seed)));
 }
 
@@ -697,7 +697,7 @@ std::unique_ptr<MlxArrayList> cpu_kernel_launch(rust::Box<CpuLaunch> launch, rus
                                       rust::Slice<const MlxArray* const> inputs,
                                       rust::Slice<const int32_t> out_shapes_flat,
                                       rust::Slice<const int32_t> out_ndims,
-                                      rust::Slice<const uint8_t> out_dtypes) {
+                                      rust::Slice<const DtypeCode> out_dtypes) {
   std::vector<mx::array> ins;
   for (auto* a : inputs) ins.push_back(mx::contiguous(a->a, false, mx::Device::cpu));
   std::shared_ptr<mx::Primitive> prim = std::make_shared<RustCpuKernel>(mx::default_stream(mx::Device::cpu), std::move(launch), to_string(name));
@@ -718,7 +718,7 @@ std::unique_ptr<MlxArrayList> metal_kernel_launch(rust::Str name, rust::Slice<co
                                         rust::Str header, rust::Slice<const MlxArray* const> inputs,
                                         rust::Slice<const int32_t> out_shapes_flat,
                                         rust::Slice<const int32_t> out_ndims,
-                                        rust::Slice<const uint8_t> out_dtypes, std::array<int32_t, 3> grid,
+                                        rust::Slice<const DtypeCode> out_dtypes, std::array<int32_t, 3> grid,
                                         std::array<int32_t, 3> threadgroup, bool has_init, float init_value,
                                         bool atomic_outputs) {
   auto kernel = make_metal_kernel(name, input_names, output_names, source, header, atomic_outputs);
@@ -735,7 +735,7 @@ std::unique_ptr<MlxArrayList> cuda_kernel_launch(rust::Str name, rust::Slice<con
                                                  rust::Str header, rust::Slice<const MlxArray* const> inputs,
                                                  rust::Slice<const int32_t> out_shapes_flat,
                                                  rust::Slice<const int32_t> out_ndims,
-                                                 rust::Slice<const uint8_t> out_dtypes, std::array<int32_t, 3> grid,
+                                                 rust::Slice<const DtypeCode> out_dtypes, std::array<int32_t, 3> grid,
                                                  std::array<int32_t, 3> threadgroup, bool has_init, float init_value,
                                                  int32_t shared_memory) {
   auto kernel = mx::fast::cuda_kernel(to_string(name), to_strings(input_names), to_strings(output_names),
@@ -753,7 +753,7 @@ rust::String metal_kernel_traced_source(rust::Str name, rust::Slice<const rust::
                                         rust::Str header, rust::Slice<const MlxArray* const> inputs,
                                         rust::Slice<const int32_t> out_shapes_flat,
                                         rust::Slice<const int32_t> out_ndims,
-                                        rust::Slice<const uint8_t> out_dtypes, std::array<int32_t, 3> grid,
+                                        rust::Slice<const DtypeCode> out_dtypes, std::array<int32_t, 3> grid,
                                         std::array<int32_t, 3> threadgroup, bool atomic_outputs,
                                         rust::Str scratch_path) {
   auto kernel = make_metal_kernel(name, input_names, output_names, source, header, atomic_outputs);

@@ -11,6 +11,7 @@
 namespace triton_metal {
 
 struct CpuLaunch;  // Rust type: one CPU-executor launch (see src/ffi/cpu_primitive.rs).
+enum class DtypeCode : uint8_t;  // shared with Rust, defined by the generated ffi.rs.h
 
 // Owns one reference to an MLX array; cloning bumps MLX's refcount.
 struct MlxArray {
@@ -28,11 +29,11 @@ struct MlxArrayList {
 size_t list_len(const MlxArrayList& l);
 ArrayPtr list_get(const MlxArrayList& l, size_t i);
 
-ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, uint8_t dtype);
+ArrayPtr array_from_bytes(rust::Slice<const uint8_t> data, rust::Slice<const int32_t> shape, DtypeCode dtype);
 ArrayPtr array_clone(const MlxArray& a);
 rust::Vec<int32_t> array_shape(const MlxArray& a);
 rust::Vec<int64_t> array_strides(const MlxArray& a);
-uint8_t array_dtype(const MlxArray& a);
+DtypeCode array_dtype(const MlxArray& a);
 size_t array_size(const MlxArray& a);
 uintptr_t array_id(const MlxArray& a);
 void array_eval(const MlxArray& a);
@@ -51,16 +52,16 @@ ArrayPtr op_softmax(const MlxArray& a, rust::Slice<const int32_t> axes, bool pre
 ArrayPtr op_layer_norm(const MlxArray& x, const MlxArray* w, const MlxArray* b, float eps);
 ArrayPtr op_rms_norm(const MlxArray& x, const MlxArray* w, float eps);
 ArrayPtr op_sdpa(const MlxArray& q, const MlxArray& k, const MlxArray& v, float scale);
-ArrayPtr op_astype(const MlxArray& a, uint8_t dtype);
-ArrayPtr op_view(const MlxArray& a, uint8_t dtype);
+ArrayPtr op_astype(const MlxArray& a, DtypeCode dtype);
+ArrayPtr op_view(const MlxArray& a, DtypeCode dtype);
 ArrayPtr op_reshape(const MlxArray& a, rust::Slice<const int32_t> shape);
 ArrayPtr op_transpose(const MlxArray& a, rust::Slice<const int32_t> axes, bool reverse);
 ArrayPtr op_broadcast_to(const MlxArray& a, rust::Slice<const int32_t> shape);
 ArrayPtr op_contiguous(const MlxArray& a);
-ArrayPtr op_full(rust::Slice<const int32_t> shape, double value, uint8_t dtype);
-ArrayPtr op_arange(double start, double stop, double step, uint8_t dtype);
-ArrayPtr op_random_uniform(rust::Slice<const int32_t> shape, uint8_t dtype, double lo, double hi, uint64_t seed);
-ArrayPtr op_random_normal(rust::Slice<const int32_t> shape, uint8_t dtype, uint64_t seed);
+ArrayPtr op_full(rust::Slice<const int32_t> shape, double value, DtypeCode dtype);
+ArrayPtr op_arange(double start, double stop, double step, DtypeCode dtype);
+ArrayPtr op_random_uniform(rust::Slice<const int32_t> shape, DtypeCode dtype, double lo, double hi, uint64_t seed);
+ArrayPtr op_random_normal(rust::Slice<const int32_t> shape, DtypeCode dtype, uint64_t seed);
 ArrayPtr op_slice(const MlxArray& a, rust::Slice<const int32_t> start, rust::Slice<const int32_t> stop);
 
 // Devices.
@@ -82,7 +83,7 @@ std::unique_ptr<MlxArrayList> cpu_kernel_launch(
     rust::Slice<const MlxArray* const> inputs,
     rust::Slice<const int32_t> out_shapes_flat,
     rust::Slice<const int32_t> out_ndims,
-    rust::Slice<const uint8_t> out_dtypes);
+    rust::Slice<const DtypeCode> out_dtypes);
 
 // `fast::metal_kernel`. On a build without Metal, MLX throws "No Metal back-end".
 std::unique_ptr<MlxArrayList> metal_kernel_launch(
@@ -94,7 +95,7 @@ std::unique_ptr<MlxArrayList> metal_kernel_launch(
     rust::Slice<const MlxArray* const> inputs,
     rust::Slice<const int32_t> out_shapes_flat,
     rust::Slice<const int32_t> out_ndims,
-    rust::Slice<const uint8_t> out_dtypes,
+    rust::Slice<const DtypeCode> out_dtypes,
     std::array<int32_t, 3> grid,
     std::array<int32_t, 3> threadgroup,
     bool has_init,
@@ -112,7 +113,7 @@ std::unique_ptr<MlxArrayList> cuda_kernel_launch(
     rust::Slice<const MlxArray* const> inputs,
     rust::Slice<const int32_t> out_shapes_flat,
     rust::Slice<const int32_t> out_ndims,
-    rust::Slice<const uint8_t> out_dtypes,
+    rust::Slice<const DtypeCode> out_dtypes,
     std::array<int32_t, 3> grid,
     std::array<int32_t, 3> threadgroup,
     bool has_init,
@@ -130,7 +131,7 @@ rust::String metal_kernel_traced_source(
     rust::Slice<const MlxArray* const> inputs,
     rust::Slice<const int32_t> out_shapes_flat,
     rust::Slice<const int32_t> out_ndims,
-    rust::Slice<const uint8_t> out_dtypes,
+    rust::Slice<const DtypeCode> out_dtypes,
     std::array<int32_t, 3> grid,
     std::array<int32_t, 3> threadgroup,
     bool atomic_outputs,

@@ -109,7 +109,7 @@ impl Array {
             std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data))
         };
         Array::wrap(
-            bridge::array_from_bytes(bytes, &shape32, T::DTYPE.code())?,
+            bridge::array_from_bytes(bytes, &shape32, T::DTYPE.into())?,
             Arc::from([]),
         )
     }
@@ -165,7 +165,9 @@ impl Array {
     /// Element type.
     pub fn dtype(&self) -> DType {
         // The bridge maps every MLX dtype we can create; complex arrays never reach Rust.
-        DType::from_code(bridge::array_dtype(self.raw())).unwrap_or(DType::F32)
+        bridge::array_dtype(self.raw())
+            .dtype()
+            .unwrap_or(DType::F32)
     }
 
     /// Strides in elements. Before evaluation these are the row-major strides of
@@ -280,7 +282,7 @@ impl Array {
     pub(crate) fn from_bytes(bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Array> {
         let shape32 = dims_to_i32(shape, "Array::from_bytes")?;
         Array::wrap(
-            bridge::array_from_bytes(bytes, &shape32, dtype.code())?,
+            bridge::array_from_bytes(bytes, &shape32, dtype.into())?,
             Arc::from([]),
         )
     }

@@ -173,16 +173,6 @@ impl DType {
             DType::F64 => "f64",
         }
     }
-
-    /// Stable code shared with the C++ bridge (`cpp/bridge.cpp` maps it to `mlx::core::Dtype`).
-    pub(crate) fn code(self) -> u8 {
-        DType::ALL.iter().position(|d| *d == self).unwrap_or(0) as u8
-    }
-
-    /// Inverse of [`DType::code`].
-    pub(crate) fn from_code(code: u8) -> Option<DType> {
-        DType::ALL.get(code as usize).copied()
-    }
 }
 
 impl fmt::Display for DType {
@@ -264,9 +254,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_round_trip_and_names_parse() {
+    fn names_parse() {
         for d in DType::ALL {
-            assert_eq!(DType::from_code(d.code()), Some(d));
             assert_eq!(DType::parse(d.triton_name()), Some(d));
             assert_eq!(DType::parse(d.mlx_name()), Some(d));
             assert_eq!(DType::parse(d.short_name()), Some(d));

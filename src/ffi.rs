@@ -3,6 +3,26 @@
 
 #[cxx::bridge(namespace = "triton_metal")]
 pub(crate) mod bridge {
+    /// An element type as it crosses the bridge: [`crate::DType`] on this side,
+    /// `mlx::core::Dtype` on the C++ side (`to_dtype` / `from_dtype` in `cpp/bridge.cpp`).
+    /// C++ answers a value outside these (MLX's `complex64`) for a dtype this crate lacks.
+    #[repr(u8)]
+    enum DtypeCode {
+        Bool,
+        I8,
+        I16,
+        I32,
+        I64,
+        U8,
+        U16,
+        U32,
+        U64,
+        F16,
+        BF16,
+        F32,
+        F64,
+    }
+
     extern "Rust" {
         type CpuLaunch;
         fn run_cpu_launch(
@@ -23,11 +43,15 @@ pub(crate) mod bridge {
         fn list_len(l: &MlxArrayList) -> usize;
         fn list_get(l: &MlxArrayList, i: usize) -> Result<UniquePtr<MlxArray>>;
 
-        fn array_from_bytes(data: &[u8], shape: &[i32], dtype: u8) -> Result<UniquePtr<MlxArray>>;
+        fn array_from_bytes(
+            data: &[u8],
+            shape: &[i32],
+            dtype: DtypeCode,
+        ) -> Result<UniquePtr<MlxArray>>;
         fn array_clone(a: &MlxArray) -> UniquePtr<MlxArray>;
         fn array_shape(a: &MlxArray) -> Vec<i32>;
         fn array_strides(a: &MlxArray) -> Vec<i64>;
-        fn array_dtype(a: &MlxArray) -> u8;
+        fn array_dtype(a: &MlxArray) -> DtypeCode;
         fn array_size(a: &MlxArray) -> usize;
         fn array_id(a: &MlxArray) -> usize;
         fn array_eval(a: &MlxArray) -> Result<()>;
@@ -66,22 +90,31 @@ pub(crate) mod bridge {
             v: &MlxArray,
             scale: f32,
         ) -> Result<UniquePtr<MlxArray>>;
-        fn op_astype(a: &MlxArray, dtype: u8) -> Result<UniquePtr<MlxArray>>;
-        fn op_view(a: &MlxArray, dtype: u8) -> Result<UniquePtr<MlxArray>>;
+        fn op_astype(a: &MlxArray, dtype: DtypeCode) -> Result<UniquePtr<MlxArray>>;
+        fn op_view(a: &MlxArray, dtype: DtypeCode) -> Result<UniquePtr<MlxArray>>;
         fn op_reshape(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;
         fn op_transpose(a: &MlxArray, axes: &[i32], reverse: bool) -> Result<UniquePtr<MlxArray>>;
         fn op_broadcast_to(a: &MlxArray, shape: &[i32]) -> Result<UniquePtr<MlxArray>>;
         fn op_contiguous(a: &MlxArray) -> Result<UniquePtr<MlxArray>>;
-        fn op_full(shape: &[i32], value: f64, dtype: u8) -> Result<UniquePtr<MlxArray>>;
-        fn op_arange(start: f64, stop: f64, step: f64, dtype: u8) -> Result<UniquePtr<MlxArray>>;
+        fn op_full(shape: &[i32], value: f64, dtype: DtypeCode) -> Result<UniquePtr<MlxArray>>;
+        fn op_arange(
+            start: f64,
+            stop: f64,
+            step: f64,
+            dtype: DtypeCode,
+        ) -> Result<UniquePtr<MlxArray>>;
         fn op_random_uniform(
             shape: &[i32],
-            dtype: u8,
+            dtype: DtypeCode,
             lo: f64,
             hi: f64,
             seed: u64,
         ) -> Result<UniquePtr<MlxArray>>;
-        fn op_random_normal(shape: &[i32], dtype: u8, seed: u64) -> Result<UniquePtr<MlxArray>>;
+        fn op_random_normal(
+            shape: &[i32],
+            dtype: DtypeCode,
+            seed: u64,
+        ) -> Result<UniquePtr<MlxArray>>;
         fn op_slice(a: &MlxArray, start: &[i32], stop: &[i32]) -> Result<UniquePtr<MlxArray>>;
 
         fn default_device_type() -> Result<i32>;
@@ -100,7 +133,7 @@ pub(crate) mod bridge {
             inputs: &[*const MlxArray],
             out_shapes_flat: &[i32],
             out_ndims: &[i32],
-            out_dtypes: &[u8],
+            out_dtypes: &[DtypeCode],
         ) -> Result<UniquePtr<MlxArrayList>>;
 
         #[allow(clippy::too_many_arguments)]
@@ -113,7 +146,7 @@ pub(crate) mod bridge {
             inputs: &[*const MlxArray],
             out_shapes_flat: &[i32],
             out_ndims: &[i32],
-            out_dtypes: &[u8],
+            out_dtypes: &[DtypeCode],
             grid: [i32; 3],
             threadgroup: [i32; 3],
             has_init: bool,
@@ -131,7 +164,7 @@ pub(crate) mod bridge {
             inputs: &[*const MlxArray],
             out_shapes_flat: &[i32],
             out_ndims: &[i32],
-            out_dtypes: &[u8],
+            out_dtypes: &[DtypeCode],
             grid: [i32; 3],
             threadgroup: [i32; 3],
             has_init: bool,
@@ -149,7 +182,7 @@ pub(crate) mod bridge {
             inputs: &[*const MlxArray],
             out_shapes_flat: &[i32],
             out_ndims: &[i32],
-            out_dtypes: &[u8],
+            out_dtypes: &[DtypeCode],
             grid: [i32; 3],
             threadgroup: [i32; 3],
             atomic_outputs: bool,
@@ -168,3 +201,61 @@ pub mod cpu_primitive;
 pub(crate) mod programs;
 
 pub(crate) use cpu_primitive::{run_cpu_launch, CpuLaunch};
+
+use crate::dtype::DType;
+use bridge::DtypeCode;
+
+impl From<DType> for DtypeCode {
+    fn from(d: DType) -> DtypeCode {
+        match d {
+            DType::Bool => DtypeCode::Bool,
+            DType::I8 => DtypeCode::I8,
+            DType::I16 => DtypeCode::I16,
+            DType::I32 => DtypeCode::I32,
+            DType::I64 => DtypeCode::I64,
+            DType::U8 => DtypeCode::U8,
+            DType::U16 => DtypeCode::U16,
+            DType::U32 => DtypeCode::U32,
+            DType::U64 => DtypeCode::U64,
+            DType::F16 => DtypeCode::F16,
+            DType::BF16 => DtypeCode::BF16,
+            DType::F32 => DtypeCode::F32,
+            DType::F64 => DtypeCode::F64,
+        }
+    }
+}
+
+impl DtypeCode {
+    /// The dtype, or `None` for an MLX dtype this crate has no [`DType`] for.
+    pub(crate) fn dtype(self) -> Option<DType> {
+        Some(match self {
+            DtypeCode::Bool => DType::Bool,
+            DtypeCode::I8 => DType::I8,
+            DtypeCode::I16 => DType::I16,
+            DtypeCode::I32 => DType::I32,
+            DtypeCode::I64 => DType::I64,
+            DtypeCode::U8 => DType::U8,
+            DtypeCode::U16 => DType::U16,
+            DtypeCode::U32 => DType::U32,
+            DtypeCode::U64 => DType::U64,
+            DtypeCode::F16 => DType::F16,
+            DtypeCode::BF16 => DType::BF16,
+            DtypeCode::F32 => DType::F32,
+            DtypeCode::F64 => DType::F64,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_codes_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(DtypeCode::from(d).dtype(), Some(d));
+        }
+        assert_eq!(DtypeCode { repr: 255 }.dtype(), None);
+    }
+}

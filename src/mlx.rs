@@ -205,14 +205,14 @@ pub fn scaled_dot_product_attention(q: &Array, k: &Array, v: &Array, scale: f32)
 /// Converts to `dtype` (float -> int truncates toward zero, as C).
 pub fn astype(a: &Array, dtype: DType) -> Result<Array> {
     Array::wrap(
-        bridge::op_astype(a.raw(), dtype.code())?,
+        bridge::op_astype(a.raw(), dtype.into())?,
         a.pending().clone(),
     )
 }
 
 /// The same bytes read as `dtype` (the last axis scales by the ratio of the sizes).
 pub fn view(a: &Array, dtype: DType) -> Result<Array> {
-    Array::wrap(bridge::op_view(a.raw(), dtype.code())?, a.pending().clone())
+    Array::wrap(bridge::op_view(a.raw(), dtype.into())?, a.pending().clone())
 }
 
 /// Reshapes (one dimension may be `-1`).
@@ -254,7 +254,7 @@ pub fn slice(a: &Array, start: &[usize], stop: &[usize]) -> Result<Array> {
 pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Array> {
     let s = dims_to_i32(shape, "full")?;
     Array::wrap(
-        bridge::op_full(&s, value, dtype.code())?,
+        bridge::op_full(&s, value, dtype.into())?,
         Default::default(),
     )
 }
@@ -270,7 +270,7 @@ pub fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> Result<Array> {
         return Err(Error::InvalidArgument("arange: step must not be 0".into()));
     }
     Array::wrap(
-        bridge::op_arange(start, stop, step, dtype.code())?,
+        bridge::op_arange(start, stop, step, dtype.into())?,
         Default::default(),
     )
 }
@@ -288,7 +288,7 @@ pub mod random {
         }
         let s = dims_to_i32(shape, "random::uniform")?;
         Array::wrap(
-            bridge::op_random_uniform(&s, dtype.code(), lo, hi, seed)?,
+            bridge::op_random_uniform(&s, dtype.into(), lo, hi, seed)?,
             Default::default(),
         )
     }
@@ -302,7 +302,7 @@ pub mod random {
         }
         let s = dims_to_i32(shape, "random::normal")?;
         Array::wrap(
-            bridge::op_random_normal(&s, dtype.code(), seed)?,
+            bridge::op_random_normal(&s, dtype.into(), seed)?,
             Default::default(),
         )
     }

@@ -10,7 +10,7 @@ use crate::array::{dims_to_i32, Array};
 use crate::dtype::DType;
 use crate::emu::{self, LaneOrder};
 use crate::error::{Error, Result};
-use crate::ffi::bridge::{self, MlxArray, MlxArrayList};
+use crate::ffi::bridge::{self, DtypeCode, MlxArray, MlxArrayList};
 use crate::ffi::cpu_primitive::{CpuBody, CpuLaunch, ErrorSlot};
 pub(crate) use crate::ffi::programs::register_program;
 
@@ -23,14 +23,17 @@ pub struct OutputSpec {
     pub dtype: DType,
 }
 
-fn flatten_outputs(outputs: &[OutputSpec], what: &str) -> Result<(Vec<i32>, Vec<i32>, Vec<u8>)> {
+fn flatten_outputs(
+    outputs: &[OutputSpec],
+    what: &str,
+) -> Result<(Vec<i32>, Vec<i32>, Vec<DtypeCode>)> {
     let mut flat = Vec::new();
     let mut ndims = Vec::new();
-    let mut dtypes = Vec::new();
+    let mut dtypes: Vec<DtypeCode> = Vec::new();
     for o in outputs {
         flat.extend(dims_to_i32(&o.shape, what)?);
         ndims.push(o.shape.len() as i32);
-        dtypes.push(o.dtype.code());
+        dtypes.push(o.dtype.into());
     }
     Ok((flat, ndims, dtypes))
 }
@@ -123,7 +126,7 @@ struct Parts {
     ptrs: Vec<*const MlxArray>,
     flat: Vec<i32>,
     ndims: Vec<i32>,
-    dtypes: Vec<u8>,
+    dtypes: Vec<DtypeCode>,
     grid: [i32; 3],
     threadgroup: [i32; 3],
 }
