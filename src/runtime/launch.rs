@@ -614,6 +614,8 @@ impl<'k> Launch<'k> {
             .map(|a| match a {
                 Arg::Array(x) | Arg::InOut(x) => Some(x.dtype()),
                 Arg::Out { dtype, .. } => Some(*dtype),
+                // A table is an array of addresses.
+                Arg::PtrTable(_) => Some(DType::I64),
                 Arg::Scalar(_) => None,
             })
             .collect();
