@@ -73,17 +73,9 @@ fn read(a: &Array) -> Vec<f64> {
 
 /// Bit-exact equality (any NaN matches any NaN; +0 and -0 differ).
 fn assert_same(what: &str, got: &[f64], want: &[f64]) {
-    assert_close_to_sign(what, got, want, false);
-}
-
-/// Bit-exact equality, except that with `zero_sign_free` +0 and -0 match (the sign of
-/// `maximum(-0.0, 0.0)` is the target's choice, in Triton as in IEEE 754's maxNum).
-fn assert_close_to_sign(what: &str, got: &[f64], want: &[f64], zero_sign_free: bool) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let same = (g.is_nan() && w.is_nan())
-            || g.to_bits() == w.to_bits()
-            || (zero_sign_free && *g == 0.0 && *w == 0.0);
+        let same = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
         assert!(same, "{what}: element {i}: got {g:e}, want {w:e}");
     }
 }
@@ -459,7 +451,7 @@ fn constexprs_of_every_kind() {
             }
             let got = read(&launch.run().unwrap()[0]);
             let what = format!("{act} {scale} {negate} {via} on {target:?}");
-            assert_close_to_sign(&what, &got, &want, act == "relu");
+            assert_same(&what, &got, &want);
         }
     }
     assert_eq!(kernel.cached(), cases.len());
@@ -639,6 +631,75 @@ fn more_than_twelve_arguments() {
             }
             let got = read(&launch.run().unwrap()[0]);
             assert_same(&format!("{how} on {target:?}"), &got, &want);
+        }
+    }
+}
+
+#[test]
+fn dtype_and_integer_specialisations_combine() {
+    let kernel = axpy2().unwrap();
+    for d in [F16, I32] {
+        let mut built = Vec::new();
+        // 1024 is a multiple of 16 (a fact of Triton's integer specialisation), 1000 not.
+        for n in [1000usize, 1024] {
+            let (x, y) = (values(d, n, 5), values(d, n, 6));
+            let want = axpy2_ref(d, d, d, &x, &y);
+            let (xa, ya) = (array(d, &x), array(d, &y));
+            for target in [Target::Cpu, Target::CpuCompiled] {
+                let launch = kernel
+                    .launch()
+                    .grid([cdiv(n, 128)])
+                    .args((&xa, &ya, out(&[n], d), n as i32))
+                    .constexpr("BLOCK", 128)
+                    .target(target);
+                if target == Target::Cpu {
+                    built.push(launch.specialize().unwrap());
+                }
+                let got = read(&launch.run().unwrap()[0]);
+                assert_same(&format!("{d} n={n} on {target:?}"), &got, &want);
+            }
+        }
+        assert!(
+            !std::sync::Arc::ptr_eq(&built[0], &built[1]),
+            "{d}: one kernel for both n"
+        );
+    }
+    // One build per dtype signature; the integer facts specialise those builds.
+    assert_eq!(kernel.cached(), 2);
+}
+
+#[test]
+fn an_atomic_the_target_lacks_for_a_dtype_is_unsupported() {
+    #[jit]
+    fn add_into(x_ptr: Ptr, acc_ptr: Ptr, BLOCK: Constexpr) {
+        let offs = tl::arange(0, BLOCK);
+        tl::atomic_add(acc_ptr + offs % 2, tl::load(x_ptr + offs));
+    }
+    let kernel = add_into().unwrap();
+    let x = Array::from_slice(&[1i64, 2, 3, 4], &[4]).unwrap();
+    let launch = |target: Target| {
+        kernel
+            .launch()
+            .grid([1])
+            .args((&x, out(&[2], DType::I64).fill(0)))
+            .constexpr("BLOCK", 4)
+            .target(target)
+            .run()
+    };
+    for target in support::targets("generic") {
+        match (target, launch(target)) {
+            (Target::Emulated(_), Err(e)) => {
+                let e = e.to_string();
+                assert!(
+                    e.contains("add_into") && e.contains("atomic_add") && e.contains("i64"),
+                    "{e}"
+                );
+            }
+            (Target::Emulated(_), Ok(_)) => panic!("i64 atomics on emulated Metal"),
+            (t, r) => {
+                let got = r.unwrap()[0].to_vec::<i64>().unwrap();
+                assert_eq!(got, [4, 6], "{t:?}");
+            }
         }
     }
 }
