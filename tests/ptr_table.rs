@@ -404,3 +404,40 @@ fn grouped_gemm_kernels_on_cuda() {
         "{e}"
     );
 }
+
+/// Atomics through pointers cast from a table's addresses: every program adds its id into
+/// each group's histogram and keeps the old values it saw.
+#[jit]
+fn table_atomics(hists: Ptr<I64>, n_groups: i32, BLOCK: Constexpr) {
+    let pid = tl::program_id(axis = 0);
+    let lanes = tl::arange(0, BLOCK);
+    for g in tl::range(0, n_groups) {
+        let h = tl::load(hists + g).to(tl::pointer_type(I32));
+        tl::atomic_add(h + lanes, pid + g, mask = lanes < g + 1);
+    }
+}
+
+#[test]
+fn atomics_through_table_pointers() {
+    let (groups, programs) = (3usize, 9usize);
+    let k = table_atomics().unwrap();
+    for t in cpu_targets("atomics_through_table_pointers") {
+        let hists: Vec<Arg> = (0..groups).map(|_| out(&[4], I32).fill(-5)).collect();
+        let got = k
+            .launch()
+            .grid([programs])
+            .args((ptr_table(hists), groups as i32))
+            .constexpr("BLOCK", 4)
+            .target(t)
+            .run()
+            .unwrap_or_else(|e| panic!("{t:?}: {e}"));
+        for (g, h) in got.iter().enumerate() {
+            let h = h.to_vec::<i32>().unwrap();
+            let sum: i32 = (0..programs as i32).map(|p| p + g as i32).sum();
+            for (i, &x) in h.iter().enumerate() {
+                let want = if i <= g { -5 + sum } else { -5 };
+                assert_eq!(x, want, "{t:?} group {g} lane {i}");
+            }
+        }
+    }
+}
