@@ -38,6 +38,7 @@
 //! | `tl.where(c, a, b)` | `tl::where_(c, a, b)` |
 //! | `tl.dot(a, b, acc)`, `tl.dot(a, b, out_dtype=tl.float16)` | `tl::dot(a, b, acc)` / `tl::dot(a, b, None)`, `tl::dot_out(a, b, None, F16)` |
 //! | `x.to(tl.float16)`, `x.to(tl.int32, bitcast=True)` | `x.to(F16)`, `x.bitcast(I32)` |
+//! | `tl.load(table + g).to(tl.pointer_type(tl.float16))` | `tl::load(table + g).to(tl::pointer_type(F16))` (a `runtime::ptr_table` argument; CPU targets) |
 //! | `for i in range(lo, hi, step): acc += ..` | `let acc = tl::range(lo, hi, step).fold(acc, \|i, acc\| acc + ..)` |
 //! | `while c: ..`, `if c: .. else: ..` | `tl::while_loop(init, \|v\| cond, \|v\| next)`, `tl::if_(c, \|\| a, \|\| b)` |
 //! | `for i in tl.static_range(4)` | `for i in tl::static_range(0, 4, 1)` (plain Rust, unrolled) |
