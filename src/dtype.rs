@@ -249,9 +249,55 @@ pub(crate) fn f32_to_bf16_bits(x: f32) -> u16 {
     }
 }
 
+/// An f64 rounded to f32 for a second rounding to a narrower float: toward zero, with the
+/// last bit set when inexact (round to odd). Rounding the result to f16 or bf16 (to nearest
+/// even) gives `x` rounded once to that type, as a direct conversion does; rounding through
+/// a plain `x as f32` can round twice (`1 + 2^-11 + 2^-40` to f16 would give 1, not
+/// `1 + 2^-10`). NaN and values exact in f32 are returned as `x as f32`.
+#[inline(always)]
+pub(crate) fn f64_to_f32_odd(x: f64) -> f32 {
+    let r = x as f32;
+    if x.is_nan() || r as f64 == x {
+        return r;
+    }
+    let mut b = r.to_bits();
+    if (r as f64).abs() > x.abs() {
+        b -= 1;
+    }
+    f32::from_bits(b | 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f64_to_narrow_floats_rounds_once() {
+        let to_f16 = |x: f64| half::f16::from_f32(f64_to_f32_odd(x)).to_f64();
+        let to_bf16 = |x: f64| half::bf16::from_f32(f64_to_f32_odd(x)).to_f64();
+        // Just above a tie of f16 (and of bf16), below the f32 resolution.
+        assert_eq!(
+            to_f16(1.0 + 2f64.powi(-11) + 2f64.powi(-40)),
+            1.0 + 2f64.powi(-10)
+        );
+        assert_eq!(to_f16(1.0 + 2f64.powi(-11)), 1.0);
+        assert_eq!(
+            to_bf16(1.0 + 2f64.powi(-8) + 2f64.powi(-40)),
+            1.0 + 2f64.powi(-7)
+        );
+        assert_eq!(to_bf16(-(1.0 + 2f64.powi(-8))), -1.0);
+        // Overflow, subnormals, zeros, infinities.
+        assert_eq!(to_f16(65520.0), f64::INFINITY);
+        assert_eq!(to_f16(65519.99), 65504.0);
+        assert_eq!(to_bf16(1e300), f64::INFINITY);
+        assert_eq!(to_f16(2f64.powi(-25) + 2f64.powi(-60)), 2f64.powi(-24));
+        assert_eq!(to_f16(2f64.powi(-25)), 0.0);
+        assert!(to_f16(-1e-300).is_sign_negative() && to_f16(-1e-300) == 0.0);
+        assert_eq!(to_bf16(f64::NEG_INFINITY), f64::NEG_INFINITY);
+        assert!(to_bf16(f64::NAN).is_nan());
+        assert_eq!(f64_to_f32_odd(1e300), f32::from_bits(0x7f7f_ffff));
+        assert_eq!(f64_to_f32_odd(0.5), 0.5);
+    }
 
     #[test]
     fn names_parse() {

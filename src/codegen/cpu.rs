@@ -70,13 +70,6 @@ pub struct CpuProgram {
 /// or construct the dialect lacks ([`crate::Error::Unsupported`]), blocks whose arrays
 /// would not fit on a worker's stack, parameter names that clash with generated code.
 pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
-    if kernel.values.iter().any(|v| v.ty.dtype == DType::F64) {
-        return Err(unsupported_on(
-            &CPU,
-            kernel,
-            "f64 values (Target::Cpu interprets f64 kernels)",
-        ));
-    }
     check_block_shapes(&CPU, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     let idents = abi::param_idents(&kernel.name, &names)?;

@@ -258,4 +258,106 @@ template <int MO> inline float tm_atomic_fmin(float* p, float v) {
   return tm_atomic_update<MO>(p, [v](float o) { return __builtin_fminf(o, v); });
 }
 
+// ---- f64 (Metal has none; these follow the interpreter) ------------------------------
+
+// The host libm's scalar functions. The asm labels name the C library's symbols without
+// declaring them as library functions, so clang neither folds them nor swaps in libmvec's
+// vector versions (less accurate): each gives the bits the interpreter's `f64::exp`, ...
+// give, the same calls.
+#define TM_LIBM1(name) extern "C" double tm_libm_##name(double) __asm__(#name);
+#define TM_LIBM2(name) extern "C" double tm_libm_##name(double, double) __asm__(#name);
+TM_LIBM1(exp) TM_LIBM1(exp2) TM_LIBM1(log) TM_LIBM1(log2) TM_LIBM1(sin) TM_LIBM1(cos)
+TM_LIBM1(erf) TM_LIBM1(erfc) TM_LIBM1(tan) TM_LIBM1(asin) TM_LIBM1(acos) TM_LIBM1(atan)
+TM_LIBM1(sinh) TM_LIBM1(cosh) TM_LIBM1(asinh) TM_LIBM1(acosh) TM_LIBM1(atanh)
+TM_LIBM1(log1p) TM_LIBM1(expm1) TM_LIBM1(log10) TM_LIBM1(exp10) TM_LIBM1(cbrt)
+TM_LIBM2(pow) TM_LIBM2(atan2) TM_LIBM2(hypot)
+#undef TM_LIBM1
+#undef TM_LIBM2
+
+inline bool tm_isnan_d(double x) { return (__builtin_bit_cast(uint64_t, x) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull; }
+// Triton's maximum/minimum (NaN ignored, -0 < +0) and the NaN-propagating forms, whose
+// NaN is the canonical one (every payload bit set), as for float.
+inline double tm_fmax(double a, double b) {
+  return (tm_isnan_d(b) || a > b || (a == b && (__builtin_bit_cast(uint64_t, a) >> 63) == 0)) ? a : b;
+}
+inline double tm_fmin(double a, double b) {
+  return (tm_isnan_d(b) || a < b || (a == b && (__builtin_bit_cast(uint64_t, a) >> 63) != 0)) ? a : b;
+}
+inline double tm_fmax_nan(double a, double b) {
+  return (tm_isnan_d(a) || tm_isnan_d(b)) ? __builtin_bit_cast(double, 0x7fffffffffffffffull) : tm_fmax(a, b);
+}
+inline double tm_fmin_nan(double a, double b) {
+  return (tm_isnan_d(a) || tm_isnan_d(b)) ? __builtin_bit_cast(double, 0x7fffffffffffffffull) : tm_fmin(a, b);
+}
+
+// Double to integers: truncated, saturated, NaN 0 (0x8000000000000000 for 64 bits); 8-bit
+// results are the low byte of the 16-bit one (as the float versions in the `f2i` helpers).
+inline short tm_f2i16(double x) { return tm_isnan_d(x) ? short(0) : x >= 32767.0 ? short(32767) : x <= -32768.0 ? short(-32768) : short(x); }
+inline unsigned short tm_f2u16(double x) { return tm_isnan_d(x) ? (unsigned short)0 : x >= 65535.0 ? (unsigned short)65535 : x <= 0.0 ? (unsigned short)0 : (unsigned short)x; }
+inline int tm_f2i32(double x) { return tm_isnan_d(x) ? 0 : x >= 2147483647.0 ? 2147483647 : x <= -2147483648.0 ? (-2147483647 - 1) : int(x); }
+inline unsigned tm_f2u32(double x) { return tm_isnan_d(x) ? 0u : x >= 4294967295.0 ? 4294967295u : x <= 0.0 ? 0u : unsigned(x); }
+inline long tm_f2i64(double x) { return tm_isnan_d(x) || x <= -9223372036854775808.0 ? long(-0x7fffffffffffffff - 1) : x >= 9223372036854775808.0 ? long(0x7fffffffffffffff) : long(x); }
+inline unsigned long tm_f2u64(double x) { return tm_isnan_d(x) ? 0x8000000000000000ul : x >= 18446744073709551616.0 ? 0xfffffffffffffffful : x <= 0.0 ? 0ul : (unsigned long)x; }
+inline schar tm_f2i8(double x) { return schar((unsigned char)(unsigned short)tm_f2i16(x)); }
+inline unsigned char tm_f2u8(double x) { return (unsigned char)tm_f2u16(x); }
+
+// A double rounded to float toward zero with the last bit set when inexact (round to odd):
+// rounding that to half or bfloat rounds the double once (the interpreter's
+// `dtype::f64_to_f32_odd`).
+inline float tm_d2f_odd(double x) {
+  const float r = (float)x;
+  if (tm_isnan_d(x) || (double)r == x) return r;
+  uint32_t b = __builtin_bit_cast(uint32_t, r);
+  if (__builtin_fabs((double)r) > __builtin_fabs(x)) b -= 1;
+  return __builtin_bit_cast(float, b | 1u);
+}
+
+// `fma` for tl.dot's f64 accumulation (Metal's overloads are float, half and bfloat).
+inline double fma(double a, double b, double c) { return __builtin_fma(a, b, c); }
+
+// Float atomics on doubles (NaN-ignoring, like fmax/fmin).
+template <int MO> inline double tm_atomic_fmax(double* p, double v) {
+  return tm_atomic_update<MO>(p, [v](double o) { return __builtin_fmax(o, v); });
+}
+template <int MO> inline double tm_atomic_fmin(double* p, double v) {
+  return tm_atomic_update<MO>(p, [v](double o) { return __builtin_fmin(o, v); });
+}
+
+// The inverse error function as the interpreter computes it (`exec::libdevice::erfinv`):
+// Giles' approximation, then Newton steps on erf (on ln erfc in the tails).
+inline double tm_erfinv_d(double y) {
+  const double a = __builtin_fabs(y);
+  if (tm_isnan_d(y) || a > 1.0) return __builtin_nan("");
+  if (a == 1.0) return __builtin_copysign(__builtin_inf(), y);
+  if (y == 0.0) return y;
+  double w = -tm_libm_log((1.0 - a) * (1.0 + a)), p = 0.0;
+  if (w < 5.0) {
+    w -= 2.5;
+    const double c[9] = {2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                         -0.00125372503, -0.00417768164, 0.246640727, 1.50140941};
+    for (int i = 0; i < 9; ++i) p = p * w + c[i];
+  } else {
+    w = __builtin_sqrt(w) - 3.0;
+    const double c[9] = {-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                         -0.0076224613, 0.00943887047, 1.00167406, 2.83297682};
+    for (int i = 0; i < 9; ++i) p = p * w + c[i];
+  }
+  double x = p * a;
+  const double two_over_sqrt_pi = 1.1283791670955126;
+  for (int i = 0; i < 20; ++i) {
+    const double d = two_over_sqrt_pi * tm_libm_exp(-x * x);
+    double step;
+    if (a <= 0.5) {
+      step = (tm_libm_erf(x) - a) / d;
+    } else {
+      const double e = tm_libm_erfc(x);
+      step = -(tm_libm_log(e) - tm_libm_log(1.0 - a)) * e / d;
+    }
+    const double next = x - step;
+    if (next == x || !(__builtin_fabs(next) < __builtin_inf())) break;
+    x = next;
+  }
+  return __builtin_copysign(x, y);
+}
+
 using namespace metal;

@@ -453,7 +453,7 @@ pub const CPU: Dialect = Dialect {
         Some("half"),
         Some("bfloat"),
         Some("float"),
-        None,
+        Some("double"),
     ],
     shared_array: "",
     device_ptr: "",

@@ -157,6 +157,7 @@ pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
 
 /// Every block dimension must be a power of two (layouts split flat indices into bits).
 pub(super) fn check_block_shapes(d: &Dialect, k: &Kernel) -> Result<()> {
+    check_dtypes(d, k)?;
     match k
         .values
         .iter()
@@ -169,6 +170,65 @@ pub(super) fn check_block_shapes(d: &Dialect, k: &Kernel) -> Result<()> {
         )),
         None => Ok(()),
     }
+}
+
+/// Every dtype of `k` (parameters, operands and results) has a spelling in `d`; otherwise
+/// `Unsupported` naming the first op that uses one without (with its source line) and the
+/// targets that run it (only the CPU targets have f64).
+fn check_dtypes(d: &Dialect, k: &Kernel) -> Result<()> {
+    let missing = |dt: DType| d.type_name(dt).is_none();
+    let why = |dt: DType| {
+        if dt == DType::F64 {
+            let why = if d.name == "metal" {
+                "Apple GPUs have no fp64".to_string()
+            } else {
+                format!("{} code is not generated for f64", d.title)
+            };
+            format!(
+                "({why}: run the kernel on Target::Cpu or Target::CpuCompiled, or compute in \
+                 F32)"
+            )
+        } else {
+            "(run the kernel on Target::Cpu)".to_string()
+        }
+    };
+    if let Some((p, dt)) = k.params.iter().find_map(|p| {
+        let (ParamKind::Ptr(dt) | ParamKind::Scalar(dt)) = p.kind;
+        missing(dt).then_some((p, dt))
+    }) {
+        return Err(unsupported_on(
+            d,
+            k,
+            format!("dtype {dt} of parameter `{}` {}", p.name, why(dt)),
+        ));
+    }
+    for id in k.walk() {
+        let data = k.op(id);
+        let mut bad = None;
+        data.op.for_each_operand(|v| {
+            if bad.is_none() && missing(k.ty(v).dtype) {
+                bad = Some(k.ty(v).dtype);
+            }
+        });
+        if let Some(dt) = bad.or_else(|| {
+            data.results
+                .iter()
+                .map(|v| k.ty(v).dtype)
+                .find(|&dt| missing(dt))
+        }) {
+            return Err(unsupported_on(
+                d,
+                k,
+                format!(
+                    "dtype {dt} in op `{}` at {} {}",
+                    data.op.name(),
+                    data.loc,
+                    why(dt)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `Error::Unsupported` naming the kernel, the construct and the target language.
@@ -648,7 +708,12 @@ impl<'k> Lowering<'k> {
             DType::U8 => format!("{cty}({})", c.as_i64() as u8),
             DType::U16 => format!("{cty}({})", c.as_i64() as u16),
             DType::F32 | DType::F16 | DType::BF16 => {
-                let v = c.as_f64() as f32;
+                // Rounded once to the 16-bit types (see `f64_to_f32_odd`).
+                let v = if dtype == DType::F32 {
+                    c.as_f64() as f32
+                } else {
+                    crate::dtype::f64_to_f32_odd(c.as_f64())
+                };
                 let f = if v.is_nan() {
                     self.d.nan.to_string()
                 } else if v.is_infinite() {
@@ -669,11 +734,20 @@ impl<'k> Lowering<'k> {
                 }
             }
             DType::F64 => {
-                return Err(unsupported_on(
-                    self.d,
-                    self.k,
-                    "f64 (Metal GPUs have no fp64)",
-                ))
+                let v = c.as_f64();
+                if v.is_nan() {
+                    "__builtin_nan(\"\")".into()
+                } else if v.is_infinite() {
+                    format!("{}__builtin_inf()", if v < 0.0 { "-" } else { "" })
+                } else {
+                    // Rust's shortest representation that reads back as `v`.
+                    let s = format!("{v:?}");
+                    if s.contains(['.', 'e', 'E']) {
+                        s
+                    } else {
+                        format!("{s}.0")
+                    }
+                }
             }
         })
     }
@@ -1062,6 +1136,8 @@ impl<'k> Lowering<'k> {
                             "{ct}(fma(float({}), float({}), float({})))",
                             x[0], x[1], x[2]
                         )
+                    } else if dt == DType::F64 {
+                        format!("__builtin_fma({}, {}, {})", x[0], x[1], x[2])
                     } else {
                         format!("fma({}, {}, {})", x[0], x[1], x[2])
                     }
@@ -1079,7 +1155,7 @@ impl<'k> Lowering<'k> {
                 self.helpers.insert("minmax");
                 self.elementwise(res, &[*src, *lo, *hi], "clamp", &|x| {
                     let (s, l, h) = (&x[0], &x[1], &x[2]);
-                    let body = if dt == DType::F32 {
+                    let body = if matches!(dt, DType::F32 | DType::F64) {
                         format!("tm_fmin(tm_fmax({s}, {l}), {h})")
                     } else {
                         format!("{ct}(tm_fmin(tm_fmax(float({s}), float({l})), float({h})))")
@@ -1112,11 +1188,14 @@ impl<'k> Lowering<'k> {
                 self.elementwise(res, &[*src], "cast", &|a| {
                     if let Some(f) = f2i {
                         // Saturating, NaN-defined (see `value_helpers` in dialect.rs).
-                        if from == DType::F32 {
+                        if matches!(from, DType::F32 | DType::F64) {
                             format!("{f}({})", a[0])
                         } else {
                             format!("{f}(float({}))", a[0])
                         }
+                    } else if from == DType::F64 && matches!(to, DType::F16 | DType::BF16) {
+                        // Rounded once (see `f64_to_f32_odd`).
+                        format!("{ct}(tm_d2f_odd({}))", a[0])
                     } else if (from == DType::BF16 && !to.is_float())
                         || (to == DType::BF16 && !from.is_float())
                         || (from == DType::BF16 && to == DType::F16)
@@ -1336,7 +1415,9 @@ impl<'k> Lowering<'k> {
             UnaryOp::Ceil => "ceil",
             UnaryOp::Abs => {
                 return Ok(if dt.is_float() {
-                    if dt == DType::BF16 {
+                    if dt == DType::F64 {
+                        "__builtin_fabs({x})".into()
+                    } else if dt == DType::BF16 {
                         format!("{ct}(fabs(float({{x}})))")
                     } else {
                         "fabs({x})".into()
@@ -1355,6 +1436,9 @@ impl<'k> Lowering<'k> {
             }
             k => return self.math_unary(k, dt),
         };
+        if dt == DType::F64 {
+            return self.f64_unary(func);
+        }
         let call = match self.d.override_for(func) {
             Some(t) => {
                 self.helpers.insert("erf");
@@ -1390,7 +1474,7 @@ impl<'k> Lowering<'k> {
             };
             if let Some(f) = f {
                 self.helpers.insert("minmax");
-                return Ok(if dt == DType::F32 {
+                return Ok(if matches!(dt, DType::F32 | DType::F64) {
                     format!("{f}({{a}}, {{b}})")
                 } else {
                     // Exact: the result is one of the operands, widened and narrowed back.
@@ -1424,6 +1508,7 @@ impl<'k> Lowering<'k> {
                 "({{b}} == 0 ? {ct}(-1) : ({{b}} == -1 ? {neg} : {ct}({{a}} / {{b}})))"
             ),
             BinaryOp::Div => format!("({{b}} == 0 ? {ct}(-1) : {ct}({{a}} / {{b}}))"),
+            BinaryOp::Rem if dt == DType::F64 => "__builtin_fmod({a}, {b})".into(),
             BinaryOp::Rem if float => "fmod({a}, {b})".into(),
             BinaryOp::Rem if signed => {
                 format!("(({{b}} == 0 || {{b}} == -1) ? ({{b}} == 0 ? {{a}} : {ct}(0)) : {ct}({{a}} % {{b}}))")

@@ -22,6 +22,9 @@ use crate::ir::{BinaryOp, UnaryOp};
 impl Lowering<'_> {
     /// The expression (in `{x}`) of a `libdevice` unary function.
     pub(super) fn math_unary(&mut self, kind: UnaryOp, dt: DType) -> Result<String> {
+        if dt == DType::F64 {
+            return self.f64_unary(kind.name());
+        }
         let call = self.math_template(kind.name(), dt)?;
         Ok(match dt {
             DType::F32 => call,
@@ -31,6 +34,9 @@ impl Lowering<'_> {
 
     /// The expression (in `{a}`, `{b}`) of a `libdevice` binary function.
     pub(super) fn math_binary(&mut self, kind: BinaryOp, dt: DType) -> Result<String> {
+        if dt == DType::F64 {
+            return self.f64_binary(kind.name());
+        }
         let call = self.math_template(kind.name(), dt)?;
         Ok(match dt {
             DType::F32 => call,
@@ -41,6 +47,33 @@ impl Lowering<'_> {
                     .replace("{b}", "float({b})")
             ),
         })
+    }
+
+    /// The f64 expression (in `{x}`) of the math function `name` (core or `libdevice`),
+    /// where the dialect has f64 (the compiled CPU executor, `cpu_runtime.h`): the host
+    /// libm's scalar function, as the interpreter calls it for the core functions (`exp`,
+    /// `log`, `sin`, ...: the same bits), or, for `erf` and `libdevice`, where the
+    /// interpreter runs the `libm` crate (musl's algorithms), within an ulp or two of it;
+    /// `erfinv` is the interpreter's Newton iteration over the host's `erf`/`erfc`.
+    pub(super) fn f64_unary(&mut self, name: &str) -> Result<String> {
+        if self.d.name != "cpu" {
+            return Err(unsupported_on(self.d, self.k, format!("`{name}` on F64")));
+        }
+        Ok(match name {
+            "sqrt" | "floor" | "ceil" => format!("__builtin_{name}({{x}})"),
+            "rsqrt" => "(1.0 / __builtin_sqrt({x}))".into(),
+            "erfinv" => "tm_erfinv_d({x})".into(),
+            _ => format!("tm_libm_{name}({{x}})"),
+        })
+    }
+
+    /// The f64 expression (in `{a}`, `{b}`) of a `libdevice` binary function (see
+    /// [`Self::f64_unary`]).
+    pub(super) fn f64_binary(&mut self, name: &str) -> Result<String> {
+        if self.d.name != "cpu" {
+            return Err(unsupported_on(self.d, self.k, format!("`{name}` on F64")));
+        }
+        Ok(format!("tm_libm_{name}({{a}}, {{b}})"))
     }
 
     fn math_template(&mut self, name: &str, dt: DType) -> Result<String> {

@@ -302,8 +302,8 @@ pub(crate) fn round_f32(v: &mut [f32], dtype: DType) {
 #[inline(always)]
 pub(crate) fn f64_to_f32_class(x: f64, dtype: DType) -> f32 {
     match dtype {
-        DType::F16 => f16::from_f64(x).to_f32(),
-        DType::BF16 => bf16::from_f64(x).to_f32(),
+        DType::F16 => f16::from_f32(crate::dtype::f64_to_f32_odd(x)).to_f32(),
+        DType::BF16 => bf16::from_f32(crate::dtype::f64_to_f32_odd(x)).to_f32(),
         _ => x as f32,
     }
 }

@@ -272,7 +272,7 @@ unsafe impl Sync for Args {}
 
 /// [`crate::exec::execute`] through compiled code. Errors as there, plus
 /// [`Error::Unsupported`] when no clang is available or the kernel uses something the
-/// compiled back end lacks (f64, blocks too large for a worker's stack), and
+/// compiled back end lacks (blocks too large for a worker's stack), and
 /// [`Error::Compile`] if clang fails.
 pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
     let k = kernel;
