@@ -338,9 +338,9 @@ fn casts_to_and_from_every_dtype() {
     let outs = run_cpu(&k, |l| {
         let mut args: Vec<triton_metal::runtime::Arg> = vec![(&xa).into()];
         for &d in &to {
-            args.push(out(&[n], d).fill(1.0).into());
+            args.push(out(&[n], d).fill(1.0));
         }
-        args.push(out(&[n * to.len()], F64).fill(POISON).into());
+        args.push(out(&[n * to.len()], F64).fill(POISON));
         args.push((n as i32).into());
         l.grid([n.div_ceil(BLOCK as usize)]).args(args)
     });
