@@ -11,7 +11,7 @@
 //! are non-negative. Like Triton's, it assumes index arithmetic does not wrap: a wrapped
 //! index addresses memory out of bounds with or without vector accesses.
 
-use crate::ir::{BinaryOp, CmpPred, Const, Hint, Kernel, Op, Value};
+use crate::ir::{BinaryOp, CmpPred, Const, Hint, Kernel, Op, Value, ValueDef};
 
 /// What is known about one value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,10 +87,16 @@ fn run(k: &Kernel, assume_nonneg: bool) -> Vec<AxisInfo> {
         let data = k.op(id);
         if let Op::For { init, body, .. } = &data.op {
             // `p += uniform` in a loop (Triton's `a_ptrs += BLOCK_K * stride`) keeps the
-            // initial value's runs; the loop's results keep them too.
+            // initial value's runs; the loop's results keep them too. A value the body
+            // yields unchanged (a block pointer's shape and strides) is its initial value.
             let args = &k.region(*body).args;
             for (j, v) in init.iter().enumerate() {
-                if uniform_step(k, *body, args[j + 1], j) {
+                if invariant_source(k, args[j + 1]).is_some() {
+                    info[args[j + 1].index()] = info[v.index()];
+                    if let Some(r) = data.results.get(j) {
+                        info[r.index()] = info[v.index()];
+                    }
+                } else if uniform_step(k, *body, args[j + 1], j) {
                     let a = AxisInfo {
                         div: 1,
                         ..info[v.index()]
@@ -235,6 +241,9 @@ fn run(k: &Kernel, assume_nonneg: bool) -> Vec<AxisInfo> {
                     ..AxisInfo::UNKNOWN
                 }
             }
+            // Widening an integer keeps its runs and divisibility (no wrapping, as above):
+            // the i64 index arithmetic of block pointers.
+            Op::Cast { src } if int_widening(k, *src, res) => get(*src, &info),
             Op::Cast { src } => AxisInfo {
                 contig: 1,
                 div: 1,
@@ -250,9 +259,45 @@ fn run(k: &Kernel, assume_nonneg: bool) -> Vec<AxisInfo> {
     info
 }
 
-/// The integer a value holds in every element, if it is a constant (or a splat, broadcast
-/// or reshape of one).
+/// Whether casting `src` to `res` is an integer conversion that keeps every value (to at
+/// least as many bits; `bool` excluded).
+fn int_widening(k: &Kernel, src: Value, res: Value) -> bool {
+    let (a, b) = (k.ty(src).dtype, k.ty(res).dtype);
+    a.is_int() && b.is_int() && a.bits() <= b.bits() && !k.ty(src).ptr
+}
+
+/// The value a `for` loop's block argument or result always equals, when the body yields
+/// the argument unchanged: the loop's initial value for it.
+fn invariant_source(k: &Kernel, v: Value) -> Option<Value> {
+    let (op, j, arg) = match k.values[v.index()].def {
+        ValueDef::RegionArg(r, i) if i > 0 => {
+            let op = k.region(r).parent?;
+            (op, i as usize - 1, v)
+        }
+        ValueDef::OpResult(op, i) => {
+            let Op::For { body, .. } = &k.op(op).op else {
+                return None;
+            };
+            (op, i as usize, *k.region(*body).args.get(i as usize + 1)?)
+        }
+        _ => return None,
+    };
+    let Op::For { init, body, .. } = &k.op(op).op else {
+        return None;
+    };
+    let last = *k.region(*body).ops.last()?;
+    match &k.op(last).op {
+        Op::Yield { values } if values.get(j) == Some(&arg) => init.get(j).copied(),
+        _ => None,
+    }
+}
+
+/// The integer a value holds in every element, if it is a constant (or a splat, broadcast,
+/// reshape or widening of one, or a loop value that keeps one).
 fn int_value(k: &Kernel, v: Value) -> Option<i64> {
+    if let Some(src) = invariant_source(k, v) {
+        return int_value(k, src);
+    }
     match &k.op(k.def_op(v)?).op {
         Op::Constant {
             value: Const::Int(c),
@@ -261,6 +306,7 @@ fn int_value(k: &Kernel, v: Value) -> Option<i64> {
         | Op::Broadcast { src }
         | Op::ExpandDims { src, .. }
         | Op::Reshape { src } => int_value(k, *src),
+        Op::Cast { src } if int_widening(k, *src, v) => int_value(k, *src),
         _ => None,
     }
 }
@@ -291,6 +337,7 @@ fn non_negative(k: &Kernel) -> Vec<bool> {
             | Op::Broadcast { src }
             | Op::ExpandDims { src, .. }
             | Op::Reshape { src } => get(src, &nn),
+            Op::Cast { src } if int_widening(k, *src, res) => get(src, &nn),
             Op::Binary { kind, lhs, rhs } => match kind {
                 BinaryOp::Add | BinaryOp::Mul | BinaryOp::Min | BinaryOp::Max => {
                     get(lhs, &nn) && get(rhs, &nn)
@@ -354,4 +401,43 @@ fn with_hints(k: &Kernel, v: Value, mut a: AxisInfo) -> AxisInfo {
         }
     }
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::analyse;
+    use crate::dtype::DType::{F32, I32};
+    use crate::ir::Op;
+    use crate::tl;
+
+    /// A block pointer advanced in a loop carries its shape and strides through it
+    /// unchanged, in 64-bit arithmetic: the load inside the loop still sees unit-stride rows
+    /// (runs as long as the block's inner dimension).
+    #[test]
+    fn block_pointer_loads_in_loops_keep_their_rows() {
+        let k = tl::build("bp_loop", &Default::default(), |k| {
+            let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+            let (m, n) = (k.scalar(I32, "m"), k.scalar(I32, "n"));
+            let p = tl::make_block_ptr(x, (m, n), (n, 1), (0, 0), [8, 16], [1, 0]);
+            let (acc, _) = tl::range(0, n, 16).fold((tl::zeros([8, 16], F32), p), |_, (acc, p)| {
+                let v = tl::load_block(p, [0, 1], "zero");
+                (acc + v, tl::advance(p, (0, 16)))
+            });
+            tl::store(
+                o + tl::arange(0, 8).col() * 16 + tl::arange(0, 16).row(),
+                acc,
+            );
+        })
+        .unwrap();
+        let info = analyse(&k);
+        let ptr = k
+            .ops
+            .iter()
+            .find_map(|d| match &d.op {
+                Op::Load { ptr, .. } => Some(*ptr),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(info[ptr.index()].contig, 16, "{}", k.ir());
+    }
 }
