@@ -481,3 +481,107 @@ fn const_pointers_are_read_only() {
         "{e}"
     );
 }
+
+/// The order of Triton's float `atomic_max`/`atomic_min`: Triton runs the signed integer
+/// max/min of the bits for an operand whose sign bit is clear and the unsigned min/max for
+/// one whose sign bit is set, which is IEEE totalOrder (-NaN < -inf < ... < -0 < +0 < ... <
+/// +inf < +NaN). Every pair of edge values, as old value and operand, on every target; then
+/// many lanes racing on few elements, whose result is the totalOrder extreme in any order.
+#[test]
+fn float_atomic_max_min_follow_total_order() {
+    let edges: [u32; 11] = [
+        0xffc0_0000, // -NaN
+        0xff80_0000, // -inf
+        0xbfc0_0000, // -1.5
+        0x8000_0001, // -subnormal
+        0x8000_0000, // -0
+        0x0000_0000, // +0
+        0x0000_0001, // +subnormal
+        0x4020_0000, // 2.5
+        0x7f80_0000, // +inf
+        0x7fc0_0000, // +NaN
+        0x7fc0_0001, // +NaN, another payload
+    ];
+    let n = edges.len() * edges.len();
+    let (mut old, mut val) = (Vec::new(), Vec::new());
+    for &a in &edges {
+        for &b in &edges {
+            old.push(a);
+            val.push(b);
+        }
+    }
+    // 64 racing operands into 8 elements, plus the pairs: old values, then operands.
+    let racing: Vec<u32> = (0..64u32)
+        .map(|i| edges[(i as usize * 7 + 3) % edges.len()] ^ (i % 3))
+        .collect();
+    let key = |u: u32| f32::from_bits(u);
+    let pick = |a: u32, b: u32, max: bool| {
+        let o = key(b).total_cmp(&key(a));
+        if (max && o.is_gt()) || (!max && o.is_lt()) {
+            b
+        } else {
+            a
+        }
+    };
+    // Spot checks of the reference against the rule as Triton states it.
+    assert_eq!(pick(0x0000_0000, 0x8000_0000, true), 0x0000_0000);
+    assert_eq!(pick(0x0000_0000, 0x8000_0000, false), 0x8000_0000);
+    assert_eq!(pick(0x3f80_0000, 0x7fc0_0000, true), 0x7fc0_0000);
+    assert_eq!(pick(0x3f80_0000, 0xffc0_0000, false), 0xffc0_0000);
+    assert_eq!(pick(0xffc0_0000, 0xff80_0000, true), 0xff80_0000);
+    let k = tl::jit("atomic_float_order", move |k| {
+        let (p, v, q) = (k.ptr(F32, "p"), k.ptr(F32, "v"), k.ptr(F32, "q"));
+        let offs = tl::arange(0, 128);
+        let m = offs.lt(n as i32);
+        let x = tl::load(v + offs).mask(m);
+        let a = tl::atomic_max(p + offs, x).mask(m);
+        let b = tl::atomic_min(p + n as i32 + offs, x).mask(m);
+        tl::store(q + offs, a).mask(m);
+        tl::store(q + n as i32 + offs, b).mask(m);
+        let r = tl::arange(0, 64);
+        let y = tl::load(v + 128 + r);
+        tl::atomic_max(p + 2 * n as i32 + r % 8, y);
+        tl::atomic_min(p + 2 * n as i32 + 8 + r % 8, y);
+    })
+    .unwrap();
+    let mut p0 = old.clone();
+    p0.extend(&old);
+    p0.extend([0x7f80_0000u32; 8]); // +inf: any operand but +NaN is below it
+    p0.extend([0xff80_0000u32; 8]); // -inf
+    let mut vals = val.clone();
+    vals.resize(128, 0);
+    vals.extend(&racing);
+    let mut want_p: Vec<u32> = (0..n).map(|i| pick(old[i], val[i], true)).collect();
+    want_p.extend((0..n).map(|i| pick(old[i], val[i], false)));
+    let (mut hi, mut lo) = ([0x7f80_0000u32; 8], [0xff80_0000u32; 8]);
+    for (i, &y) in racing.iter().enumerate() {
+        hi[i % 8] = pick(hi[i % 8], y, true);
+        lo[i % 8] = pick(lo[i % 8], y, false);
+    }
+    want_p.extend(hi);
+    want_p.extend(lo);
+    let mut want_q = old.clone();
+    want_q.extend(&old);
+    let arr = |u: &[u32]| {
+        let f: Vec<f32> = u.iter().map(|&b| f32::from_bits(b)).collect();
+        Array::from_slice(&f, &[f.len()]).unwrap()
+    };
+    let (p_in, v_in) = (arr(&p0), arr(&vals));
+    for (t, outs) in every_target(&k, |l| {
+        l.grid([1]).args((
+            triton_metal::runtime::inout(&p_in),
+            &v_in,
+            out(&[2 * n], F32).fill(f64::NAN),
+        ))
+    }) {
+        let bits = |a: &Array| -> Vec<u32> {
+            a.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&outs[0]), want_p, "memory after the atomics on {t:?}");
+        assert_eq!(bits(&outs[1]), want_q, "old values returned on {t:?}");
+    }
+}

@@ -250,12 +250,23 @@ template <int MO, class T, class U, class V> inline T tm_atomic_cas(T* p, U cmp,
   __atomic_compare_exchange_n((B*)p, &expected, __builtin_bit_cast(B, (T)val), false, MO, fail);
   return __builtin_bit_cast(T, expected);
 }
-// Float max/min (NaN-ignoring, like fmax/fmin).
-template <int MO> inline float tm_atomic_fmax(float* p, float v) {
-  return tm_atomic_update<MO>(p, [v](float o) { return __builtin_fmaxf(o, v); });
+// Float max/min as Triton orders them (it runs the integer max/min of the bits for a
+// non-negative-signed operand and the unsigned min/max for a negative-signed one): IEEE
+// totalOrder, -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN. `tm_total_key` maps the
+// bits to an unsigned integer of that order.
+template <class T> inline typename tm_bits<T>::type tm_total_key(T x) {
+  using B = typename tm_bits<T>::type;
+  const B u = __builtin_bit_cast(B, x);
+  constexpr B top = (B)1 << (sizeof(B) * 8 - 1);
+  return u ^ ((B)0 - (u >> (sizeof(B) * 8 - 1)) | top);
 }
-template <int MO> inline float tm_atomic_fmin(float* p, float v) {
-  return tm_atomic_update<MO>(p, [v](float o) { return __builtin_fminf(o, v); });
+template <int MO, class T, class U> inline T tm_atomic_fmax(T* p, U v) {
+  const T x = (T)v;
+  return tm_atomic_update<MO>(p, [x](T o) { return tm_total_key(x) > tm_total_key(o) ? x : o; });
+}
+template <int MO, class T, class U> inline T tm_atomic_fmin(T* p, U v) {
+  const T x = (T)v;
+  return tm_atomic_update<MO>(p, [x](T o) { return tm_total_key(x) < tm_total_key(o) ? x : o; });
 }
 
 // ---- f64 (Metal has none; these follow the interpreter) ------------------------------

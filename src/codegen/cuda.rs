@@ -507,14 +507,18 @@ __device__ inline T tm_atomic_cas(T* p, typename tm_id<T>::type cmp, typename tm
 "#;
 
 /// Float max/min: CUDA float atomics only add and exchange, so loop a CAS on the bits;
-/// ordered as [`ATOMIC`].
+/// ordered as [`ATOMIC`]. The order is IEEE totalOrder, as Triton's integer max/min of the
+/// bits gives it (see `tm_atomic_fmax` in cpu_runtime.h).
 pub(super) const ATOMIC_FMINMAX: &str = r#"
+__device__ inline uint tm_total_key(uint u) { return u ^ ((0u - (u >> 31)) | 0x80000000u); }
 template <bool MAX> __device__ inline float tm_at_fminmax(float* p, float v) {
   uint* u = (uint*)p;
   uint old = *(volatile uint*)u;
+  const uint vb = __float_as_uint(v);
   while (true) {
     const float o = __uint_as_float(old);
-    const uint next = __float_as_uint(MAX ? fmaxf(o, v) : fminf(o, v));
+    const bool take = MAX ? tm_total_key(vb) > tm_total_key(old) : tm_total_key(vb) < tm_total_key(old);
+    const uint next = take ? vb : old;
     if (next == old) return o;
     const uint seen = atomicCAS(u, old, next);
     if (seen == old) return o;

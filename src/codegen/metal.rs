@@ -413,28 +413,29 @@ template <typename T> inline void tm_pk_store8(device atomic<float>* p, uint i, 
 }
 "#;
 
-/// Float max/min: Metal float atomics only add, so loop a CAS on the bits. The new value is
-/// selected explicitly (a NaN in memory is replaced, a NaN operand ignored, like `fmax`):
-/// Metal's `fmax` is undefined for NaN under its default fast math functions.
+/// Float max/min: Metal float atomics only add, so loop a CAS on the bits. The order is
+/// IEEE totalOrder on the bits, as Triton's integer max/min of the bits gives it (see
+/// `tm_atomic_fmax` in cpu_runtime.h); no float comparison, so no fast-math question.
 pub(super) const ATOMIC_FMINMAX: &str = r#"
+inline uint tm_total_key(uint u) { return u ^ ((0u - (u >> 31)) | 0x80000000u); }
 inline float tm_atomic_fmax(device atomic<float>* p, float v) {
   device atomic<uint>* u = (device atomic<uint>*)p;
+  const uint vb = as_type<uint>(v);
   uint old = atomic_load_explicit(u, memory_order_relaxed);
   while (true) {
-    const float o = as_type<float>(old);
-    const uint next = as_type<uint>(((old & 0x7fffffffu) > 0x7f800000u || v > o) ? v : o);
-    if (next == old) return o;
-    if (atomic_compare_exchange_weak_explicit(u, &old, next, memory_order_relaxed, memory_order_relaxed)) return o;
+    if (tm_total_key(vb) <= tm_total_key(old)) return as_type<float>(old);
+    const uint seen = old;
+    if (atomic_compare_exchange_weak_explicit(u, &old, vb, memory_order_relaxed, memory_order_relaxed)) return as_type<float>(seen);
   }
 }
 inline float tm_atomic_fmin(device atomic<float>* p, float v) {
   device atomic<uint>* u = (device atomic<uint>*)p;
+  const uint vb = as_type<uint>(v);
   uint old = atomic_load_explicit(u, memory_order_relaxed);
   while (true) {
-    const float o = as_type<float>(old);
-    const uint next = as_type<uint>(((old & 0x7fffffffu) > 0x7f800000u || v < o) ? v : o);
-    if (next == old) return o;
-    if (atomic_compare_exchange_weak_explicit(u, &old, next, memory_order_relaxed, memory_order_relaxed)) return o;
+    if (tm_total_key(vb) >= tm_total_key(old)) return as_type<float>(old);
+    const uint seen = old;
+    if (atomic_compare_exchange_weak_explicit(u, &old, vb, memory_order_relaxed, memory_order_relaxed)) return as_type<float>(seen);
   }
 }
 "#;

@@ -429,6 +429,16 @@ impl MetalLaunch {
         self
     }
 
+    /// The buffers Metal binds for this launch: inputs, outputs, scalars (MLX passes each
+    /// as one buffer) and any `_shape`/`_strides`/`_ndim` arrays; at most [`MAX_BUFFERS`].
+    pub fn buffers(&self) -> usize {
+        self.signature()
+            .params()
+            .iter()
+            .filter(|p| !matches!(p, Param::Attribute { .. }))
+            .count()
+    }
+
     /// What MLX's signature writer sees for this launch.
     pub fn signature(&self) -> MlxKernel {
         MlxKernel {
@@ -516,12 +526,7 @@ impl MetalLaunch {
                 )));
             }
         }
-        let buffers = self
-            .signature()
-            .params()
-            .iter()
-            .filter(|p| !matches!(p, Param::Attribute { .. }))
-            .count();
+        let buffers = self.buffers();
         if buffers > MAX_BUFFERS {
             return Err(self.launch_err(format!(
                 "{buffers} buffers (inputs, outputs and scalars, which MLX passes as one \

@@ -418,8 +418,10 @@ fn store_impl_all(
 fn combine_f32(kind: AtomicOp, d: DType) -> impl Fn(f32, f32) -> f32 + Copy {
     move |old: f32, v: f32| match kind {
         AtomicOp::Add => round1(old + v, d),
-        AtomicOp::Max => old.max(v),
-        AtomicOp::Min => old.min(v),
+        // Triton's float max/min (the integer max/min of the bits): IEEE totalOrder.
+        AtomicOp::Max if v.total_cmp(&old).is_gt() => v,
+        AtomicOp::Min if v.total_cmp(&old).is_lt() => v,
+        AtomicOp::Max | AtomicOp::Min => old,
         // And/or/xor on floats are rejected by the verifier; exchange for the rest.
         _ => v,
     }
@@ -428,8 +430,9 @@ fn combine_f32(kind: AtomicOp, d: DType) -> impl Fn(f32, f32) -> f32 + Copy {
 fn combine_f64(kind: AtomicOp) -> impl Fn(f64, f64) -> f64 + Copy {
     move |old: f64, v: f64| match kind {
         AtomicOp::Add => old + v,
-        AtomicOp::Max => old.max(v),
-        AtomicOp::Min => old.min(v),
+        AtomicOp::Max if v.total_cmp(&old).is_gt() => v,
+        AtomicOp::Min if v.total_cmp(&old).is_lt() => v,
+        AtomicOp::Max | AtomicOp::Min => old,
         _ => v,
     }
 }

@@ -282,6 +282,22 @@ impl Case {
         outs.iter().map(bits_of_array).collect()
     }
 
+    /// The buffers the Metal launch of this case binds (see [`crate::emu::MAX_BUFFERS`]),
+    /// counted on the program the emulated target would run.
+    pub fn metal_buffers(&self) -> Result<usize> {
+        let mut l = self
+            .kernel
+            .launch()
+            .grid([self.grid])
+            .args(self.args()?)
+            .num_warps(self.num_warps)
+            .target(Target::Emulated(LaneOrder::Forward));
+        if let Some(lay) = self.layout {
+            l = l.reduction_layout(lay);
+        }
+        Ok(l.emulated()?.buffers())
+    }
+
     fn nvrtc_compile(&self) -> Option<Result<()>> {
         let n = nvrtc()?;
         let run = || -> Result<()> {

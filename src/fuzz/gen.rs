@@ -13,8 +13,6 @@ use crate::tl::{self, Tensor};
 
 /// Elements per input buffer and program (the largest tile).
 pub const MAX_TILE: usize = 1024;
-/// Most parameters (buffers and scalars) a batch may have: Metal binds at most 31.
-pub const MAX_PARAMS: usize = 30;
 
 #[derive(Clone, Copy)]
 struct Info {
@@ -24,6 +22,11 @@ struct Info {
     nice: u8,
     /// May be an operand (inexact results and results of shared atomics may not).
     usable: bool,
+    /// Its NaNs have the same bits on every target: not a float, or moved without
+    /// arithmetic from loads, literals and bitcasts. Arithmetic on NaNs gives a NaN whose
+    /// sign and payload IEEE 754 leaves open (GPUs give one canonical NaN, CPUs propagate an
+    /// operand's payload), so only these values may be bitcast to integers.
+    nan_bits: bool,
 }
 
 struct Gen<'a> {
@@ -225,11 +228,18 @@ impl Gen<'_> {
                 } if self.prog.rank == 2
             );
         let shape_id = self.shape_id(t.shape());
+        let nan_bits = !t.dtype().is_float()
+            || match n {
+                Node::Load { .. } | Node::Full { .. } | Node::Bitcast(..) => true,
+                Node::Where(_, a, b) => self.infos[a].nan_bits && self.infos[b].nan_bits,
+                _ => false,
+            };
         self.infos.push(Info {
             dtype: t.dtype(),
             shape_id,
             nice,
             usable,
+            nan_bits,
         });
         self.prog.nodes.push(n);
         self.done.push(t);
@@ -450,7 +460,11 @@ impl Gen<'_> {
                 } else {
                     0
                 };
-                if self.rng.chance(0.2) && to != DType::Bool && from != DType::Bool {
+                if self.rng.chance(0.2)
+                    && to != DType::Bool
+                    && from != DType::Bool
+                    && self.infos[a].nan_bits
+                {
                     let same: Vec<DType> = all
                         .iter()
                         .copied()
@@ -696,7 +710,7 @@ impl Gen<'_> {
             d = to;
         }
         // Mostly 77, which every dtype but bool holds exactly: outputs sharing a fill cost
-        // Metal no extra buffers (see `params_of`).
+        // Metal no extra buffers (see `fits_metal`).
         let fill = if d == DType::Bool {
             1.0
         } else if self.rng.chance(0.7) {
@@ -753,17 +767,15 @@ pub fn sink_tol(node: &Node) -> Tol {
     }
 }
 
-/// Buffers a batch takes on Metal: its parameters, and for each output whose fill differs
-/// from the first output's two more (MLX starts every output from one float; the launch
-/// passes another fill as an exact array plus a written-flag output, as for `inout`).
-fn params_of(b: &Batch) -> usize {
-    let first = b.outputs.first().map(|o| o.fill.to_bits());
-    let refilled = b
-        .outputs
-        .iter()
-        .filter(|o| Some(o.fill.to_bits()) != first)
-        .count();
-    b.inputs.len() + b.outputs.len() + b.scalars.len() + 2 * refilled
+/// Whether Metal binds every buffer of a batch's launch (at most [`crate::emu::MAX_BUFFERS`]),
+/// counted on the program the emulated target would run, so that every batch the
+/// generator makes runs there. A batch Metal refuses for another reason (f64) is kept for
+/// the other targets, as is one whose launch fails: the run reports that failure.
+fn fits_metal(b: &Batch) -> bool {
+    match super::case_of(b, &Config::default()).and_then(|c| c.metal_buffers()) {
+        Ok(n) => n <= crate::emu::MAX_BUFFERS,
+        Err(_) => true,
+    }
 }
 
 /// Generates one program into `batch` (its buffers and scalars included); `false` (and
@@ -907,7 +919,7 @@ fn gen_prog(
         );
         g.batch.progs.push(prog);
     });
-    let ok = ok && build.is_ok() && params_of(batch) <= MAX_PARAMS;
+    let ok = ok && build.is_ok() && fits_metal(batch);
     if !ok {
         *batch = saved.0;
         *kinds = saved.1;
