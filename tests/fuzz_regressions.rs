@@ -389,3 +389,48 @@ fn fuzz_seed_250118_nan_of_maximum_nan() {
         .expect(1, want)
         .assert_agree();
 }
+
+/// Fuzz seed 710112 (16-core run at 38420a9): `atomic_min` of -0.0 into an f32 output
+/// filled with +0.0 left -0.0 on the compiled CPU executor and +0.0 on the interpreter
+/// (`fminf` and Rust's `f32::min` order the zeros differently). Every target now orders
+/// float atomic max/min as Triton does, by IEEE totalOrder (-0.0 below +0.0, NaN by sign:
+/// README, "One semantics"), so the minimum is -0.0 and the maximum +0.0; the operands of
+/// the shared tile also race between programs.
+#[test]
+fn fuzz_seed_710112_atomic_min_of_negative_zero() {
+    let kernel = tl::jit("fuzz_seed_710112", |k| {
+        let in0 = k.ptr(F32, "in0");
+        let out0 = k.ptr(F32, "out0");
+        let out1 = k.ptr(F32, "out1");
+        let cols = tl::arange(0, 64);
+        let v0 = tl::full([64], -0.0, F32);
+        let _ = tl::atomic_min(out0 + cols, v0);
+        let v1 = tl::load(in0 + tl::program_id(0) * 64 + cols);
+        let _ = tl::atomic_max(out1 + cols, v1);
+    })
+    .unwrap();
+    // Program 0 offers -0.0 and program 1 +0.0 at even elements, the other way round at
+    // odd ones; element 5 also sees a -NaN (below everything) and element 6 a +NaN.
+    let mut inputs = Vec::new();
+    for i in 0..64usize {
+        let (a, b) = if i % 2 == 0 {
+            (0x8000_0000u64, 0)
+        } else {
+            (0, 0x8000_0000)
+        };
+        inputs.push((i, a));
+        inputs.push((64 + i, b));
+    }
+    inputs[10] = (5, 0xffc0_0000);
+    inputs[12] = (6, 0x7fc0_0000);
+    let mut max = vec![0u64; 64];
+    max[6] = 0x7fc0_0000;
+    Case::new(kernel, 2)
+        .num_warps(2)
+        .input(F32, 128, &inputs)
+        .output(F32, 64, 0.0)
+        .output(F32, 64, 0.0)
+        .expect(0, vec![0x8000_0000; 64])
+        .expect(1, max)
+        .assert_agree();
+}
