@@ -658,7 +658,13 @@ impl Gen<'_> {
             self.pick(|g, i| matches!(g.infos[i].dtype, DType::I32 | DType::U32 | DType::F32))?;
         let d = self.infos[val].dtype;
         let shared = self.rng.chance(0.5);
-        let mut ops = vec![Atom::Max, Atom::Min];
+        // Float max/min order NaNs by sign (IEEE totalOrder, as Triton): only operands
+        // whose NaN bits every target defines alike.
+        let mut ops = if d.is_int() || self.infos[val].nan_bits {
+            vec![Atom::Max, Atom::Min]
+        } else {
+            vec![]
+        };
         if d.is_int() {
             ops.extend([Atom::Add, Atom::And, Atom::Or, Atom::Xor]);
         } else if !shared || self.infos[val].nice >= 1 {
@@ -666,6 +672,9 @@ impl Gen<'_> {
         }
         if !shared {
             ops.push(Atom::Xchg);
+        }
+        if ops.is_empty() {
+            return None;
         }
         let op = *self.rng.pick(&ops);
         let tile = self.prog.tile();
