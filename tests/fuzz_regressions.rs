@@ -434,3 +434,52 @@ fn fuzz_seed_710112_atomic_min_of_negative_zero() {
         .expect(1, max)
         .assert_agree();
 }
+
+/// Fuzz seed 980051 (16-core run at d7e39de): `pow` of a signalling NaN (0x7f8dc304) to the
+/// power 0 was NaN on the compiled CPU executor and emulated Metal (the host's `powf`
+/// returns NaN for a signalling NaN) and 1.0 on the interpreter. C99 makes `pow(x, ±0)` and
+/// `pow(+1, y)` 1 for any `x` and `y`, and Triton 3.6 on an H100 gives 1.0 for signalling
+/// and quiet NaNs alike (measured 2026-11-25); every target now does.
+#[test]
+fn fuzz_seed_980051_pow_of_signalling_nan() {
+    let kernel = tl::jit("fuzz_seed_980051", |k| {
+        let in0 = k.ptr(F32, "in0");
+        let in1 = k.ptr(F32, "in1");
+        let out0 = k.ptr(F32, "out0");
+        let offs = tl::program_id(0) * 8 + tl::arange(0, 8);
+        let v2 = tl::libdevice::pow(tl::load(in0 + offs), tl::load(in1 + offs));
+        tl::store(out0 + offs, v2);
+    })
+    .unwrap();
+    let (snan, qnan, one) = (0x7f8d_c304u64, 0x7fc0_0000u64, 0x3f80_0000u64);
+    Case::new(kernel, 1)
+        .num_warps(1)
+        .input(
+            F32,
+            8,
+            &[
+                (0, snan),
+                (1, snan),
+                (2, qnan),
+                (3, one),
+                (4, one),
+                (5, 0xff8d_c304),
+                (6, one),
+            ],
+        )
+        .input(
+            F32,
+            8,
+            &[
+                (1, 0x8000_0000),
+                (3, snan),
+                (4, qnan),
+                (6, 0xff8d_c304),
+                (7, snan),
+            ],
+        )
+        .output(F32, 8, 77.0)
+        .tolerance(0, 0..8, Tol::Ulps(4))
+        .expect(0, vec![one, one, one, one, one, one, one, qnan])
+        .assert_agree();
+}

@@ -269,7 +269,9 @@ template <> struct fwide<bfloat> { using type = float; };
   template <class T, int N> inline vec<T, N> name(vec<T, N> a, T b) {             \
     return name(a, (vec<T, N>)b);                                                 \
   }
-TM_FLOAT2(pow, __builtin_powf(x, y))
+// C99's pow(x, +-0) and pow(+1, y) are 1 for any x and y, NaN included, as Metal and CUDA
+// give; the host's powf returns NaN for a signalling NaN there.
+TM_FLOAT2(pow, (y == 0.0f || x == 1.0f) ? 1.0f : __builtin_powf(x, y))
 TM_FLOAT2(powr, __builtin_powf(x, y))
 TM_FLOAT2(fmod, __builtin_fmodf(x, y))
 TM_FLOAT2(atan2, __builtin_atan2f(x, y))
