@@ -11,7 +11,7 @@ mod support;
 use half::{bf16, f16};
 use triton_metal::runtime::{cdiv, grid, out, Arg, Target};
 use triton_metal::tl::{self, Signature};
-use triton_metal::DType::{self, BF16, F16, F32, I32};
+use triton_metal::DType::{self, BF16, F16, F32, I32, I64};
 use triton_metal::{jit, Array, Error};
 
 /// Values as a dtype holds them: floats rounded to the dtype, integers wrapped to i32.
@@ -681,7 +681,7 @@ fn an_atomic_the_target_lacks_for_a_dtype_is_unsupported() {
         kernel
             .launch()
             .grid([1])
-            .args((&x, out(&[2], DType::I64).fill(0)))
+            .args((&x, out(&[2], I64).fill(0)))
             .constexpr("BLOCK", 4)
             .target(target)
             .run()
@@ -702,4 +702,82 @@ fn an_atomic_the_target_lacks_for_a_dtype_is_unsupported() {
             }
         }
     }
+}
+
+#[test]
+fn generic_scalars_take_triton_s_dtypes() {
+    /// `s` is typed as Triton types a number: `i32` when it fits, else `i64`; `f32`.
+    #[jit]
+    fn scale(x_ptr: Ptr, out_ptr: Ptr, s: Scalar, n: i32, BLOCK: Constexpr) {
+        let offs = tl::program_id(0) * BLOCK + tl::arange(0, BLOCK);
+        let x = tl::load(x_ptr + offs, mask = offs < n);
+        tl::store(
+            out_ptr + offs,
+            (x * s).to(out_ptr.dtype.element_ty),
+            mask = offs < n,
+        );
+    }
+    let kernel = scale().unwrap();
+    let n = 200;
+    let xi = values(I32, n, 7);
+    let xf = values(F32, n, 8);
+    // (x, s, out, the scalar's dtype, the reference).
+    let big = 3i64 << 33;
+    let cases: Vec<(DType, Arg, DType, &str, Vec<f64>)> = vec![
+        (
+            I32,
+            Arg::from(3),
+            I32,
+            "i32 s",
+            xi.iter()
+                .map(|&v| (v as i32).wrapping_mul(3) as f64)
+                .collect(),
+        ),
+        (
+            I32,
+            Arg::from(big),
+            I64,
+            "i64 s",
+            // The products' bits, compared as integers below.
+            xi.iter()
+                .map(|&v| f64::from_bits((v as i64).wrapping_mul(big) as u64))
+                .collect(),
+        ),
+        (
+            F32,
+            Arg::from(2.5f64),
+            F32,
+            "f32 s",
+            xf.iter().map(|&v| (v as f32 * 2.5) as f64).collect(),
+        ),
+    ];
+    for (dx, s, dout, ty, want) in cases {
+        let x = array(dx, if dx == I32 { &xi } else { &xf });
+        for target in support::targets("generic") {
+            let launch = kernel
+                .launch()
+                .grid([cdiv(n, 64)])
+                .args((&x, out(&[n], dout), s.clone(), n as i32))
+                .constexpr("BLOCK", 64)
+                .target(target);
+            if target == Target::Cpu {
+                let ir = launch.specialize().unwrap().ir();
+                assert!(ir.contains(ty), "{ty}: {ir}");
+                support::nvrtc_compiles(&launch);
+            }
+            let got = launch.run().unwrap();
+            let got: Vec<f64> = if dout == I64 {
+                got[0]
+                    .to_vec::<i64>()
+                    .unwrap()
+                    .iter()
+                    .map(|&v| f64::from_bits(v as u64))
+                    .collect()
+            } else {
+                read(&got[0])
+            };
+            assert_same(&format!("{ty} on {target:?}"), &got, &want);
+        }
+    }
+    assert_eq!(kernel.cached(), 3);
 }

@@ -43,6 +43,8 @@ pub enum Param {
         mutable: bool,
         dtype: TokenStream,
     },
+    /// `n: Scalar`: a scalar argument of its argument's dtype (a generic scalar).
+    AnyScalar { name: Ident, mutable: bool },
     /// `BLOCK: Constexpr`, `BLOCK: Constexpr<64>` (with a default), `ACT: Constexpr<&str>`,
     /// `ACT: Constexpr<"relu">`, `ACT: Constexpr<&str, "relu">`, ...
     Constexpr {
@@ -99,7 +101,8 @@ const SCALARS: &[(&str, &str)] = &[
 
 const PARAM_HELP: &str = "a kernel parameter is `name: Ptr<F32>` (a pointer; any dtype), \
 `name: Ptr` (a pointer to its argument's dtype), \
-`name: i32` (a scalar: bool, i8..i64, u8..u64, f32, f64, or `Scalar<F16>`), \
+`name: i32` (a scalar: bool, i8..i64, u8..u64, f32, f64, or `Scalar<F16>`; `Scalar`: its \
+argument's dtype), \
 `NAME: Constexpr` / `NAME: Constexpr<64>` (a constexpr, with a default; also \
 `Constexpr<bool>`, `Constexpr<f64>`, `Constexpr<&str>`, `Constexpr<DType>`), \
 or `name: DType` (an argument of the generated function, usable as `Ptr<name>`)";
@@ -301,6 +304,7 @@ pub fn param(arg: &FnArg, vars: &[Ident]) -> syn::Result<Param> {
             mutable,
             dtype: dtype_expr(g)?,
         }),
+        ("Scalar", None) => Ok(Param::AnyScalar { name, mutable }),
         ("DType", None) => Ok(Param::Factory {
             name,
             ty: pt.ty.clone(),
@@ -369,6 +373,14 @@ impl Param {
                 mutable,
                 dtype,
             } => decl(name, *mutable, "scalar", dtype),
+            Param::AnyScalar { name, mutable } => {
+                let span = name.span();
+                let lit = syn::LitStr::new(&name.to_string(), span);
+                let m = mutable.then(|| quote!(mut));
+                quote_spanned!(span=>
+                    let #m #name: ::triton_metal::tl::Tensor = #k.scalar_any(#lit);
+                )
+            }
             Param::Constexpr {
                 name,
                 kind,

@@ -264,9 +264,10 @@ fn dtype_variables_must_be_pointer_dtypes() {
 
 #[test]
 fn generic_pointers_take_their_arguments_dtype() {
-    let out =
-        expand_src("fn k<T>(x: Ptr, mut y: Ptr<T>, z: ConstPtr<T>, w: ConstPtr, s: Scalar<T>) {}")
-            .unwrap();
+    let out = expand_src(
+        "fn k<T>(x: Ptr, mut y: Ptr<T>, z: ConstPtr<T>, w: ConstPtr, s: Scalar<T>, a: Scalar) {}",
+    )
+    .unwrap();
     assert!(out.contains("fn k ()"), "{out}");
     for want in [
         "let x : :: triton_metal :: tl :: Tensor = __tm_k . ptr_any (\"x\")",
@@ -275,6 +276,7 @@ fn generic_pointers_take_their_arguments_dtype() {
         "const_ptr (T , \"z\")",
         "const_ptr_any (\"w\")",
         "scalar (T , \"s\")",
+        "let a : :: triton_metal :: tl :: Tensor = __tm_k . scalar_any (\"a\")",
     ] {
         assert!(out.contains(want), "{want}\n{out}");
     }

@@ -64,7 +64,7 @@ use crate::passes::{specializable, IntFact, IntSpec, PassOptions};
 use crate::runtime::mlx_kernel::{
     cpu_launch, register_program, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec,
 };
-use crate::tl::{ConstexprValue, JitKernel, Signature};
+use crate::tl::{ArgType, ConstexprValue, JitKernel, Signature};
 
 /// `triton.cdiv`: `(x + d - 1) / d` for positive `d`.
 pub fn cdiv(x: impl TryInto<i64>, d: impl TryInto<i64>) -> usize {
@@ -605,21 +605,27 @@ impl<'k> Launch<'k> {
         self
     }
 
-    /// The signature this launch specialises the kernel for: its constexprs and the dtypes
-    /// of its array arguments.
+    /// The signature this launch specialises the kernel for: its constexprs, the dtypes of
+    /// its array arguments, and its scalars' dtypes as Triton types them (an integer is
+    /// `i32` when it fits, else `i64`; a float `f32`; a bool `bool`).
     pub fn signature(&self) -> Signature {
-        let dtypes = self
+        let args = self
             .args
             .iter()
             .map(|a| match a {
-                Arg::Array(x) | Arg::InOut(x) => Some(x.dtype()),
-                Arg::Out { dtype, .. } => Some(*dtype),
+                Arg::Array(x) | Arg::InOut(x) => ArgType::Array(x.dtype()),
+                Arg::Out { dtype, .. } => ArgType::Array(*dtype),
                 // A table is an array of addresses.
-                Arg::PtrTable(_) => Some(DType::I64),
-                Arg::Scalar(_) => None,
+                Arg::PtrTable(_) => ArgType::Array(DType::I64),
+                Arg::Scalar(Scalar::Int(v)) if i32::try_from(*v).is_ok() => {
+                    ArgType::Scalar(DType::I32)
+                }
+                Arg::Scalar(Scalar::Int(_)) => ArgType::Scalar(DType::I64),
+                Arg::Scalar(Scalar::Float(_)) => ArgType::Scalar(DType::F32),
+                Arg::Scalar(Scalar::Bool(_)) => ArgType::Scalar(DType::Bool),
             })
             .collect();
-        Signature::of(self.constexprs.clone(), dtypes)
+        Signature::of(self.constexprs.clone(), args)
     }
 
     /// The grid, computed from the constexprs for a grid function; an error names a

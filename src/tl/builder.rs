@@ -9,9 +9,8 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use super::jit::ConstexprValue;
+use super::jit::{ArgType, ConstexprValue};
 use super::tensor::Tensor;
-use crate::dtype::DType;
 use crate::error::{Error, SourceLoc};
 use crate::ir::{
     Kernel, Op, OpData, OpId, RegionData, RegionId, Type, Value, ValueData, ValueDef, ValueRange,
@@ -36,12 +35,12 @@ pub(crate) struct Builder {
     pub(crate) uses: Vec<u32>,
     /// The requested specialisation: constexprs by name.
     pub(crate) given: BTreeMap<String, ConstexprValue>,
-    /// The element dtype of each launch argument that is an array (`None`: a scalar), by
-    /// position; `None` when the build has no arguments (generic pointers cannot be built).
-    pub(crate) arg_dtypes: Option<Vec<Option<DType>>>,
+    /// The kind and dtype of each launch argument, by position; `None` when the build has
+    /// no arguments (generic parameters cannot be built then).
+    pub(crate) arg_types: Option<Vec<ArgType>>,
     /// True while a trial build (no constexprs given) asked for a constexpr.
     pub(crate) wants_constexpr: bool,
-    /// True while a build without arguments declared a generic pointer.
+    /// True while a build without arguments declared a generic parameter.
     pub(crate) wants_dtypes: bool,
     /// Constexprs the body read, with the value it got (given or default).
     pub(crate) read: Vec<(String, ConstexprValue)>,
@@ -84,7 +83,7 @@ impl Builder {
             op_name: "jit",
             uses: Vec::new(),
             given: spec.constexprs.clone(),
-            arg_dtypes: spec.dtypes.clone(),
+            arg_types: spec.args.clone(),
             wants_constexpr: false,
             wants_dtypes: false,
             read: Vec::new(),
@@ -261,7 +260,7 @@ pub(crate) fn op_any<R>(
 #[derive(Clone, Debug, Default)]
 pub(crate) struct BuildSpec {
     pub(crate) constexprs: BTreeMap<String, ConstexprValue>,
-    pub(crate) dtypes: Option<Vec<Option<DType>>>,
+    pub(crate) args: Option<Vec<ArgType>>,
 }
 
 /// Runs a whole build: pushes a fresh builder, runs `body`, pops it and returns it.

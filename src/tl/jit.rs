@@ -235,10 +235,22 @@ impl ConstexprKind for DType {
     }
 }
 
+/// One launch argument as a signature sees it: an array of elements of a dtype, or a
+/// scalar of a dtype (Triton's: an integer is `i32` when it fits, else `i64`; a float is
+/// `f32`; a bool is `bool`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArgType {
+    /// An array (an input, output or in-place argument) of this dtype.
+    Array(DType),
+    /// A scalar of this dtype.
+    Scalar(DType),
+}
+
 /// What a specialisation is built for, like Triton's signature: the constexprs (of any
-/// kind) and the element dtype of each array argument, by position. A kernel is built once
-/// per constexpr set and dtypes of its generic pointers ([`KernelBuilder::ptr_any`], `Ptr`
-/// in `#[jit]`); a launch makes its signature from its arguments.
+/// kind) and each argument's kind and dtype, by position. A kernel is built once per
+/// constexpr set and dtypes of its generic parameters' arguments
+/// ([`KernelBuilder::ptr_any`], [`KernelBuilder::scalar_any`], `Ptr` and `Scalar` in
+/// `#[jit]`); a launch makes its signature from its arguments.
 ///
 /// ```
 /// use triton_metal::tl::{self, Signature};
@@ -257,7 +269,7 @@ impl ConstexprKind for DType {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Signature {
     constexprs: BTreeMap<String, ConstexprValue>,
-    args: Option<Vec<Option<DType>>>,
+    args: Option<Vec<ArgType>>,
 }
 
 impl Signature {
@@ -274,13 +286,17 @@ impl Signature {
 
     /// Appends an array argument of elements of `dtype`.
     pub fn array(mut self, dtype: DType) -> Signature {
-        self.args.get_or_insert_with(Vec::new).push(Some(dtype));
+        self.args
+            .get_or_insert_with(Vec::new)
+            .push(ArgType::Array(dtype));
         self
     }
 
-    /// Appends a scalar argument.
-    pub fn scalar(mut self) -> Signature {
-        self.args.get_or_insert_with(Vec::new).push(None);
+    /// Appends a scalar argument of `dtype`.
+    pub fn scalar(mut self, dtype: DType) -> Signature {
+        self.args
+            .get_or_insert_with(Vec::new)
+            .push(ArgType::Scalar(dtype));
         self
     }
 
@@ -289,14 +305,14 @@ impl Signature {
         &self.constexprs
     }
 
-    /// Per argument, the element dtype of an array (`None` for a scalar); `None` when no
-    /// arguments were given (a kernel with generic pointers cannot be built then).
-    pub fn args(&self) -> Option<&[Option<DType>]> {
+    /// The arguments' kinds and dtypes; `None` when no arguments were given (a kernel with
+    /// generic parameters cannot be built then).
+    pub fn args(&self) -> Option<&[ArgType]> {
         self.args.as_deref()
     }
 
     /// The signature of these constexprs and arguments.
-    pub fn of(constexprs: BTreeMap<String, ConstexprValue>, args: Vec<Option<DType>>) -> Signature {
+    pub fn of(constexprs: BTreeMap<String, ConstexprValue>, args: Vec<ArgType>) -> Signature {
         Signature {
             constexprs,
             args: Some(args),
@@ -306,7 +322,7 @@ impl Signature {
     fn build_spec(&self) -> BuildSpec {
         BuildSpec {
             constexprs: self.constexprs.clone(),
-            dtypes: self.args.clone(),
+            args: self.args.clone(),
         }
     }
 }
@@ -381,24 +397,29 @@ fn declare_param(
     Ok(v)
 }
 
-/// The dtype of the launch argument of a generic pointer declared next (`name`).
-fn generic_dtype(b: &mut Builder, name: &str) -> std::result::Result<DType, String> {
+/// The dtype of the launch argument of a generic parameter declared next (`name`, a
+/// pointer when `ptr`).
+fn generic_dtype(b: &mut Builder, name: &str, ptr: bool) -> std::result::Result<DType, String> {
     let i = b.k.params.len();
-    let Some(args) = &b.arg_dtypes else {
+    let what = if ptr { "pointer" } else { "scalar" };
+    let Some(args) = &b.arg_types else {
         b.wants_dtypes = true;
         return Err(format!(
-            "pointer `{name}` is generic (ptr_any / `Ptr` in #[jit]): its element dtype \
-             comes from its launch argument, and this specialisation has no arguments: \
-             launch the kernel, or give the arguments' dtypes (tl::Signature::array)"
+            "{what} `{name}` is generic (ptr_any / scalar_any, `Ptr` / `Scalar` in #[jit]): \
+             its dtype comes from its launch argument, and this specialisation has no \
+             arguments: launch the kernel, or give the arguments' dtypes (tl::Signature)"
         ));
     };
-    match args.get(i) {
-        Some(Some(d)) => Ok(*d),
-        Some(None) => Err(format!(
+    match (args.get(i), ptr) {
+        (Some(ArgType::Array(d)), true) | (Some(ArgType::Scalar(d)), false) => Ok(*d),
+        (Some(ArgType::Scalar(_)), true) => Err(format!(
             "argument {i} (`{name}`) is a scalar, and `{name}` is a pointer: pass an array"
         )),
-        None => Err(format!(
-            "no argument {i} for pointer `{name}` (generic: its dtype comes from its \
+        (Some(ArgType::Array(_)), false) => Err(format!(
+            "argument {i} (`{name}`) is an array, and `{name}` is a scalar: pass a number"
+        )),
+        (None, _) => Err(format!(
+            "no argument {i} for {what} `{name}` (generic: its dtype comes from its \
              argument); {} arguments given",
             args.len()
         )),
@@ -410,11 +431,16 @@ impl KernelBuilder {
         op("param", loc, |b| declare_param(b, name, kind))
     }
 
-    fn generic_param(name: &str, loc: SourceLoc) -> Tensor {
+    fn generic_param(name: &str, ptr: bool, loc: SourceLoc) -> Tensor {
         op("param", loc, |b| {
-            let d = generic_dtype(b, name)?;
+            let d = generic_dtype(b, name, ptr)?;
             let i = b.k.params.len();
-            let v = declare_param(b, name, ParamKind::Ptr(d))?;
+            let kind = if ptr {
+                ParamKind::Ptr(d)
+            } else {
+                ParamKind::Scalar(d)
+            };
+            let v = declare_param(b, name, kind)?;
             b.generic.push(i);
             Ok(v)
         })
@@ -447,7 +473,7 @@ impl KernelBuilder {
     /// ```
     #[track_caller]
     pub fn ptr_any(&mut self, name: &str) -> Tensor {
-        Self::generic_param(name, SourceLoc::caller())
+        Self::generic_param(name, true, SourceLoc::caller())
     }
 
     /// A pointer parameter that the kernel only reads (Triton's `tl.const` annotation):
@@ -464,7 +490,7 @@ impl KernelBuilder {
     /// ([`KernelBuilder::const_ptr`]).
     #[track_caller]
     pub fn const_ptr_any(&mut self, name: &str) -> Tensor {
-        let t = Self::generic_param(name, SourceLoc::caller());
+        let t = Self::generic_param(name, true, SourceLoc::caller());
         Self::mark_const(name);
         t
     }
@@ -483,6 +509,14 @@ impl KernelBuilder {
     #[track_caller]
     pub fn scalar(&mut self, dtype: DType, name: &str) -> Tensor {
         Self::param(name, ParamKind::Scalar(dtype), SourceLoc::caller())
+    }
+
+    /// A generic scalar parameter, like an unannotated number argument of `@triton.jit`:
+    /// its dtype is its launch argument's as Triton types it (an integer is `i32` when it
+    /// fits, else `i64`; a float `f32`; a bool `bool`), one build per dtype signature.
+    #[track_caller]
+    pub fn scalar_any(&mut self, name: &str) -> Tensor {
+        Self::generic_param(name, false, SourceLoc::caller())
     }
 
     /// The element dtype of the pointer parameter `name` (its argument's for a generic
@@ -595,9 +629,8 @@ impl KernelBuilder {
 
 type Body = dyn Fn(&mut KernelBuilder) + Send + Sync;
 
-/// A specialisation's cache key: the constexprs and the dtypes of the generic pointers'
-/// arguments.
-type Key = (BTreeMap<String, ConstexprValue>, Vec<DType>);
+/// A specialisation's cache key: the constexprs and the generic parameters' arguments.
+type Key = (BTreeMap<String, ConstexprValue>, Vec<ArgType>);
 
 type OptimizedCache = HashMap<(Key, PassOptions), Arc<Kernel>>;
 
@@ -730,14 +763,11 @@ pub fn jit(
     Ok(jk)
 }
 
-/// The specialisation's key, once the kernel's generic pointers for its constexprs are
-/// known: the dtypes of their arguments.
-fn generic_dtypes(sig: &Signature, generic: &[usize]) -> Option<Vec<DType>> {
+/// The specialisation's key, once the kernel's generic parameters for its constexprs are
+/// known: their arguments.
+fn generic_dtypes(sig: &Signature, generic: &[usize]) -> Option<Vec<ArgType>> {
     let args = sig.args()?;
-    generic
-        .iter()
-        .map(|&i| args.get(i).copied().flatten())
-        .collect()
+    generic.iter().map(|&i| args.get(i).copied()).collect()
 }
 
 impl JitKernel {
@@ -783,7 +813,8 @@ impl JitKernel {
             .iter()
             .filter_map(|&i| k.params.get(i))
             .map(|p| match p.kind {
-                ParamKind::Ptr(d) | ParamKind::Scalar(d) => d,
+                ParamKind::Ptr(d) => ArgType::Array(d),
+                ParamKind::Scalar(d) => ArgType::Scalar(d),
             })
             .collect();
         let first = self

@@ -79,7 +79,8 @@ pub use control::{
     associative_scan, if_, if_then, range, reduce, static_range, while_loop, Carry, Range,
 };
 pub use jit::{
-    build, jit, ConstexprKind, ConstexprValue, IntoSignature, JitKernel, KernelBuilder, Signature,
+    build, jit, ArgType, ConstexprKind, ConstexprValue, IntoSignature, JitKernel, KernelBuilder,
+    Signature,
 };
 pub use ops::*;
 pub use semantics::{computation_type, integer_promote, scalar_dtype};
