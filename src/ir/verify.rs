@@ -736,3 +736,36 @@ impl<'k> Verifier<'k> {
         res
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::Kernel;
+
+    /// `int_to_ptr` takes 64-bit integers and keeps their shape; anything else is refused.
+    #[test]
+    fn int_to_ptr_takes_64_bit_integers_of_the_same_shape() {
+        let text = |src_ty: &str, res_ty: &str| {
+            format!("kernel k(%0: {src_ty} x) {{\n  %1 = int_to_ptr %0 : {res_ty}\n}}\n",)
+        };
+        for (s, r) in [("i64", "ptr<f16>"), ("u64", "ptr<i32>")] {
+            let k = Kernel::parse_ir(&text(s, r)).unwrap();
+            assert!(
+                k.ir().contains(&format!("int_to_ptr %0 : {r}")),
+                "{}",
+                k.ir()
+            );
+        }
+        for (s, r, why) in [
+            ("i32", "ptr<f16>", "needs 64-bit integers"),
+            ("f64", "ptr<f16>", "needs 64-bit integers"),
+            ("ptr<i64>", "ptr<f16>", "needs 64-bit integers"),
+            ("i64", "i64", "gives pointers"),
+        ] {
+            let e = Kernel::parse_ir(&text(s, r)).unwrap_err().to_string();
+            assert!(
+                e.contains("int_to_ptr") && e.contains(why),
+                "{s} -> {r}: {e}"
+            );
+        }
+    }
+}
