@@ -326,14 +326,6 @@ inline float tm_d2f_odd(double x) {
 // `fma` for tl.dot's f64 accumulation (Metal's overloads are float, half and bfloat).
 inline double fma(double a, double b, double c) { return __builtin_fma(a, b, c); }
 
-// Float atomics on doubles (NaN-ignoring, like fmax/fmin).
-template <int MO> inline double tm_atomic_fmax(double* p, double v) {
-  return tm_atomic_update<MO>(p, [v](double o) { return __builtin_fmax(o, v); });
-}
-template <int MO> inline double tm_atomic_fmin(double* p, double v) {
-  return tm_atomic_update<MO>(p, [v](double o) { return __builtin_fmin(o, v); });
-}
-
 // The inverse error function as the interpreter computes it (`exec::libdevice::erfinv`):
 // Giles' approximation, then Newton steps on erf (on ln erfc in the tails).
 inline double tm_erfinv_d(double y) {
