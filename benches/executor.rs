@@ -223,12 +223,88 @@ fn matmul(c: &mut Criterion) {
     g.finish();
 }
 
+/// Triton's block-pointer matmul (`make_block_ptr` + `advance` in the K loop,
+/// boundary-checked loads), the same tiling as `matmul`'s pointer kernel.
+#[triton_metal::jit]
+#[rustfmt::skip]
+fn block_ptr_matmul_kernel(
+    a_ptr: Ptr<F32>, b_ptr: Ptr<F32>, c_ptr: Ptr<F32>,
+    M: i32, N: i32, K: i32,
+    stride_am: i32, stride_ak: i32, stride_bk: i32, stride_bn: i32, stride_cm: i32, stride_cn: i32,
+    BLOCK_M: Constexpr, BLOCK_N: Constexpr, BLOCK_K: Constexpr,
+) {
+    let pid_m = tl::program_id(axis = 0);
+    let pid_n = tl::program_id(axis = 1);
+    let mut a_blk = tl::make_block_ptr(base = a_ptr, shape = (M, K), strides = (stride_am, stride_ak),
+        offsets = (pid_m * BLOCK_M, 0), block_shape = (BLOCK_M, BLOCK_K), order = (1, 0));
+    let mut b_blk = tl::make_block_ptr(base = b_ptr, shape = (K, N), strides = (stride_bk, stride_bn),
+        offsets = (0, pid_n * BLOCK_N), block_shape = (BLOCK_K, BLOCK_N), order = (1, 0));
+    let mut acc = tl::zeros((BLOCK_M, BLOCK_N), dtype = F32);
+    for _k in tl::range(0, K, BLOCK_K) {
+        let a = tl::load(a_blk, boundary_check = (0, 1), padding_option = "zero");
+        let b = tl::load(b_blk, boundary_check = (0, 1), padding_option = "zero");
+        acc = tl::dot(a, b, acc = acc);
+        a_blk = tl::advance(a_blk, (0, BLOCK_K));
+        b_blk = tl::advance(b_blk, (BLOCK_K, 0));
+    }
+    let c_blk = tl::make_block_ptr(base = c_ptr, shape = (M, N), strides = (stride_cm, stride_cn),
+        offsets = (pid_m * BLOCK_M, pid_n * BLOCK_N), block_shape = (BLOCK_M, BLOCK_N), order = (1, 0));
+    tl::store(c_blk, acc, boundary_check = (0, 1));
+}
+
+/// A 512³ matmul through block pointers against the pointer kernel, compiled.
+fn block_ptr_matmul(c: &mut Criterion) {
+    let n = 512usize;
+    let mut g = c.benchmark_group("matmul_512_f32_compiled");
+    g.sample_size(20);
+    let a = mlx::random::uniform(&[n, n], F32, -1.0, 1.0, 5).unwrap();
+    let b = mlx::random::uniform(&[n, n], F32, -1.0, 1.0, 6).unwrap();
+    Array::eval_all(&[&a, &b]).unwrap();
+    g.throughput(Throughput::Elements((2 * n * n * n) as u64));
+    let d = n as i32;
+    let blk = block_ptr_matmul_kernel().unwrap();
+    g.bench_function("block_ptr", |bch| {
+        bch.iter(|| {
+            let o = blk
+                .launch()
+                .grid([n / 64, n / 64])
+                .args((&a, &b, out(&[n, n], F32), d, d, d, d, 1, d, 1, d, 1))
+                .constexpr("BLOCK_M", 64)
+                .constexpr("BLOCK_N", 64)
+                .constexpr("BLOCK_K", 64)
+                .target(Target::CpuCompiled)
+                .run()
+                .unwrap();
+            o[0].eval().unwrap();
+        })
+    });
+    let ptr = common::matmul::matmul_kernel().unwrap();
+    g.bench_function("pointer", |bch| {
+        bch.iter(|| {
+            let o = ptr
+                .launch()
+                .grid([(n / 64) * (n / 64)])
+                .args((&a, &b, out(&[n, n], F32), d, d, d, d, 1, d, 1, d, 1))
+                .constexpr("BLOCK_SIZE_M", 64)
+                .constexpr("BLOCK_SIZE_N", 64)
+                .constexpr("BLOCK_SIZE_K", 64)
+                .constexpr("GROUP_SIZE_M", 8)
+                .target(Target::CpuCompiled)
+                .run()
+                .unwrap();
+            o[0].eval().unwrap();
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
     copy,
     vector_add,
     row_sum,
     softmax_and_layer_norm,
-    matmul
+    matmul,
+    block_ptr_matmul
 );
 criterion_main!(benches);
