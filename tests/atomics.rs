@@ -6,38 +6,11 @@
 
 mod support;
 
+use support::every_target;
+
 use triton_metal::runtime::{out, Launch, Target};
-use triton_metal::tl::{self, JitKernel};
+use triton_metal::tl;
 use triton_metal::{Array, DType, DType::*};
-
-/// Compiles the launch's CUDA with NVRTC (where available); `Err` is the code generator's.
-fn cuda_compiles(k: &JitKernel, l: Launch<'_>) -> triton_metal::Result<()> {
-    let p = l.cuda()?;
-    if let Some(n) = support::nvrtc() {
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
-            panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
-        }
-    }
-    Ok(())
-}
-
-/// Runs on every target and compiles the CUDA; every target must succeed.
-fn every_target(
-    k: &JitKernel,
-    setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
-) -> Vec<(Target, Vec<Array>)> {
-    cuda_compiles(k, setup(k.launch())).unwrap_or_else(|e| panic!("{}: CUDA: {e}", k.name()));
-    support::targets(k.name())
-        .into_iter()
-        .map(|t| {
-            let outs = setup(k.launch())
-                .target(t)
-                .run()
-                .unwrap_or_else(|e| panic!("{} on {t:?}: {e}", k.name()));
-            (t, outs)
-        })
-        .collect()
-}
 
 /// Elements of a 16-bit or 32-bit float array as f64.
 fn floats(a: &Array) -> Vec<f64> {
@@ -207,7 +180,7 @@ fn atomic_cas_claims_once() {
                 out(&[16], I32).fill(0.0),
             ))
         }
-        cuda_compiles(&k, setup(k.launch(), d)).unwrap();
+        support::cuda_compiles(&setup(k.launch(), d)).unwrap();
         for t in support::targets(&name) {
             let r = setup(k.launch(), d).target(t).run();
             if d == I64 && matches!(t, Target::Emulated(_)) {
@@ -283,9 +256,8 @@ fn atomics_on_64_bit_integers() {
         }
         let v = Array::from_slice(&raw, &[64]).unwrap();
         let v = triton_metal::mlx::view(&v, d).unwrap();
-        cuda_compiles(
-            &k,
-            k.launch()
+        support::cuda_compiles(
+            &k.launch()
                 .grid([1])
                 .args((out(&[176], d).fill(fill as f64), &v)),
         )
@@ -350,7 +322,7 @@ fn atomic_orderings() {
                     .constexpr("SCOPE", scope)
             }
             let what = format!("sem {sem} scope {scope}");
-            match cuda_compiles(&k, setup(k.launch(), sem, scope)) {
+            match support::cuda_compiles(&setup(k.launch(), sem, scope)) {
                 Ok(()) => assert!(scope != 2, "{what}: CUDA accepted scope=sys"),
                 Err(e) => {
                     let e = e.to_string();

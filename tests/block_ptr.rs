@@ -8,8 +8,10 @@
 
 mod support;
 
-use triton_metal::runtime::{out, Launch, Target};
-use triton_metal::tl::{self, JitKernel};
+use support::every_target;
+
+use triton_metal::runtime::{out, Target};
+use triton_metal::tl;
 use triton_metal::{jit, mlx, Array, DType, DType::*};
 
 #[allow(dead_code)]
@@ -17,34 +19,6 @@ use triton_metal::{jit, mlx, Array, DType, DType::*};
 mod persistent_matmul;
 
 const POISON: f64 = -777.0;
-
-/// Compiles the launch's CUDA with NVRTC (when available).
-fn nvrtc_compiles(k: &JitKernel, l: Launch<'_>) {
-    if let Some(n) = support::nvrtc() {
-        let p = l.cuda().unwrap();
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
-            panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
-        }
-    }
-}
-
-/// Runs the launch on every target (and compiles its CUDA); each target's outputs.
-fn every_target(
-    k: &JitKernel,
-    setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
-) -> Vec<(Target, Vec<Array>)> {
-    nvrtc_compiles(k, setup(k.launch()));
-    support::targets(k.name())
-        .into_iter()
-        .map(|t| {
-            let o = setup(k.launch())
-                .target(t)
-                .run()
-                .unwrap_or_else(|e| panic!("{} on {t:?}: {e}", k.name()));
-            (t, o)
-        })
-        .collect()
-}
 
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len()
@@ -441,7 +415,7 @@ fn unchecked_block_ptr_access_is_reported() {
             .args((&x, out(&[16], F32), 10))
             .target(t)
     };
-    nvrtc_compiles(&k, launch(Target::Cuda));
+    support::cuda_compiles(&launch(Target::Cuda)).unwrap();
     for t in support::targets(k.name()) {
         let e = match launch(t).run() {
             Err(e) => e,
@@ -574,7 +548,7 @@ fn persistent_matmul_kernels_compile_as_cuda() {
         .constexpr("BLOCK_SIZE_K", 32)
         .constexpr("GROUP_SIZE_M", 8)
         .target(Target::Cuda);
-    nvrtc_compiles(&k, l);
+    support::cuda_compiles(&l).unwrap();
     let k = persistent_matmul::matmul_kernel_descriptor_persistent().unwrap();
     for subtile in [0, 1] {
         let l = k
@@ -587,7 +561,7 @@ fn persistent_matmul_kernels_compile_as_cuda() {
             .constexpr("GROUP_SIZE_M", 8)
             .constexpr("EPILOGUE_SUBTILE", subtile)
             .target(Target::Cuda);
-        nvrtc_compiles(&k, l);
+        support::cuda_compiles(&l).unwrap();
     }
 }
 

@@ -5,32 +5,11 @@
 
 mod support;
 
-use triton_metal::runtime::{out, Launch, Target};
-use triton_metal::tl::{self, JitKernel};
-use triton_metal::{Array, DType::*};
+use support::every_target;
 
-/// Runs on every target and compiles the CUDA; every target must succeed.
-fn every_target(
-    k: &JitKernel,
-    setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
-) -> Vec<(Target, Vec<Array>)> {
-    if let Some(n) = support::nvrtc() {
-        let p = setup(k.launch()).cuda().unwrap();
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
-            panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
-        }
-    }
-    support::targets(k.name())
-        .into_iter()
-        .map(|t| {
-            let outs = setup(k.launch())
-                .target(t)
-                .run()
-                .unwrap_or_else(|e| panic!("{} on {t:?}: {e}", k.name()));
-            (t, outs)
-        })
-        .collect()
-}
+use triton_metal::runtime::out;
+use triton_metal::tl;
+use triton_metal::{Array, DType::*};
 
 /// PTX's `cvt.rna.tf32.f32`: to nearest, ties away from zero; inf and NaN unchanged.
 fn tf32(x: f32) -> f32 {

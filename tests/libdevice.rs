@@ -57,21 +57,9 @@ fn every_target(
     k: &JitKernel,
     setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
 ) -> Vec<(Target, Vec<f32>)> {
-    if let Some(n) = support::nvrtc() {
-        let p = setup(k.launch()).cuda().unwrap();
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
-            panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
-        }
-    }
-    support::targets(k.name())
+    support::every_target(k, setup)
         .into_iter()
-        .map(|t| {
-            let o = setup(k.launch())
-                .target(t)
-                .run()
-                .unwrap_or_else(|e| panic!("{} on {t:?}: {e}", k.name()));
-            (t, o[0].to_vec::<f32>().unwrap())
-        })
+        .map(|(t, o)| (t, o[0].to_vec::<f32>().unwrap()))
         .collect()
 }
 

@@ -6,39 +6,15 @@
 
 mod support;
 
-use triton_metal::runtime::{out, Launch, ReductionLayout, Target};
+use support::every_target;
+
+use triton_metal::runtime::{out, ReductionLayout, Target};
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{
     Array,
     DType::{self, *},
     Element,
 };
-
-/// Runs the launch that `setup` configures on every target (and compiles its CUDA with
-/// NVRTC); returns each target's outputs.
-fn every_target(
-    k: &JitKernel,
-    setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
-) -> Vec<(Target, Vec<Array>)> {
-    if let Some(n) = support::nvrtc() {
-        let p = setup(k.launch())
-            .cuda()
-            .unwrap_or_else(|e| panic!("{}: CUDA codegen: {e}", k.name()));
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
-            panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
-        }
-    }
-    support::targets(k.name())
-        .into_iter()
-        .map(|t| {
-            let outs = setup(k.launch())
-                .target(t)
-                .run()
-                .unwrap_or_else(|e| panic!("{} on {t:?}: {e}", k.name()));
-            (t, outs)
-        })
-        .collect()
-}
 
 // ---- reductions ---------------------------------------------------------------------------
 

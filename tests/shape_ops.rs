@@ -5,34 +5,13 @@
 
 mod support;
 
-use triton_metal::runtime::{out, Launch, Target};
-use triton_metal::tl::{self, JitKernel};
+use support::every_target;
+
+use triton_metal::runtime::out;
+use triton_metal::tl;
 use triton_metal::{Array, DType::*};
 
 const POISON: f64 = -777.0;
-
-/// Runs the launch on every target (and compiles its CUDA); each target's outputs.
-fn every_target(
-    k: &JitKernel,
-    setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
-) -> Vec<(Target, Vec<Array>)> {
-    if let Some(n) = support::nvrtc() {
-        let p = setup(k.launch()).cuda().unwrap();
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
-            panic!("{}: NVRTC: {e}\n{}", k.name(), p.standalone());
-        }
-    }
-    support::targets(k.name())
-        .into_iter()
-        .map(|t| {
-            let o = setup(k.launch())
-                .target(t)
-                .run()
-                .unwrap_or_else(|e| panic!("{} on {t:?}: {e}", k.name()));
-            (t, o)
-        })
-        .collect()
-}
 
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len()

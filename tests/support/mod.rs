@@ -1,10 +1,13 @@
-//! What several integration tests share: the targets a test runs on here and NVRTC.
+//! What several integration tests share: the targets a test runs on here, NVRTC, and
+//! running one launch on all of them.
 
 #![allow(dead_code)]
 
 use triton_metal::codegen::nvrtc::{Nvrtc, NVRTC_DIR_ENV};
 use triton_metal::emu::{Emulator, LaneOrder};
 use triton_metal::runtime::{Launch, Target};
+use triton_metal::tl::JitKernel;
+use triton_metal::Array;
 
 /// The targets a test runs on here: the interpreter, and (with clang) the compiled CPU
 /// executor and the Metal emulator in both lane orders.
@@ -55,4 +58,35 @@ pub fn nvrtc_compiles(launch: &Launch<'_>) {
             panic!("NVRTC rejected `{}`: {e}\n{}", p.name, p.standalone());
         }
     }
+}
+
+/// Generates the CUDA `launch` would run and compiles it with NVRTC for sm_80 (where NVRTC
+/// is available): `Err` is the code generator's refusal; NVRTC rejecting the code panics.
+pub fn cuda_compiles(launch: &Launch<'_>) -> triton_metal::Result<()> {
+    let p = launch.cuda()?;
+    if let Some(n) = nvrtc() {
+        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_80") {
+            panic!("NVRTC rejected `{}`: {e}\n{}", p.name, p.standalone());
+        }
+    }
+    Ok(())
+}
+
+/// Runs the launch `setup` configures on every target of [`targets`], after compiling its
+/// CUDA ([`cuda_compiles`]); each target's outputs. Any target failing panics.
+pub fn every_target(
+    k: &JitKernel,
+    setup: impl for<'a> Fn(Launch<'a>) -> Launch<'a>,
+) -> Vec<(Target, Vec<Array>)> {
+    cuda_compiles(&setup(k.launch())).unwrap_or_else(|e| panic!("{}: CUDA: {e}", k.name()));
+    targets(k.name())
+        .into_iter()
+        .map(|t| {
+            let outs = setup(k.launch())
+                .target(t)
+                .run()
+                .unwrap_or_else(|e| panic!("{} on {t:?}: {e}", k.name()));
+            (t, outs)
+        })
+        .collect()
 }
