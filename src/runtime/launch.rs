@@ -1856,6 +1856,22 @@ fn metal_source(prog: &MetalProgram) -> GpuSource<'_> {
     }
 }
 
+/// The launch's results from what a Metal program (on a GPU or the emulator) returned:
+/// outputs kept in words read back in their dtype, in-place outputs merged with their
+/// arguments, the unstored outputs added.
+fn metal_results(
+    kernel: &Kernel,
+    prog: &MetalProgram,
+    plan: &Bound,
+    outs: Vec<Array>,
+    unstored: Vec<(usize, Array)>,
+) -> Result<Vec<Array>> {
+    let prog_outputs = (prog.outputs.as_slice(), prog.in_place.as_slice());
+    let specs = gpu_outputs(kernel, prog_outputs, prog.flag_dtype, plan)?;
+    let outs = from_words(outs, &specs, &prog.word_outputs)?;
+    gpu_results(kernel, plan, prog_outputs, outs, unstored)
+}
+
 fn run_metal(
     kernel: &Kernel,
     prog: &MetalProgram,
@@ -1873,20 +1889,7 @@ fn run_metal(
     }
     .launch()
     .map_err(|e| from_program(e, kernel, &prog.name))?;
-    let specs = gpu_outputs(
-        kernel,
-        (&prog.outputs, &prog.in_place),
-        prog.flag_dtype,
-        plan,
-    )?;
-    let outs = from_words(outs, &specs, &prog.word_outputs)?;
-    gpu_results(
-        kernel,
-        plan,
-        (&prog.outputs, &prog.in_place),
-        outs,
-        unstored,
-    )
+    metal_results(kernel, prog, plan, outs, unstored)
 }
 
 fn run_cuda(
@@ -1985,18 +1988,5 @@ fn run_emulated(
         .into_iter()
         .map(|b| Array::from_bytes(&b.bytes, &b.shape, b.dtype))
         .collect::<Result<Vec<Array>>>()?;
-    let specs = gpu_outputs(
-        kernel,
-        (&prog.outputs, &prog.in_place),
-        prog.flag_dtype,
-        plan,
-    )?;
-    let outs = from_words(outs, &specs, &prog.word_outputs)?;
-    gpu_results(
-        kernel,
-        plan,
-        (&prog.outputs, &prog.in_place),
-        outs,
-        unstored,
-    )
+    metal_results(kernel, prog, plan, outs, unstored)
 }
