@@ -7,15 +7,10 @@
 //! that buffer, the buffer's stores can be plain (vectorised, bulk) writes without a data
 //! race.
 //!
-//! Every integer value is abstracted over all programs and all lanes as
-//! `c0·pid0 + c1·pid1 + c2·pid2 + x` with `x` in an interval `[lo, hi]` (an affine function
-//! of the program id plus a program-independent spread). Only `+`, `-`, multiplication by
-//! a constant (or of two program-independent values), `arange`, constants, integer scalar
-//! arguments, `program_id`, `num_programs`, `for` induction variables and shape-only ops
-//! are modelled; anything else is unknown. A value whose range over the whole grid could
-//! wrap its dtype (or a pointer offset that could wrap the packed pointer) is unknown too,
-//! so the model is exact arithmetic. A store through a pointer the analysis cannot follow
-//! to one argument makes every buffer non-disjoint.
+//! The offsets come from the integer analysis ([`crate::opt::axis::analyse_launch`]):
+//! every pointer is an argument plus `c0·pid0 + c1·pid1 + c2·pid2 + x`, with `x` in an
+//! interval over all lanes (and loop iterations) of one program; a pointer the analysis
+//! cannot follow to one argument makes every buffer non-disjoint.
 //!
 //! Disjointness: all stores to the buffer must share one coefficient vector `c`; their
 //! windows are merged into one `[lo, hi]` per program. Taking the grid axes with more than
@@ -24,256 +19,56 @@
 //! `pid -> window` injective into pairwise disjoint sets. Masks only remove lanes, so they
 //! are ignored.
 
-use crate::dtype::DType;
-use crate::ir::{BinaryOp, Kernel, Op, ParamKind, RegionId, Value};
+use crate::ir::{Kernel, Op, ParamKind, Value};
+use crate::opt::axis::{self, Affine, Form, Launch};
 
-/// `coef · pid + [lo, hi]`, exact.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Aff {
-    coef: [i128; 3],
-    lo: i128,
-    hi: i128,
-}
-
-impl Aff {
-    fn konst(v: i128) -> Aff {
-        Aff {
-            coef: [0; 3],
-            lo: v,
-            hi: v,
-        }
-    }
-
-    fn pid_free(&self) -> bool {
-        self.coef == [0; 3]
-    }
-
-    /// The value's range over every program of `grid`.
-    fn range(&self, grid: [usize; 3]) -> (i128, i128) {
-        let (mut lo, mut hi) = (self.lo, self.hi);
-        for (c, g) in self.coef.iter().zip(grid) {
-            let top = c * (g.max(1) as i128 - 1);
-            lo += top.min(0);
-            hi += top.max(0);
-        }
-        (lo, hi)
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Abs {
-    Unknown,
-    Int(Aff),
-    /// A pointer into argument `param` at element offsets `off`.
-    Ptr {
-        param: usize,
-        off: Aff,
-    },
-}
-
-/// Largest magnitude a packed pointer offset (48 bits, sign-extended) holds without
-/// wrapping.
-const PTR_OFF_MAX: i128 = (1 << 47) - 1;
-
-struct Analysis<'k> {
-    k: &'k Kernel,
-    grid: [usize; 3],
-    vals: Vec<Abs>,
-    /// Per parameter: the store windows (coefficients, lo, hi), or `None` once disproved.
-    windows: Vec<Option<Vec<Aff>>>,
+/// One launch's accesses, per parameter.
+struct Accesses {
+    /// Per parameter: the windows of its stores (coefficients, spread), and whether it is
+    /// stored to; `None` once disproved (a load or an atomic).
+    windows: Vec<Option<(Vec<Affine>, bool)>>,
     /// A memory op through a pointer the analysis cannot attribute to one argument.
     poisoned: bool,
 }
 
-impl Analysis<'_> {
-    fn get(&self, v: Value) -> Abs {
-        self.vals.get(v.index()).copied().unwrap_or(Abs::Unknown)
-    }
-
-    /// `a` as the value of integer dtype `d`, or unknown when it could wrap.
-    fn int(&self, a: Aff, d: DType) -> Abs {
-        let (lo, hi) = a.range(self.grid);
-        let (min, max) = match d {
-            DType::I32 => (i32::MIN as i128, i32::MAX as i128),
-            DType::I64 => (i64::MIN as i128, i64::MAX as i128),
-            _ => return Abs::Unknown,
-        };
-        // Bounded coefficients keep every product in `mul` inside i128.
-        let big = a.coef.iter().any(|c| c.abs() > i64::MAX as i128);
-        if big || lo > hi || lo < min || hi > max {
-            return Abs::Unknown;
-        }
-        Abs::Int(a)
-    }
-
-    fn ptr(&self, param: usize, off: Aff) -> Abs {
-        let (lo, hi) = off.range(self.grid);
-        let big = off.coef.iter().any(|c| c.abs() > i64::MAX as i128);
-        if big || lo < -PTR_OFF_MAX || hi > PTR_OFF_MAX {
-            return Abs::Unknown;
-        }
-        Abs::Ptr { param, off }
-    }
-
-    /// A memory op's pointer operand: marks the buffer as touched by something other than a
-    /// plain store (or poisons everything when the pointer is not understood).
-    fn touch(&mut self, ptr: Value) {
-        match self.get(ptr) {
-            Abs::Ptr { param, .. } => self.windows[param] = None,
-            _ => self.poisoned = true,
-        }
-    }
-
-    fn store(&mut self, ptr: Value) {
-        match self.get(ptr) {
-            Abs::Ptr { param, off } => {
-                if let Some(w) = &mut self.windows[param] {
-                    w.push(off);
+impl Accesses {
+    fn record(&mut self, form: &[Form], k: &Kernel, ptr: Value, store: bool) {
+        match form[ptr.index()] {
+            Form::Ptr { param, off } => {
+                if let Some((w, stored)) = &mut self.windows[param] {
+                    w.push(off.spread(k.ty(ptr).numel()));
+                    *stored |= store;
                 }
             }
             _ => self.poisoned = true,
         }
     }
 
-    fn region(&mut self, r: RegionId) {
-        for &id in &self.k.region(r).ops {
-            self.op(id);
+    /// A memory op other than a plain store: the buffer is not private to its programs.
+    fn touch(&mut self, form: &[Form], ptr: Value) {
+        match form[ptr.index()] {
+            Form::Ptr { param, .. } => self.windows[param] = None,
+            _ => self.poisoned = true,
         }
     }
 
-    fn op(&mut self, id: crate::ir::OpId) {
-        let data = self.k.op(id);
-        let res = data.result();
-        let rty = res.map(|v| self.k.ty(v));
-        // An integer result in the op's dtype (ops without a result stay unknown).
-        let int = |a: Aff| rty.map_or(Abs::Unknown, |t| self.int(a, t.dtype));
-        let out = match &data.op {
-            Op::ProgramId { axis } => {
-                let mut coef = [0; 3];
-                coef[(*axis as usize).min(2)] = 1;
-                Abs::Int(Aff { coef, lo: 0, hi: 0 })
-            }
-            Op::NumPrograms { axis } => {
-                Abs::Int(Aff::konst(self.grid[(*axis as usize).min(2)].max(1) as i128))
-            }
-            Op::Constant { value } if rty.is_some_and(|t| !t.ptr) => match value {
-                crate::ir::Const::Int(v) => int(Aff::konst(*v as i128)),
-                crate::ir::Const::Float(_) => Abs::Unknown,
-            },
-            Op::Arange { start, end } if end > start => self.int(
-                Aff {
-                    coef: [0; 3],
-                    lo: *start as i128,
-                    hi: *end as i128 - 1,
-                },
-                DType::I32,
-            ),
-            Op::Splat { src, .. }
-            | Op::Broadcast { src, .. }
-            | Op::ExpandDims { src, .. }
-            | Op::Reshape { src, .. }
-            | Op::Permute { src, .. } => self.get(*src),
-            Op::Cast { src } => match self.get(*src) {
-                Abs::Int(a) if rty.is_some_and(|t| !t.ptr) => int(a),
-                _ => Abs::Unknown,
-            },
-            Op::AddPtr { ptr, offset } => match (self.get(*ptr), self.get(*offset)) {
-                (Abs::Ptr { param, off }, Abs::Int(o)) => self.ptr(param, add(off, o, 1)),
-                _ => Abs::Unknown,
-            },
-            Op::Binary { kind, lhs, rhs } => match (self.get(*lhs), self.get(*rhs)) {
-                (Abs::Int(a), Abs::Int(b)) => match kind {
-                    BinaryOp::Add => int(add(a, b, 1)),
-                    BinaryOp::Sub => int(add(a, b, -1)),
-                    BinaryOp::Mul => match mul(a, b) {
-                        Some(m) => int(m),
-                        None => Abs::Unknown,
-                    },
-                    _ => Abs::Unknown,
-                },
-                _ => Abs::Unknown,
-            },
-            Op::Load { ptr, .. } | Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => {
-                self.touch(*ptr);
-                Abs::Unknown
-            }
-            Op::Store { ptr, .. } => {
-                self.store(*ptr);
-                Abs::Unknown
-            }
-            Op::For {
-                lo, hi, step, body, ..
-            } => {
-                let args = &self.k.region(*body).args;
-                // The induction variable lies in [lo, hi - 1] of its own program, and with
-                // constant bounds and step it ends at the last step below `hi`; carried
-                // values are not followed (unknown).
-                let konst = |a: Abs| match a {
-                    Abs::Int(a) if a.pid_free() && a.lo == a.hi => Some(a.lo),
-                    _ => None,
-                };
-                let exact = match (
-                    konst(self.get(*lo)),
-                    konst(self.get(*hi)),
-                    konst(self.get(*step)),
-                ) {
-                    (Some(l), Some(h), Some(s)) if s > 0 && h > l => Some(Aff {
-                        coef: [0; 3],
-                        lo: l,
-                        hi: l + (h - 1 - l) / s * s,
-                    }),
-                    _ => None,
-                };
-                let iv = match (self.get(*lo), self.get(*hi), args.first()) {
-                    (_, _, Some(&v)) if exact.is_some() => {
-                        exact.map_or(Abs::Unknown, |e| self.int(e, self.k.ty(v).dtype))
-                    }
-                    (Abs::Int(l), Abs::Int(h), Some(&v)) if l.coef == h.coef && h.hi > l.lo => self
-                        .int(
-                            Aff {
-                                coef: l.coef,
-                                lo: l.lo,
-                                hi: h.hi - 1,
-                            },
-                            self.k.ty(v).dtype,
-                        ),
-                    _ => Abs::Unknown,
-                };
-                if let Some(&v) = args.first() {
-                    self.vals[v.index()] = iv;
-                }
-                self.region(*body);
-                Abs::Unknown
-            }
-            _ => {
-                // Region args (carried values, combine operands) stay unknown.
-                for r in data.op.regions() {
-                    self.region(r);
-                }
-                Abs::Unknown
-            }
-        };
-        if let Some(v) = res {
-            self.vals[v.index()] = out;
-        }
-    }
-
-    /// Whether the stores recorded for `param` are pairwise disjoint across programs.
-    fn disjoint(&self, param: usize) -> bool {
-        let Some(ws) = self.windows.get(param).and_then(|w| w.as_ref()) else {
+    /// Whether the accesses recorded for `param` include a store and lie in windows that are
+    /// pairwise disjoint across the programs of `grid`.
+    fn disjoint(&self, param: usize, grid: [usize; 3]) -> bool {
+        let Some((ws, true)) = self.windows.get(param).and_then(|w| w.as_ref()) else {
             return false;
         };
         let Some(first) = ws.first() else {
             return false;
         };
-        if ws.iter().any(|w| w.coef != first.coef || w.lo > w.hi) {
+        if ws.iter().any(|w| w.pid != first.pid || w.lo > w.hi) {
             return false;
         }
         let lo = ws.iter().map(|w| w.lo).min().unwrap_or(0);
         let hi = ws.iter().map(|w| w.hi).max().unwrap_or(0);
         let mut axes: Vec<(i128, i128)> = (0..3)
-            .filter(|&a| self.grid[a] > 1)
-            .map(|a| (first.coef[a].abs(), self.grid[a] as i128))
+            .filter(|&a| grid[a] > 1)
+            .map(|a| (first.pid[a].abs(), grid[a] as i128))
             .collect();
         axes.sort();
         let mut span = hi - lo + 1;
@@ -287,79 +82,30 @@ impl Analysis<'_> {
     }
 }
 
-fn add(a: Aff, b: Aff, sign: i128) -> Aff {
-    let (blo, bhi) = if sign > 0 {
-        (b.lo, b.hi)
-    } else {
-        (-b.hi, -b.lo)
-    };
-    Aff {
-        coef: [
-            a.coef[0] + sign * b.coef[0],
-            a.coef[1] + sign * b.coef[1],
-            a.coef[2] + sign * b.coef[2],
-        ],
-        lo: a.lo + blo,
-        hi: a.hi + bhi,
-    }
-}
-
-fn mul(a: Aff, b: Aff) -> Option<Aff> {
-    let scale = |a: Aff, k: i128| Aff {
-        coef: a.coef.map(|c| c * k),
-        lo: (a.lo * k).min(a.hi * k),
-        hi: (a.lo * k).max(a.hi * k),
-    };
-    // Magnitudes stay far below i128's range: every input fits i64 (checked by `int`).
-    if b.pid_free() && b.lo == b.hi {
-        Some(scale(a, b.lo))
-    } else if a.pid_free() && a.lo == a.hi {
-        Some(scale(b, a.lo))
-    } else if a.pid_free() && b.pid_free() {
-        let p = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi];
-        Some(Aff {
-            coef: [0; 3],
-            lo: *p.iter().min()?,
-            hi: *p.iter().max()?,
-        })
-    } else {
-        None
-    }
-}
-
 /// For each parameter of `k`: true when it is a pointer that this launch (grid, integer
 /// scalar arguments `ints`, `None` where unknown or not an integer) only stores to, with
 /// every program's stores provably disjoint from every other program's.
 pub(crate) fn disjoint_stores(k: &Kernel, grid: [usize; 3], ints: &[Option<i64>]) -> Vec<bool> {
-    let mut a = Analysis {
-        k,
-        grid,
-        vals: vec![Abs::Unknown; k.values.len()],
+    let form = axis::analyse_launch(k, Launch { grid, ints }).form;
+    let mut a = Accesses {
         windows: k
             .params
             .iter()
-            .map(|p| matches!(p.kind, ParamKind::Ptr(_)).then(Vec::new))
+            .map(|p| matches!(p.kind, ParamKind::Ptr(_)).then(|| (Vec::new(), false)))
             .collect(),
         poisoned: false,
     };
-    for (i, p) in k.params.iter().enumerate() {
-        let v = match (p.kind, ints.get(i).copied().flatten()) {
-            (ParamKind::Ptr(_), _) => Abs::Ptr {
-                param: i,
-                off: Aff::konst(0),
-            },
-            (ParamKind::Scalar(d @ (DType::I32 | DType::I64)), Some(x)) => {
-                a.int(Aff::konst(x as i128), d)
+    for id in k.walk() {
+        match &k.op(id).op {
+            Op::Store { ptr, .. } => a.record(&form, k, *ptr, true),
+            Op::Load { ptr, .. } | Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => {
+                a.touch(&form, *ptr)
             }
-            _ => Abs::Unknown,
-        };
-        if let Some(slot) = a.vals.get_mut(p.value.index()) {
-            *slot = v;
+            _ => {}
         }
     }
-    a.region(k.body);
     (0..k.params.len())
-        .map(|i| !a.poisoned && a.disjoint(i))
+        .map(|i| !a.poisoned && a.disjoint(i, grid))
         .collect()
 }
 

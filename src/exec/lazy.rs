@@ -11,11 +11,14 @@
 //!
 //! Only signed integers whose every lane is representable get an affine form, so the
 //! formula never has to model wrap-around: an op whose result could wrap falls back to
-//! the ordinary (wrapping) block op.
+//! the ordinary (wrapping) block op. The forms and their arithmetic are the integer
+//! analysis's ([`crate::opt::axis::Affine`] for one program, whose base the interpreter
+//! knows at run time); this module keeps them on values and writes them out.
 
 use super::data::{canon_i32, Data};
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, CmpPred};
+use crate::opt::axis::{self, Affine};
 
 /// A block value known in closed form (1-D blocks only; lane `i` of the flat block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,27 +35,9 @@ pub(crate) fn affine_dtype(d: DType) -> bool {
     matches!(d, DType::I32 | DType::I64)
 }
 
-fn range_of(d: DType) -> (i128, i128) {
-    match d {
-        DType::I32 => (i32::MIN as i128, i32::MAX as i128),
-        _ => (i64::MIN as i128, i64::MAX as i128),
-    }
-}
-
-/// `base + stride * i` for `i < n` as a [`Lazy::Affine`], when every lane fits `d`.
-fn affine(base: i128, stride: i128, n: usize, d: DType) -> Option<Lazy> {
-    let (lo, hi) = range_of(d);
-    let last = base + stride * (n as i128 - 1);
-    let fits = |x: i128| x >= lo && x <= hi;
-    // Lanes are linear in `i`, so the end points bound all of them.
-    (n > 0 && fits(base) && fits(last) && fits(stride)).then_some(Lazy::Affine {
-        base: base as i64,
-        stride: stride as i64,
-    })
-}
-
 /// `a op b` for operands in affine form (a scalar is stride 0), `n` lanes of dtype `d`;
-/// `None` when the result is not affine or could wrap.
+/// `None` when the result is not affine or could wrap. The arithmetic and the range check
+/// are the integer analysis's ([`Affine`]), for one program.
 pub(crate) fn binary(
     kind: BinaryOp,
     a: (i64, i64),
@@ -60,41 +45,21 @@ pub(crate) fn binary(
     n: usize,
     d: DType,
 ) -> Option<Lazy> {
-    let (ab, as_, bb, bs) = (a.0 as i128, a.1 as i128, b.0 as i128, b.1 as i128);
-    match kind {
-        BinaryOp::Add => affine(ab + bb, as_ + bs, n, d),
-        BinaryOp::Sub => affine(ab - bb, as_ - bs, n, d),
-        BinaryOp::Mul if bs == 0 => affine(ab * bb, as_ * bb, n, d),
-        BinaryOp::Mul if as_ == 0 => affine(ab * bb, bs * ab, n, d),
-        _ => None,
+    let r = Affine::lanes(a.0, a.1).binary(kind, Affine::lanes(b.0, b.1), n)?;
+    if !r.fits(d, [1; 3], n) {
+        return None;
     }
+    // `fits` bounded every lane and the stride to `d`, so both fit i64.
+    let (base, stride) = r.exact_lanes()?;
+    Some(Lazy::Affine {
+        base: base as i64,
+        stride: stride as i64,
+    })
 }
 
 /// `a pred b` for operands in affine form, as a lane prefix when the true lanes are one.
 pub(crate) fn cmp(pred: CmpPred, a: (i64, i64), b: (i64, i64), n: usize) -> Option<Lazy> {
-    // The difference `a - b = d0 + ds * i`, exact in i128.
-    let (d0, ds) = (a.0 as i128 - b.0 as i128, a.1 as i128 - b.1 as i128);
-    // Every supported predicate as `c0 + cs * i < 0`.
-    let (c0, cs) = match pred {
-        CmpPred::Lt => (d0, ds),
-        CmpPred::Le => (d0 - 1, ds),
-        CmpPred::Gt => (-d0, -ds),
-        CmpPred::Ge => (-d0 - 1, -ds),
-        CmpPred::Eq | CmpPred::Ne => return None,
-    };
-    // Non-decreasing in `i`: the true lanes are a prefix.
-    if cs < 0 {
-        return None;
-    }
-    let k = if c0 >= 0 {
-        0
-    } else if cs == 0 {
-        n as i128
-    } else {
-        // Lanes with i < -c0 / cs, i.e. the first ceil(-c0 / cs).
-        (-c0 + cs - 1) / cs
-    };
-    Some(Lazy::Prefix(k.clamp(0, n as i128) as usize))
+    axis::true_prefix(pred, Affine::lanes(a.0, a.1), Affine::lanes(b.0, b.1), n).map(Lazy::Prefix)
 }
 
 /// Writes the `n` lanes of `l` (of dtype `d`) into `out`, as the block ops would have.

@@ -1,19 +1,32 @@
-//! Contiguity, divisibility and constancy of integer values along the flat element index
-//! (Triton's `AxisInfo`), to decide where loads and stores can use vector instructions.
+//! The integer analysis of kernel IR: what is known about every integer and pointer value,
+//! for the printers' vector accesses (`opt::plan`, `codegen`), the interpreter's closed
+//! forms of index arithmetic (`exec::lazy`) and the proof that programs access a buffer
+//! disjointly (`exec::disjoint`). One walk over the kernel derives three kinds of facts:
 //!
-//! For a block value, `contig = c` means the flat index splits into aligned runs of `c`
-//! elements whose values step by +1; `cst = c` means aligned runs of `c` equal elements;
-//! `div` divides the first value of every run. The flat-index view makes `reshape` and
-//! `expand_dims` free; anything not understood is `(1, 1, 1)`.
-//!
-//! `x % n` keeps runs of `gcd(contig(x), div(n))` only when `x` is non-negative (C's
-//! remainder takes the dividend's sign), so the analysis also tracks which integer values
-//! are non-negative. Like Triton's, it assumes index arithmetic does not wrap: a wrapped
-//! index addresses memory out of bounds with or without vector accesses.
+//! - [`AxisInfo`] (Triton's `AxisInfo`), true for every launch: contiguity, divisibility and
+//!   constancy along the flat element index, to decide where loads and stores can use vector
+//!   instructions. `contig = c` means the flat index splits into aligned runs of `c`
+//!   elements whose values step by +1; `cst = c` means aligned runs of `c` equal elements;
+//!   `div` divides the first value of every run. The flat-index view makes `reshape` and
+//!   `expand_dims` free; anything not understood is `(1, 1, 1)`.
+//! - Non-negativity: `x % n` keeps runs of `gcd(contig(x), div(n))` only when `x` is
+//!   non-negative (C's remainder takes the dividend's sign). Like Triton's, these two
+//!   assume index arithmetic does not wrap: a wrapped index addresses memory out of bounds
+//!   with or without vector accesses.
+//! - [`Form`], for one launch whose grid and integer scalar arguments are known
+//!   ([`analyse_launch`]): the value as an exact [`Affine`] function of the program id and
+//!   the lane, plus a spread no formula tracks (a loop's induction variable, a product of
+//!   ranges), and for pointers the argument they point into. These forms model exact
+//!   arithmetic: a value whose range over the whole grid could wrap its dtype (or a pointer
+//!   offset that could wrap the executors' 48-bit packed offset) is unknown. Only `+`, `-`,
+//!   multiplication by a constant (or of two program-independent values), `arange`,
+//!   constants, integer scalar arguments, `program_id`, `num_programs`, `for` induction
+//!   variables, widening and narrowing integer casts and shape-only ops are modelled.
 
-use crate::ir::{BinaryOp, CmpPred, Const, Hint, Kernel, Op, Value, ValueDef};
+use crate::dtype::DType;
+use crate::ir::{BinaryOp, CmpPred, Const, Hint, Kernel, Op, OpData, ParamKind, Value, ValueDef};
 
-/// What is known about one value.
+/// What is known about one value along its flat element index, for every launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AxisInfo {
     /// Length of aligned +1 runs.
@@ -50,10 +63,239 @@ impl AxisInfo {
     };
 }
 
+/// An integer over the programs of a launch and the lanes of a block:
+/// `pid · pid_coef + lane · i + x` for program `pid` and flat element index `i`, with `x`
+/// somewhere in `[lo, hi]`. Arithmetic on it is exact (`i128`; the values it is built from
+/// are checked to fit 64 bits, see [`Affine::fits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Affine {
+    /// Coefficient of each program-id axis.
+    pub pid: [i128; 3],
+    /// Coefficient of the flat element index.
+    pub lane: i128,
+    /// Lowest value of the program- and lane-independent part.
+    pub lo: i128,
+    /// Highest value of the program- and lane-independent part.
+    pub hi: i128,
+}
+
+impl Affine {
+    /// The constant `v`.
+    pub const fn konst(v: i128) -> Affine {
+        Affine {
+            pid: [0; 3],
+            lane: 0,
+            lo: v,
+            hi: v,
+        }
+    }
+
+    /// Lane `i` holds `base + stride · i`, in every program.
+    pub const fn lanes(base: i64, stride: i64) -> Affine {
+        Affine {
+            pid: [0; 3],
+            lane: stride as i128,
+            lo: base as i128,
+            hi: base as i128,
+        }
+    }
+
+    /// `(base, stride)` when the value is exactly `base + stride · i` in every program.
+    pub fn exact_lanes(&self) -> Option<(i128, i128)> {
+        (self.pid == [0; 3] && self.lo == self.hi).then_some((self.lo, self.lane))
+    }
+
+    /// The value when it is one constant everywhere.
+    pub fn constant(&self) -> Option<i128> {
+        self.exact_lanes().filter(|&(_, s)| s == 0).map(|(b, _)| b)
+    }
+
+    /// True when no program id enters the value.
+    pub fn pid_free(&self) -> bool {
+        self.pid == [0; 3]
+    }
+
+    /// The same values over lanes `0..n`, with the lane term folded into the spread (for a
+    /// value whose elements move to other flat indices: broadcasts, permutes, splats).
+    pub fn spread(self, n: usize) -> Affine {
+        let top = self.lane * (n.max(1) as i128 - 1);
+        Affine {
+            lane: 0,
+            lo: self.lo + top.min(0),
+            hi: self.hi + top.max(0),
+            ..self
+        }
+    }
+
+    /// The lowest and highest value over every program of `grid` and lanes `0..n`.
+    pub fn range(&self, grid: [usize; 3], n: usize) -> (i128, i128) {
+        let s = self.spread(n);
+        let (mut lo, mut hi) = (s.lo, s.hi);
+        for (c, g) in self.pid.iter().zip(grid) {
+            let top = c * (g.max(1) as i128 - 1);
+            lo += top.min(0);
+            hi += top.max(0);
+        }
+        (lo, hi)
+    }
+
+    /// Whether every value over `grid` and lanes `0..n`, and the lane coefficient, fit `d`
+    /// (`i32` or `i64`; other dtypes never do). Program-id coefficients must fit 64 bits,
+    /// which keeps every product of two checked forms inside `i128`.
+    pub fn fits(&self, d: DType, grid: [usize; 3], n: usize) -> bool {
+        let Some((min, max)) = int_bounds(d) else {
+            return false;
+        };
+        let ok = |x: i128| x >= min && x <= max;
+        let (lo, hi) = self.range(grid, n);
+        n > 0
+            && self.lo <= self.hi
+            && self.pid.iter().all(|c| c.abs() <= i64::MAX as i128)
+            && ok(self.lane)
+            && ok(lo)
+            && ok(hi)
+    }
+
+    /// `self + sign · b` (`sign` is 1 or -1).
+    pub fn add(self, b: Affine, sign: i128) -> Affine {
+        let (blo, bhi) = if sign > 0 {
+            (b.lo, b.hi)
+        } else {
+            (-b.hi, -b.lo)
+        };
+        Affine {
+            pid: [0, 1, 2].map(|a| self.pid[a] + sign * b.pid[a]),
+            lane: self.lane + sign * b.lane,
+            lo: self.lo + blo,
+            hi: self.hi + bhi,
+        }
+    }
+
+    /// `self · k`.
+    fn scale(self, k: i128) -> Affine {
+        Affine {
+            pid: self.pid.map(|c| c * k),
+            lane: self.lane * k,
+            lo: (self.lo * k).min(self.hi * k),
+            hi: (self.lo * k).max(self.hi * k),
+        }
+    }
+
+    /// `self · b` over lanes `0..n`: exact when one side is a constant; a range when both
+    /// are program-independent; otherwise not affine.
+    pub fn mul(self, b: Affine, n: usize) -> Option<Affine> {
+        if let Some(k) = b.constant() {
+            return Some(self.scale(k));
+        }
+        if let Some(k) = self.constant() {
+            return Some(b.scale(k));
+        }
+        if !(self.pid_free() && b.pid_free()) {
+            return None;
+        }
+        let (a, b) = (self.spread(n), b.spread(n));
+        let p = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi];
+        Some(Affine {
+            lo: *p.iter().min()?,
+            hi: *p.iter().max()?,
+            ..Affine::konst(0)
+        })
+    }
+
+    /// `self kind b` over lanes `0..n` for the ops the forms model (`+`, `-`, `*`).
+    pub fn binary(self, kind: BinaryOp, b: Affine, n: usize) -> Option<Affine> {
+        match kind {
+            BinaryOp::Add => Some(self.add(b, 1)),
+            BinaryOp::Sub => Some(self.add(b, -1)),
+            BinaryOp::Mul => self.mul(b, n),
+            _ => None,
+        }
+    }
+}
+
+/// The range of the integer dtypes the launch forms model (signed: comparisons and the lack
+/// of wrap-around are then plain integer facts).
+fn int_bounds(d: DType) -> Option<(i128, i128)> {
+    match d {
+        DType::I32 => Some((i32::MIN as i128, i32::MAX as i128)),
+        DType::I64 => Some((i64::MIN as i128, i64::MAX as i128)),
+        _ => None,
+    }
+}
+
+/// The lanes `i < n` where `a pred b` holds, when they are a prefix `0..k`: `Some(k)`. Both
+/// operands must be exact lane formulas ([`Affine::exact_lanes`]); `==` and `!=` are not
+/// modelled.
+pub fn true_prefix(pred: CmpPred, a: Affine, b: Affine, n: usize) -> Option<usize> {
+    // The difference `a - b = d0 + ds * i`, exact.
+    let (d0, ds) = a.add(b, -1).exact_lanes()?;
+    // Every supported predicate as `c0 + cs * i < 0`.
+    let (c0, cs) = match pred {
+        CmpPred::Lt => (d0, ds),
+        CmpPred::Le => (d0 - 1, ds),
+        CmpPred::Gt => (-d0, -ds),
+        CmpPred::Ge => (-d0 - 1, -ds),
+        CmpPred::Eq | CmpPred::Ne => return None,
+    };
+    // Non-decreasing in `i`: the true lanes are a prefix.
+    if cs < 0 {
+        return None;
+    }
+    let k = if c0 >= 0 {
+        0
+    } else if cs == 0 {
+        n as i128
+    } else {
+        // Lanes with i < -c0 / cs, i.e. the first ceil(-c0 / cs).
+        (-c0 + cs - 1) / cs
+    };
+    Some(k.clamp(0, n as i128) as usize)
+}
+
+/// Largest magnitude a packed pointer offset (48 bits, sign-extended) holds without
+/// wrapping.
+const PTR_OFF_MAX: i128 = (1 << 47) - 1;
+
+/// A value over every program and lane of one launch ([`analyse_launch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// Not modelled.
+    Unknown,
+    /// An integer; every value it takes in the launch fits its dtype.
+    Int(Affine),
+    /// A pointer into argument `param` (a parameter index) at element offsets `off`.
+    Ptr {
+        /// The parameter the pointer points into.
+        param: usize,
+        /// Element offsets from the argument's start.
+        off: Affine,
+    },
+}
+
+/// What one launch tells the analysis beyond the kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch<'a> {
+    /// Programs per axis.
+    pub grid: [usize; 3],
+    /// Per parameter: the value of an integer scalar argument (`None`: unknown or not one).
+    pub ints: &'a [Option<i64>],
+}
+
+/// Every fact the walk derives, per value.
+#[derive(Clone, Debug)]
+pub struct Analysis {
+    /// Contiguity, divisibility and constancy along the flat index.
+    pub axis: Vec<AxisInfo>,
+    /// Whether the value is a non-negative integer (assuming no wrap-around).
+    pub nonneg: Vec<bool>,
+    /// The value over the launch (all [`Form::Unknown`] without one).
+    pub form: Vec<Form>,
+}
+
 /// Analyses every value of `k` (loop-carried values and op results it does not model are
 /// unknown).
 pub fn analyse(k: &Kernel) -> Vec<AxisInfo> {
-    run(k, false)
+    run(k, false, None).axis
 }
 
 /// [`analyse`], except that `x % n` keeps `gcd(contig(x), div(n))`-runs whatever the sign
@@ -61,15 +303,26 @@ pub fn analyse(k: &Kernel) -> Vec<AxisInfo> {
 /// may access a run at once only after checking at run time that its offsets are
 /// consecutive; divisibility and constancy are the same as [`analyse`]'s.
 pub fn analyse_unchecked(k: &Kernel) -> Vec<AxisInfo> {
-    run(k, true)
+    run(k, true, None).axis
 }
 
-fn run(k: &Kernel, assume_nonneg: bool) -> Vec<AxisInfo> {
-    let n = |v: Value| k.ty(v).numel() as u64;
-    let mut info = vec![AxisInfo::UNKNOWN; k.values.len()];
-    let nonneg = non_negative(k);
-    for p in &k.params {
-        let mut a = AxisInfo {
+/// Every fact about `k`, with the [`Form`] of each value over the programs of `launch`.
+pub fn analyse_launch(k: &Kernel, launch: Launch<'_>) -> Analysis {
+    run(k, false, Some(launch))
+}
+
+fn run(k: &Kernel, assume_nonneg: bool, launch: Option<Launch<'_>>) -> Analysis {
+    let mut a = Analysis {
+        axis: vec![AxisInfo::UNKNOWN; k.values.len()],
+        nonneg: k
+            .values
+            .iter()
+            .map(|v| v.ty.dtype.is_unsigned_int() && !v.ty.ptr)
+            .collect(),
+        form: vec![Form::Unknown; k.values.len()],
+    };
+    for (i, p) in k.params.iter().enumerate() {
+        let mut ax = AxisInfo {
             contig: 1,
             div: if k.ty(p.value).ptr { MAX_DIV } else { 1 },
             cst: 1,
@@ -77,186 +330,366 @@ fn run(k: &Kernel, assume_nonneg: bool) -> Vec<AxisInfo> {
         for h in k.hints_of(p.value) {
             if let Hint::MultipleOf(m) = h {
                 if let Some(&m) = m.first() {
-                    a.div = pow2_div(m);
+                    ax.div = pow2_div(m);
                 }
             }
         }
-        info[p.value.index()] = a;
+        a.axis[p.value.index()] = ax;
+        if let Some(l) = launch {
+            a.form[p.value.index()] = match (p.kind, l.ints.get(i).copied().flatten()) {
+                (ParamKind::Ptr(_), _) => Form::Ptr {
+                    param: i,
+                    off: Affine::konst(0),
+                },
+                (ParamKind::Scalar(d), Some(x)) => int_form(Affine::konst(x as i128), d, l, 1),
+                _ => Form::Unknown,
+            };
+        }
     }
     for id in k.walk() {
         let data = k.op(id);
-        if let Op::For { init, body, .. } = &data.op {
-            // `p += uniform` in a loop (Triton's `a_ptrs += BLOCK_K * stride`) keeps the
-            // initial value's runs; the loop's results keep them too. A value the body
-            // yields unchanged (a block pointer's shape and strides) is its initial value.
-            let args = &k.region(*body).args;
-            for (j, v) in init.iter().enumerate() {
-                if invariant_source(k, args[j + 1]).is_some() {
-                    info[args[j + 1].index()] = info[v.index()];
-                    if let Some(r) = data.results.get(j) {
-                        info[r.index()] = info[v.index()];
-                    }
-                } else if uniform_step(k, *body, args[j + 1], j) {
-                    let a = AxisInfo {
-                        div: 1,
-                        ..info[v.index()]
-                    };
-                    info[args[j + 1].index()] = a;
-                    if let Some(r) = data.results.get(j) {
-                        info[r.index()] = a;
-                    }
-                }
-            }
+        if let Op::For { .. } = &data.op {
+            for_loop(k, data, &mut a, launch);
             continue;
         }
         let Some(res) = data.result() else { continue };
-        let whole = n(res);
-        let get = |v: Value, info: &Vec<AxisInfo>| info[v.index()];
-        let r = match &data.op {
-            Op::Constant { value } => AxisInfo {
-                contig: 1,
-                div: match value {
-                    Const::Int(v) => pow2_div(*v),
-                    Const::Float(_) => 1,
+        if !a.nonneg[res.index()] {
+            a.nonneg[res.index()] = nonneg_of(k, data, res, &a.nonneg);
+        }
+        let ax = axis_of(k, data, res, &a.axis, &a.nonneg, assume_nonneg);
+        a.axis[res.index()] = with_hints(k, res, ax);
+        for extra in data.results.iter().skip(1) {
+            a.axis[extra.index()] = AxisInfo::UNKNOWN;
+        }
+        if let Some(l) = launch {
+            a.form[res.index()] = form_of(k, data, res, &a.form, l);
+        }
+    }
+    a
+}
+
+/// A `for` loop's block arguments and results.
+fn for_loop(k: &Kernel, data: &OpData, a: &mut Analysis, launch: Option<Launch<'_>>) {
+    let Op::For {
+        lo,
+        hi,
+        step,
+        init,
+        body,
+    } = &data.op
+    else {
+        return;
+    };
+    // `p += uniform` in a loop (Triton's `a_ptrs += BLOCK_K * stride`) keeps the
+    // initial value's runs; the loop's results keep them too. A value the body
+    // yields unchanged (a block pointer's shape and strides) is its initial value.
+    let args = &k.region(*body).args;
+    for (j, v) in init.iter().enumerate() {
+        if invariant_source(k, args[j + 1]).is_some() {
+            a.axis[args[j + 1].index()] = a.axis[v.index()];
+            if let Some(r) = data.results.get(j) {
+                a.axis[r.index()] = a.axis[v.index()];
+            }
+        } else if uniform_step(k, *body, args[j + 1], j) {
+            let ax = AxisInfo {
+                div: 1,
+                ..a.axis[v.index()]
+            };
+            a.axis[args[j + 1].index()] = ax;
+            if let Some(r) = data.results.get(j) {
+                a.axis[r.index()] = ax;
+            }
+        }
+    }
+    // The induction variable lies in [lo, hi - 1] of its own program, and with constant
+    // bounds and step it ends at the last step below `hi`; carried values and results are
+    // not followed (unknown).
+    let (Some(l), Some(&iv)) = (launch, args.first()) else {
+        return;
+    };
+    let konst = |v: &Value| match a.form[v.index()] {
+        Form::Int(x) => x.constant(),
+        _ => None,
+    };
+    let range = match (konst(lo), konst(hi), konst(step)) {
+        (Some(l), Some(h), Some(s)) if s > 0 && h > l => Some(Affine {
+            lo: l,
+            hi: l + (h - 1 - l) / s * s,
+            ..Affine::konst(0)
+        }),
+        _ => match (a.form[lo.index()], a.form[hi.index()]) {
+            (Form::Int(l), Form::Int(h))
+                if l.pid == h.pid && l.lane == 0 && h.lane == 0 && h.hi > l.lo =>
+            {
+                Some(Affine {
+                    pid: l.pid,
+                    lane: 0,
+                    lo: l.lo,
+                    hi: h.hi - 1,
+                })
+            }
+            _ => None,
+        },
+    };
+    a.form[iv.index()] = range.map_or(Form::Unknown, |r| int_form(r, k.ty(iv).dtype, l, 1));
+}
+
+/// `x` as an integer of dtype `d` with `n` lanes, or unknown when it could wrap.
+fn int_form(x: Affine, d: DType, l: Launch<'_>, n: usize) -> Form {
+    if x.fits(d, l.grid, n) {
+        Form::Int(x)
+    } else {
+        Form::Unknown
+    }
+}
+
+/// A pointer into `param` at `off` over `n` lanes, or unknown when an offset could wrap the
+/// packed pointer.
+fn ptr_form(param: usize, off: Affine, l: Launch<'_>, n: usize) -> Form {
+    if !off.fits(DType::I64, l.grid, n) {
+        return Form::Unknown;
+    }
+    let (lo, hi) = off.range(l.grid, n);
+    if lo < -PTR_OFF_MAX || hi > PTR_OFF_MAX {
+        return Form::Unknown;
+    }
+    Form::Ptr { param, off }
+}
+
+/// The launch form of `res`, the result of `data`.
+fn form_of(k: &Kernel, data: &OpData, res: Value, form: &[Form], l: Launch<'_>) -> Form {
+    let rty = k.ty(res);
+    let n = rty.numel();
+    let get = |v: &Value| form[v.index()];
+    let int = |x: Affine| int_form(x, rty.dtype, l, n);
+    match &data.op {
+        Op::ProgramId { axis } => {
+            let mut pid = [0; 3];
+            pid[(*axis as usize).min(2)] = 1;
+            int(Affine {
+                pid,
+                ..Affine::konst(0)
+            })
+        }
+        Op::NumPrograms { axis } => {
+            int(Affine::konst(l.grid[(*axis as usize).min(2)].max(1) as i128))
+        }
+        Op::Constant {
+            value: Const::Int(v),
+        } if !rty.ptr => int(Affine::konst(*v as i128)),
+        Op::Arange { start, end } if end > start => {
+            int_form(Affine::lanes(*start, 1), DType::I32, l, n)
+        }
+        // The flat index is unchanged: element `i` keeps its value.
+        Op::ExpandDims { src, .. } | Op::Reshape { src } => get(src),
+        // Elements move: what is known is their range.
+        Op::Splat { src } | Op::Broadcast { src } | Op::Permute { src, .. } => {
+            let m = k.ty(*src).numel();
+            match get(src) {
+                Form::Int(x) => Form::Int(x.spread(m)),
+                Form::Ptr { param, off } => Form::Ptr {
+                    param,
+                    off: off.spread(m),
                 },
-                cst: whole,
+                Form::Unknown => Form::Unknown,
+            }
+        }
+        Op::Cast { src } if !rty.ptr => match get(src) {
+            Form::Int(x) => int(x),
+            _ => Form::Unknown,
+        },
+        Op::AddPtr { ptr, offset } => match (get(ptr), get(offset)) {
+            (Form::Ptr { param, off }, Form::Int(o)) => ptr_form(param, off.add(o, 1), l, n),
+            _ => Form::Unknown,
+        },
+        Op::Binary { kind, lhs, rhs } => match (get(lhs), get(rhs)) {
+            (Form::Int(a), Form::Int(b)) => a.binary(*kind, b, n).map_or(Form::Unknown, int),
+            _ => Form::Unknown,
+        },
+        _ => Form::Unknown,
+    }
+}
+
+/// Whether the result `res` of `data` is a non-negative integer: program ids, aranges from a
+/// non-negative start, non-negative constants, unsigned values, and sums, products, minima
+/// and maxima of non-negative values, their quotients by positive constants and their
+/// remainders (assuming, as the contiguity rules do, that index arithmetic does not wrap).
+fn nonneg_of(k: &Kernel, data: &OpData, res: Value, nn: &[bool]) -> bool {
+    let get = |v: &Value| nn[v.index()];
+    match &data.op {
+        Op::Constant {
+            value: Const::Int(c),
+        } => *c >= 0,
+        Op::ProgramId { .. } | Op::NumPrograms { .. } => true,
+        Op::Arange { start, .. } => *start >= 0,
+        Op::Splat { src }
+        | Op::Broadcast { src }
+        | Op::ExpandDims { src, .. }
+        | Op::Reshape { src } => get(src),
+        Op::Cast { src } if int_widening(k, *src, res) => get(src),
+        Op::Binary { kind, lhs, rhs } => match kind {
+            BinaryOp::Add | BinaryOp::Mul | BinaryOp::Min | BinaryOp::Max => get(lhs) && get(rhs),
+            // Integer division by 0 gives -1: only positive constant divisors.
+            BinaryOp::Div => get(lhs) && int_value(k, *rhs).is_some_and(|d| d > 0),
+            // `x % 0` is `x`; otherwise C's remainder has the dividend's sign.
+            BinaryOp::Rem => get(lhs),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The [`AxisInfo`] of the result `res` of `data` (before hints).
+fn axis_of(
+    k: &Kernel,
+    data: &OpData,
+    res: Value,
+    info: &[AxisInfo],
+    nonneg: &[bool],
+    assume_nonneg: bool,
+) -> AxisInfo {
+    let n = |v: Value| k.ty(v).numel() as u64;
+    let whole = n(res);
+    let get = |v: Value, info: &[AxisInfo]| info[v.index()];
+    match &data.op {
+        Op::Constant { value } => AxisInfo {
+            contig: 1,
+            div: match value {
+                Const::Int(v) => pow2_div(*v),
+                Const::Float(_) => 1,
             },
-            Op::ProgramId { .. } | Op::NumPrograms { .. } => AxisInfo {
-                cst: whole,
-                ..AxisInfo::UNKNOWN
-            },
-            Op::Arange { start, .. } => AxisInfo {
-                contig: whole,
-                div: pow2_div(*start),
-                cst: 1,
-            },
-            Op::Splat { src } => AxisInfo {
-                contig: 1,
-                div: get(*src, &info).div,
-                cst: whole,
-            },
-            Op::ExpandDims { src, .. } | Op::Reshape { src } => get(*src, &info),
-            Op::Broadcast { src } => {
-                let (ss, ds) = (&k.ty(*src).shape, &k.ty(res).shape);
-                let s = get(*src, &info);
-                // Trailing dims the broadcast stretches, and the trailing run it keeps.
-                let mut stretched = 1u64;
-                let mut kept = 1u64;
-                for (a, b) in ss.iter().zip(ds).rev() {
-                    if a == b && stretched == 1 {
-                        kept *= *a as u64;
-                    } else if a != b && kept == 1 {
-                        stretched *= *b as u64;
-                    } else {
-                        break;
-                    }
-                }
-                if s.cst >= n(*src) {
-                    AxisInfo { cst: whole, ..s }
-                } else if stretched > 1 {
-                    AxisInfo {
-                        contig: 1,
-                        div: s.div,
-                        cst: stretched,
-                    }
+            cst: whole,
+        },
+        Op::ProgramId { .. } | Op::NumPrograms { .. } => AxisInfo {
+            cst: whole,
+            ..AxisInfo::UNKNOWN
+        },
+        Op::Arange { start, .. } => AxisInfo {
+            contig: whole,
+            div: pow2_div(*start),
+            cst: 1,
+        },
+        Op::Splat { src } => AxisInfo {
+            contig: 1,
+            div: get(*src, info).div,
+            cst: whole,
+        },
+        Op::ExpandDims { src, .. } | Op::Reshape { src } => get(*src, info),
+        Op::Broadcast { src } => {
+            let (ss, ds) = (&k.ty(*src).shape, &k.ty(res).shape);
+            let s = get(*src, info);
+            // Trailing dims the broadcast stretches, and the trailing run it keeps.
+            let mut stretched = 1u64;
+            let mut kept = 1u64;
+            for (a, b) in ss.iter().zip(ds).rev() {
+                if a == b && stretched == 1 {
+                    kept *= *a as u64;
+                } else if a != b && kept == 1 {
+                    stretched *= *b as u64;
                 } else {
-                    AxisInfo {
-                        contig: s.contig.min(kept),
-                        div: s.div,
-                        cst: s.cst.min(kept),
-                    }
+                    break;
                 }
             }
-            Op::Binary { kind, lhs, rhs } => {
-                let (a, b) = (get(*lhs, &info), get(*rhs, &info));
-                match kind {
-                    BinaryOp::Add => AxisInfo {
-                        contig: gcd(a.contig, b.cst).max(gcd(a.cst, b.contig)),
-                        div: gcd(a.div, b.div),
-                        cst: gcd(a.cst, b.cst),
-                    },
-                    BinaryOp::Sub => AxisInfo {
-                        contig: gcd(a.contig, b.cst),
-                        div: gcd(a.div, b.div),
-                        cst: gcd(a.cst, b.cst),
-                    },
-                    BinaryOp::Mul => AxisInfo {
-                        // `x * 1` keeps `x`'s runs (a stride specialised to 1).
-                        contig: match (int_value(k, *lhs), int_value(k, *rhs)) {
-                            (_, Some(1)) => a.contig,
-                            (Some(1), _) => b.contig,
-                            _ => 1,
-                        },
-                        div: (a.div * b.div).min(MAX_DIV),
-                        cst: gcd(a.cst, b.cst),
-                    },
-                    BinaryOp::Rem => AxisInfo {
-                        // A non-negative +1 run starting at a multiple of d = div(n) wraps
-                        // only at multiples of n, so runs of gcd(contig, d) survive.
-                        contig: if b.cst >= n(*rhs) && (assume_nonneg || nonneg[lhs.index()]) {
-                            gcd(a.contig, b.div)
-                        } else {
-                            1
-                        },
-                        // x - trunc(x / n) * n: a multiple of d when x and n are, either sign.
-                        div: gcd(a.div, b.div),
-                        cst: gcd(a.cst, b.cst),
-                    },
-                    _ => AxisInfo {
-                        cst: gcd(a.cst, b.cst),
-                        ..AxisInfo::UNKNOWN
-                    },
-                }
-            }
-            Op::AddPtr { ptr, offset } => {
-                let (a, b) = (get(*ptr, &info), get(*offset, &info));
+            if s.cst >= n(*src) {
+                AxisInfo { cst: whole, ..s }
+            } else if stretched > 1 {
                 AxisInfo {
+                    contig: 1,
+                    div: s.div,
+                    cst: stretched,
+                }
+            } else {
+                AxisInfo {
+                    contig: s.contig.min(kept),
+                    div: s.div,
+                    cst: s.cst.min(kept),
+                }
+            }
+        }
+        Op::Binary { kind, lhs, rhs } => {
+            let (a, b) = (get(*lhs, info), get(*rhs, info));
+            match kind {
+                BinaryOp::Add => AxisInfo {
                     contig: gcd(a.contig, b.cst).max(gcd(a.cst, b.contig)),
                     div: gcd(a.div, b.div),
                     cst: gcd(a.cst, b.cst),
-                }
-            }
-            Op::Cmp { pred, lhs, rhs } => {
-                let (a, b) = (get(*lhs, &info), get(*rhs, &info));
-                // `x < c` over a +1 run that starts at a multiple of d stays constant over
-                // runs of gcd(contig, d, div(c)) (Triton's rule for lt/ge against splats).
-                let mut cst = gcd(a.cst, b.cst);
-                if matches!(pred, CmpPred::Lt | CmpPred::Ge) && b.cst >= whole {
-                    cst = cst.max(gcd(gcd(a.contig, a.div), b.div));
-                }
-                AxisInfo {
-                    cst,
+                },
+                BinaryOp::Sub => AxisInfo {
+                    contig: gcd(a.contig, b.cst),
+                    div: gcd(a.div, b.div),
+                    cst: gcd(a.cst, b.cst),
+                },
+                BinaryOp::Mul => AxisInfo {
+                    // `x * 1` keeps `x`'s runs (a stride specialised to 1).
+                    contig: match (int_value(k, *lhs), int_value(k, *rhs)) {
+                        (_, Some(1)) => a.contig,
+                        (Some(1), _) => b.contig,
+                        _ => 1,
+                    },
+                    div: (a.div * b.div).min(MAX_DIV),
+                    cst: gcd(a.cst, b.cst),
+                },
+                BinaryOp::Rem => AxisInfo {
+                    // A non-negative +1 run starting at a multiple of d = div(n) wraps
+                    // only at multiples of n, so runs of gcd(contig, d) survive.
+                    contig: if b.cst >= n(*rhs) && (assume_nonneg || nonneg[lhs.index()]) {
+                        gcd(a.contig, b.div)
+                    } else {
+                        1
+                    },
+                    // x - trunc(x / n) * n: a multiple of d when x and n are, either sign.
+                    div: gcd(a.div, b.div),
+                    cst: gcd(a.cst, b.cst),
+                },
+                _ => AxisInfo {
+                    cst: gcd(a.cst, b.cst),
                     ..AxisInfo::UNKNOWN
-                }
+                },
             }
-            Op::Select {
-                cond,
-                on_true,
-                on_false,
-            } => {
-                let c = get(*cond, &info).cst;
-                let (a, b) = (get(*on_true, &info), get(*on_false, &info));
-                AxisInfo {
-                    cst: gcd(c, gcd(a.cst, b.cst)),
-                    ..AxisInfo::UNKNOWN
-                }
-            }
-            // Widening an integer keeps its runs and divisibility (no wrapping, as above):
-            // the i64 index arithmetic of block pointers.
-            Op::Cast { src } if int_widening(k, *src, res) => get(*src, &info),
-            Op::Cast { src } => AxisInfo {
-                contig: 1,
-                div: 1,
-                cst: get(*src, &info).cst,
-            },
-            _ => AxisInfo::UNKNOWN,
-        };
-        info[res.index()] = with_hints(k, res, r);
-        for extra in data.results.iter().skip(1) {
-            info[extra.index()] = AxisInfo::UNKNOWN;
         }
+        Op::AddPtr { ptr, offset } => {
+            let (a, b) = (get(*ptr, info), get(*offset, info));
+            AxisInfo {
+                contig: gcd(a.contig, b.cst).max(gcd(a.cst, b.contig)),
+                div: gcd(a.div, b.div),
+                cst: gcd(a.cst, b.cst),
+            }
+        }
+        Op::Cmp { pred, lhs, rhs } => {
+            let (a, b) = (get(*lhs, info), get(*rhs, info));
+            // `x < c` over a +1 run that starts at a multiple of d stays constant over
+            // runs of gcd(contig, d, div(c)) (Triton's rule for lt/ge against splats).
+            let mut cst = gcd(a.cst, b.cst);
+            if matches!(pred, CmpPred::Lt | CmpPred::Ge) && b.cst >= whole {
+                cst = cst.max(gcd(gcd(a.contig, a.div), b.div));
+            }
+            AxisInfo {
+                cst,
+                ..AxisInfo::UNKNOWN
+            }
+        }
+        Op::Select {
+            cond,
+            on_true,
+            on_false,
+        } => {
+            let c = get(*cond, info).cst;
+            let (a, b) = (get(*on_true, info), get(*on_false, info));
+            AxisInfo {
+                cst: gcd(c, gcd(a.cst, b.cst)),
+                ..AxisInfo::UNKNOWN
+            }
+        }
+        // Widening an integer keeps its runs and divisibility (no wrapping, as above):
+        // the i64 index arithmetic of block pointers.
+        Op::Cast { src } if int_widening(k, *src, res) => get(*src, info),
+        Op::Cast { src } => AxisInfo {
+            contig: 1,
+            div: 1,
+            cst: get(*src, info).cst,
+        },
+        _ => AxisInfo::UNKNOWN,
     }
-    info
 }
 
 /// Whether casting `src` to `res` is an integer conversion that keeps every value (to at
@@ -311,49 +744,6 @@ fn int_value(k: &Kernel, v: Value) -> Option<i64> {
     }
 }
 
-/// Which integer values are non-negative: program ids, aranges from a non-negative start,
-/// non-negative constants, unsigned values, and sums, products, minima and maxima of
-/// non-negative values, their quotients by positive constants and their remainders (assuming, as the contiguity rules do, that
-/// index arithmetic does not wrap).
-fn non_negative(k: &Kernel) -> Vec<bool> {
-    let mut nn = vec![false; k.values.len()];
-    for (i, v) in k.values.iter().enumerate() {
-        nn[i] = v.ty.dtype.is_unsigned_int() && !v.ty.ptr;
-    }
-    for id in k.walk() {
-        let data = k.op(id);
-        let Some(res) = data.result() else { continue };
-        if nn[res.index()] {
-            continue;
-        }
-        let get = |v: &Value, nn: &Vec<bool>| nn[v.index()];
-        nn[res.index()] = match &data.op {
-            Op::Constant {
-                value: Const::Int(c),
-            } => *c >= 0,
-            Op::ProgramId { .. } | Op::NumPrograms { .. } => true,
-            Op::Arange { start, .. } => *start >= 0,
-            Op::Splat { src }
-            | Op::Broadcast { src }
-            | Op::ExpandDims { src, .. }
-            | Op::Reshape { src } => get(src, &nn),
-            Op::Cast { src } if int_widening(k, *src, res) => get(src, &nn),
-            Op::Binary { kind, lhs, rhs } => match kind {
-                BinaryOp::Add | BinaryOp::Mul | BinaryOp::Min | BinaryOp::Max => {
-                    get(lhs, &nn) && get(rhs, &nn)
-                }
-                // Integer division by 0 gives -1: only positive constant divisors.
-                BinaryOp::Div => get(lhs, &nn) && int_value(k, *rhs).is_some_and(|d| d > 0),
-                // `x % 0` is `x`; otherwise C's remainder has the dividend's sign.
-                BinaryOp::Rem => get(lhs, &nn),
-                _ => false,
-            },
-            _ => false,
-        };
-    }
-    nn
-}
-
 /// True when the body yields `arg + u` (or `ptr + u`) in slot `j`, `u` a splat or constant.
 fn uniform_step(k: &Kernel, body: crate::ir::RegionId, arg: Value, j: usize) -> bool {
     let Some(&last) = k.region(body).ops.last() else {
@@ -405,10 +795,119 @@ fn with_hints(k: &Kernel, v: Value, mut a: AxisInfo) -> AxisInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::analyse;
-    use crate::dtype::DType::{F32, I32};
+    use super::{analyse, analyse_launch, Affine, Form, Launch};
+    use crate::dtype::DType::{self, F32, I32};
     use crate::ir::Op;
     use crate::tl;
+
+    /// The offsets of vector add, over one launch: exact in the program id and the lane,
+    /// through the pointer arithmetic; unknown once the grid makes them wrap int32.
+    #[test]
+    fn launch_forms_follow_program_ids_and_lanes() {
+        let k = tl::build("vadd", &Default::default(), |k| {
+            let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+            let n = k.scalar(I32, "n");
+            let offs = tl::program_id(0) * 1024 + tl::arange(0, 1024);
+            let m = offs.lt(n);
+            tl::store(o + offs, tl::load(x + offs).mask(m) + 1.0f32).mask(m);
+        })
+        .unwrap();
+        let store_ptr = |k: &crate::ir::Kernel| {
+            k.ops
+                .iter()
+                .find_map(|d| match &d.op {
+                    Op::Store { ptr, .. } => Some(*ptr),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let ints = [None, None, Some(5000)];
+        let a = analyse_launch(
+            &k,
+            Launch {
+                grid: [5, 1, 1],
+                ints: &ints,
+            },
+        );
+        let off = Affine {
+            pid: [1024, 0, 0],
+            lane: 1,
+            lo: 0,
+            hi: 0,
+        };
+        assert_eq!(a.form[store_ptr(&k).index()], Form::Ptr { param: 1, off });
+        assert_eq!(a.axis[store_ptr(&k).index()].contig, 1024);
+        // 2^21 programs of 1024 end at 2^31 - 1; one more could wrap.
+        let a = analyse_launch(
+            &k,
+            Launch {
+                grid: [1 << 21, 1, 1],
+                ints: &ints,
+            },
+        );
+        assert!(matches!(a.form[store_ptr(&k).index()], Form::Ptr { .. }));
+        let a = analyse_launch(
+            &k,
+            Launch {
+                grid: [(1 << 21) + 1, 1, 1],
+                ints: &ints,
+            },
+        );
+        assert_eq!(a.form[store_ptr(&k).index()], Form::Unknown);
+    }
+
+    /// `range` and `fits` against every value a small form takes.
+    #[test]
+    fn ranges_are_exact_hulls() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: i64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % (2 * m as u64 + 1)) as i64 - m
+        };
+        for _ in 0..2000 {
+            let a = Affine {
+                pid: [next(9) as i128, next(9) as i128, next(3) as i128],
+                lane: next(5) as i128,
+                lo: next(20) as i128,
+                hi: 0,
+            };
+            let a = Affine {
+                hi: a.lo + next(4).unsigned_abs() as i128,
+                ..a
+            };
+            let grid = [1 + next(3).unsigned_abs() as usize, 2, 1];
+            let n = 1 + next(6).unsigned_abs() as usize;
+            let mut vals = Vec::new();
+            for p0 in 0..grid[0] as i128 {
+                for p1 in 0..grid[1] as i128 {
+                    for i in 0..n as i128 {
+                        for x in [a.lo, a.hi] {
+                            vals.push(a.pid[0] * p0 + a.pid[1] * p1 + a.lane * i + x);
+                        }
+                    }
+                }
+            }
+            let want = (*vals.iter().min().unwrap(), *vals.iter().max().unwrap());
+            assert_eq!(a.range(grid, n), want, "{a:?} {grid:?} {n}");
+            let b = a.spread(n);
+            assert_eq!(b.range(grid, 1), want, "{a:?} spread over {n}");
+            // Shifted to the top of int32, the form fits exactly when its maximum does.
+            let top = Affine {
+                lo: a.lo + i32::MAX as i128 - want.1,
+                hi: a.hi + i32::MAX as i128 - want.1,
+                ..a
+            };
+            assert!(top.fits(DType::I32, grid, n));
+            let over = Affine {
+                lo: top.lo + 1,
+                hi: top.hi + 1,
+                ..a
+            };
+            assert!(!over.fits(DType::I32, grid, n));
+        }
+    }
 
     /// A block pointer advanced in a loop carries its shape and strides through it
     /// unchanged, in 64-bit arithmetic: the load inside the loop still sees unit-stride rows
