@@ -7,7 +7,7 @@ mod support;
 
 use support::every_target;
 
-use triton_metal::runtime::out;
+use triton_metal::runtime::{out, Target};
 use triton_metal::tl;
 use triton_metal::{Array, DType::*};
 
@@ -184,6 +184,107 @@ fn philox_with_64_bit_offsets() {
                     wantf,
                     "{name} base {base} on {t:?}"
                 );
+            }
+        }
+    }
+}
+
+/// A matmul whose K loop carries the accumulator, on ragged sizes (masked tails in M, N
+/// and K) with zeros of both signs, NaN, infinities and tiny and large values: the compiled
+/// CPU executor gives the interpreter's bits, whether its dot accumulates into the loop's
+/// variable (the accumulator's only use) or into a block of its own (the loop also reads
+/// the old accumulator after the dot: `dot(a, b, acc) - acc`).
+#[test]
+fn dot_accumulator_carried_by_a_loop_matches_the_interpreter_bit_for_bit() {
+    const M: usize = 37;
+    const N: usize = 45;
+    const K: usize = 70;
+    let val = |i: usize, seed: usize| -> f32 {
+        match (i * 7 + seed) % 41 {
+            3 => 0.0,
+            5 => -0.0,
+            9 => 1.0e-30,
+            13 => 3.0e30,
+            _ if i == 17 * seed + 4 => f32::NAN,
+            _ if i == 29 * seed + 11 => f32::INFINITY,
+            _ => ((i * 2654435761usize + seed) % 100003) as f32 / 7919.0 - 6.3,
+        }
+    };
+    let a: Vec<f32> = (0..M * K).map(|i| val(i, 1)).collect();
+    let b: Vec<f32> = (0..K * N).map(|i| val(i, 2)).collect();
+    let (aa, ba) = (
+        Array::from_slice(&a, &[M * K]).unwrap(),
+        Array::from_slice(&b, &[K * N]).unwrap(),
+    );
+    for reread in [false, true] {
+        let name = if reread { "mm_acc_reread" } else { "mm_acc" };
+        let k = tl::jit(name, move |k| {
+            let (pa, pb, pc) = (k.ptr(F32, "a"), k.ptr(F32, "b"), k.ptr(F32, "c"));
+            let (bm, bn, bk) = (16i64, 32i64, 16i64);
+            let offs_m = tl::program_id(0) * bm as i32 + tl::arange(0, bm);
+            let offs_n = tl::program_id(1) * bn as i32 + tl::arange(0, bn);
+            let offs_k = tl::arange(0, bk);
+            let acc = tl::zeros([bm, bn], F32);
+            let acc: tl::Tensor = tl::range(0, K as i32, bk as i32).fold(acc, |k0, acc| {
+                let ks = offs_k + k0;
+                let x = tl::load(pa + offs_m.col() * K as i32 + ks.row())
+                    .mask(offs_m.col().lt(M as i32) & ks.row().lt(K as i32))
+                    .other(0.0);
+                let y = tl::load(pb + ks.col() * N as i32 + offs_n.row())
+                    .mask(ks.col().lt(K as i32) & offs_n.row().lt(N as i32))
+                    .other(0.0);
+                let d = tl::dot(x, y, acc);
+                if reread {
+                    d - acc
+                } else {
+                    d
+                }
+            });
+            let cm = offs_m.col().lt(M as i32) & offs_n.row().lt(N as i32);
+            tl::store(pc + offs_m.col() * N as i32 + offs_n.row(), acc).mask(cm);
+        })
+        .unwrap();
+        let run = |t: Target| {
+            k.launch()
+                .grid([M.div_ceil(16), N.div_ceil(32)])
+                .args((&aa, &ba, out(&[M * N], F32).fill(f64::NAN)))
+                .target(t)
+                .run()
+                .unwrap_or_else(|e| panic!("{name} on {t:?}: {e}"))[0]
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        let want = run(Target::Cpu);
+        if !support::targets(name).contains(&Target::CpuCompiled) {
+            continue;
+        }
+        let got = run(Target::CpuCompiled);
+        let finite = want.iter().filter(|x| x.is_finite()).count();
+        assert!(
+            finite > M * N / 2 && finite < M * N,
+            "{name}: {finite} finite"
+        );
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert!(
+                w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()),
+                "{name}: element {i}: interpreter {w:e}, compiled {g:e}"
+            );
+        }
+        // Without the re-read, the dot is an f64-checked matmul.
+        if !reread {
+            for i in 0..M {
+                for j in 0..N {
+                    let (mut s, mut mag) = (0.0f64, 0.0f64);
+                    for t in 0..K {
+                        let p = a[i * K + t] as f64 * b[t * N + j] as f64;
+                        s += p;
+                        mag += p.abs();
+                    }
+                    let w = want[i * N + j] as f64;
+                    if s.is_finite() && mag < 1e38 {
+                        assert!((w - s).abs() <= 4.0 * K as f64 * mag * f32::EPSILON as f64);
+                    }
+                }
             }
         }
     }

@@ -31,7 +31,7 @@ fn guarded(conds: &[String], stmt: &str) -> String {
 }
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::Value;
+use crate::ir::{Op, Value, ValueDef};
 use crate::opt::plan::DotLowering;
 
 /// The shape of one `tl.dot`: `batch` products of `[m, k] x [k, n]`.
@@ -132,10 +132,18 @@ impl Lowering<'_> {
             batch,
         } = self.dot_dims(a, res, sa, sb, sc)?;
         let lay = self.layout(res);
-        let out = self.declare_block("dot", dacc, lay.n)?;
         // 16-bit float accumulators sum in `float` and round once at the end of the dot,
         // as every other path (and the interpreter) does.
         let narrow = matches!(dacc, DType::F16 | DType::BF16);
+        let in_place = if narrow {
+            None
+        } else {
+            self.in_place_accumulator(acc, res)
+        };
+        let out = match &in_place {
+            Some(a) => a.clone(),
+            None => self.declare_block("dot", dacc, lay.n)?,
+        };
         let (name, ct) = if narrow {
             (self.declare_block("dot_acc", DType::F32, lay.n)?, "float")
         } else {
@@ -151,13 +159,15 @@ impl Lowering<'_> {
         };
         self.open(format!("for (uint tm_b = 0; tm_b < {batch}u; ++tm_b)"));
         self.open(format!("for (uint tm_m = 0; tm_m < {m}u; tm_m += {rows}u)"));
-        self.open(format!("for (uint tm_n = 0; tm_n < {}u; ++tm_n)", rows * n));
-        self.line(format!(
-            "const uint tm_c = (tm_b * {m}u + tm_m) * {n}u + tm_n;"
-        ));
-        let c0 = self.el(acc, "tm_c");
-        self.line(format!("{name}[tm_c] = {ct}({c0});"));
-        self.close();
+        if in_place.is_none() {
+            self.open(format!("for (uint tm_n = 0; tm_n < {}u; ++tm_n)", rows * n));
+            self.line(format!(
+                "const uint tm_c = (tm_b * {m}u + tm_m) * {n}u + tm_n;"
+            ));
+            let c0 = self.el(acc, "tm_c");
+            self.line(format!("{name}[tm_c] = {ct}({c0});"));
+            self.close();
+        }
         self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
         for q in 0..rows {
             let ai = format!("(tm_b * {m}u + tm_m + {q}u) * {k}u + tm_k");
@@ -186,9 +196,44 @@ impl Lowering<'_> {
         self.set(res, Repr::Block(out));
         self.layouts.push(LayoutChoice {
             op: format!("dot {batch}x{m}x{n}x{k}"),
-            layout: format!("rows of C along rows of B, {rows} row(s) at a time"),
+            layout: format!(
+                "rows of C along rows of B, {rows} row(s) at a time{}",
+                if in_place.is_some() {
+                    ", accumulating in the loop's variable"
+                } else {
+                    ""
+                }
+            ),
         });
         Ok(())
+    }
+
+    /// The array of `acc` when [`Self::dot_rows`] may accumulate into it in place: `acc`
+    /// is a value a `for` loop carries (its own local array), of the result's dtype, and
+    /// the dot is its only use, so nothing reads the old contents afterwards. Saves the
+    /// copy into a new block and that block's room in the cache.
+    fn in_place_accumulator(&self, acc: Value, res: Value) -> Option<String> {
+        let carried = match self.k.value(acc)?.def {
+            ValueDef::RegionArg(r, i) => {
+                i > 0
+                    && self
+                        .k
+                        .region(r)
+                        .parent
+                        .is_some_and(|p| matches!(self.k.op(p).op, Op::For { .. }))
+            }
+            _ => false,
+        };
+        if !carried || self.edt(acc) != self.edt(res) || self.frags.contains_key(&acc) {
+            return None;
+        }
+        if self.k.use_counts().get(acc.index()).copied() != Some(1) {
+            return None;
+        }
+        match self.repr(acc) {
+            Repr::Block(a) if !self.lazy_reads.contains_key(a) => Some(a.clone()),
+            _ => None,
+        }
     }
 
     /// Opens the loop over this SIMD-group's C tiles (`tm_q` its slot, `tm_tm`/`tm_tn` the
@@ -533,6 +578,7 @@ mod tests {
     use super::super::tests::{build, matmul};
     use super::super::{metal, LaunchOptions};
     use crate::dtype::DType::{F16, F32};
+    use crate::tl::{self, Tensor};
 
     fn metal_mm(
         dtype: crate::DType,
@@ -577,6 +623,40 @@ mod tests {
             .layouts
             .iter()
             .any(|l| l.layout.ends_with("in K slices of 32")));
+    }
+
+    /// The layout note of the CPU's dot in `k`.
+    fn cpu_dot_layout(k: &crate::ir::Kernel) -> String {
+        let p = super::super::cpu::compile(k, false).unwrap();
+        p.layouts
+            .iter()
+            .find(|l| l.op.starts_with("dot "))
+            .map(|l| l.layout.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_cpu_dot_accumulates_into_the_loop_variable_only_when_nothing_else_reads_it() {
+        let k = build("mm", &[("BM", 32), ("BN", 32), ("BK", 16)], matmul(F32));
+        let l = cpu_dot_layout(&k);
+        assert!(l.ends_with("accumulating in the loop's variable"), "{l}");
+        // The accumulator is read again after the dot: the dot writes a block of its own.
+        let k = build("mm_reread", &[], |k| {
+            let (a, c) = (k.ptr(F32, "a_ptr"), k.ptr(F32, "c_ptr"));
+            let offs = tl::arange(0, 16);
+            let tile = offs.col() * 16 + offs.row();
+            let acc = tl::zeros([16, 16], F32);
+            let acc: Tensor = tl::range(0, 4, 1).fold(acc, |_, acc| {
+                let x = tl::load(a + tile);
+                tl::dot(x, x, acc) - acc
+            });
+            tl::store(c + tile, acc);
+        });
+        let l = cpu_dot_layout(&k);
+        assert!(
+            l.starts_with("rows of C") && !l.contains("in the loop"),
+            "{l}"
+        );
     }
 
     #[test]
