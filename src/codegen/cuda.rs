@@ -70,6 +70,8 @@ pub struct CudaProgram {
     pub uses_atomics: bool,
     /// Layout and strategy decisions, in program order.
     pub layouts: Vec<LayoutChoice>,
+    /// The plan the printer spelled, its shared-memory buffers placed.
+    pub plan: KernelPlan,
 }
 
 impl CudaProgram {
@@ -210,12 +212,18 @@ fn mlx_cuda_type(dt: DType) -> &'static str {
 /// before anything is launched: blocks over 1024 threads, static shared memory over 48 KB,
 /// unsupported ops (named with the kernel), parameter names that would break the signature.
 pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<CudaProgram> {
-    compile_with(kernel, opts, &plan(kernel, opts))
+    let p = crate::opt::plan::plan(kernel, opts, printer_of(&CUDA, opts));
+    compile_with(kernel, opts, &p)
 }
 
-/// The layout plan [`compile`] prints `kernel` with under `opts`.
+/// The layout plan [`compile`] prints `kernel` with under `opts`, its shared-memory buffers
+/// listed and placed (the optimizer's plan alone where the kernel does not compile).
 pub fn plan(kernel: &Kernel, opts: &LaunchOptions) -> KernelPlan {
-    crate::opt::plan::plan(kernel, opts, printer_of(&CUDA, opts))
+    let p = crate::opt::plan::plan(kernel, opts, printer_of(&CUDA, opts));
+    match compile_with(kernel, opts, &p) {
+        Ok(prog) => prog.plan,
+        Err(_) => p,
+    }
 }
 
 /// [`compile`] with the decisions of `plan` (e.g. [`plan`]'s, with overrides set), which
@@ -291,23 +299,8 @@ pub fn compile_in_place(
     body.push(format!("  const uint tm_lid = {};", CUDA.thread_index));
     lw.region(kernel.body)?;
 
-    let mut smem = 0usize;
-    for (dt, elems) in &lw.scratch {
-        let ct = lw.cty(*dt)?;
-        body.push(format!(
-            "  {} __align__(16) {ct} tm_smem_{}[{elems}];",
-            CUDA.shared_array,
-            dt.short_name()
-        ));
-        smem += (elems * dt.size_bytes()).next_multiple_of(16);
-    }
-    let limit = STATIC_SHARED_LIMIT.min(opts.target.threadgroup_memory_bytes as usize);
-    if smem > limit {
-        return Err(launch_err(format!(
-            "needs {smem} bytes of shared memory; static shared memory is limited to {limit} \
-             bytes per block (smaller blocks or fewer layout conversions)"
-        )));
-    }
+    body.extend(lw.arena_decls(&format!("shared memory on {}", opts.target.chip))?);
+    let smem = lw.plan.arena.bytes;
 
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
@@ -383,6 +376,7 @@ pub fn compile_in_place(
         shared_mem_bytes: smem,
         uses_atomics: lw.atomic_outputs,
         layouts: lw.layouts,
+        plan: lw.plan,
     })
 }
 

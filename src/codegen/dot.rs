@@ -4,11 +4,13 @@
 //! Tile path (2-D, M, N, K multiples of 8, f32/f16 operands and accumulator): each
 //! SIMD-group holds its C tiles in float fragments. A and B are staged through threadgroup
 //! memory in their own dtype when both are half (the fragments multiply half tiles and
-//! accumulate in float) and as float otherwise; when both do not fit the threadgroup memory
-//! left, K goes in slices (a power of two, at least 8). Each SIMD-group then runs
-//! `simdgroup_multiply_accumulate` over K. C moves between fragments and the blocked layout
-//! through threadgroup memory in row bands: all rows at once when they fit in the float
-//! scratch the kernel already reserves (or 16 KB), else bands of that size. When the
+//! accumulate in float) and as float otherwise, K in the slices the plan chose
+//! ([`KernelPlan::k_slice`](crate::opt::plan::KernelPlan::k_slice)). Each SIMD-group then
+//! runs `simdgroup_multiply_accumulate` over K. C moves between fragments and the blocked
+//! layout through threadgroup memory in the plan's row bands
+//! ([`KernelPlan::band_rows`](crate::opt::plan::KernelPlan::band_rows)). Every buffer is a
+//! view of the plan's threadgroup arena: operands, C in and C out of one dot are never live
+//! together, so they share bytes. When the
 //! accumulator is carried by a `for` loop and used only by the dot (the usual matmul main
 //! loop), the fragments live across the loop and C goes through threadgroup memory only
 //! before (not at all for a constant start) and after it.
@@ -16,10 +18,6 @@
 use super::layout::{MATRIX_TILE, SIMD_WIDTH};
 use super::lower::{unsupported_on, Lowering, Repr};
 use super::LayoutChoice;
-
-/// Bytes of threadgroup memory a float accumulator may always take per conversion pass
-/// (more when the kernel already reserves more float scratch).
-const BAND_BYTES: usize = 16 * 1024;
 
 /// `stmt` under `if (c0 && c1 ...)`, or alone when there is no condition.
 fn guarded(conds: &[String], stmt: &str) -> String {
@@ -33,6 +31,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{Op, Value, ValueDef};
 use crate::opt::plan::DotLowering;
+use crate::opt::smem::Role;
 
 /// The shape of one `tl.dot`: `batch` products of `[m, k] x [k, n]`.
 struct Dims {
@@ -252,35 +251,17 @@ impl Lowering<'_> {
         self.line(format!("const uint tm_tn = (tm_t % {}u) * 8u;", n / t8));
     }
 
-    /// Threadgroup-memory bytes a new scratch request of `dtype` may use without taking
-    /// space from another dtype's array: the profile's budget less the other arrays so far.
-    fn scratch_room(&self, dtype: DType) -> usize {
-        let others: usize = self
-            .scratch
-            .iter()
-            .filter(|(d, _)| **d != dtype)
-            .map(|(d, e)| (e * d.size_bytes()).next_multiple_of(16))
-            .sum();
-        (self.opts.target.threadgroup_memory_bytes as usize).saturating_sub(others)
-    }
-
-    /// Rows of an `[m, n]` float accumulator moved between fragments and the blocked layout
-    /// per pass: all of them when they fit in the float scratch the kernel already reserves
-    /// (or in [`BAND_BYTES`]), else the largest multiple of 8 rows (a power of two) that does.
-    fn c_band_rows(&self, m: usize, n: usize) -> usize {
-        let reserved = self.scratch.get(&DType::F32).map_or(0, |e| e * 4);
-        let cap = reserved
-            .max(BAND_BYTES)
-            .min(self.scratch_room(DType::F32).max(BAND_BYTES));
-        let mut rows = m;
-        while rows > MATRIX_TILE && rows * n * 4 > cap {
-            rows /= 2;
-        }
-        rows
+    /// Rows of an `[m, n]` accumulator the op being lowered moves between fragments and
+    /// the blocked layout per pass, as the plan decided (all of them when it has no band).
+    pub(super) fn c_band_rows(&self, m: usize, n: usize) -> usize {
+        self.cur_op
+            .and_then(|op| self.plan.band_rows(op, m, n))
+            .unwrap_or(m)
+            .clamp(1, m)
     }
 
     /// Declares this SIMD-group's C fragments and loads them from block `acc` `[m, n]`
-    /// (through threadgroup memory in bands of [`Self::c_band_rows`] rows).
+    /// (through threadgroup memory in the plan's bands).
     pub(super) fn frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
         if self.d.mma_m16n8k16 {
             return self.mma_frags_from(acc, m, n);
@@ -299,7 +280,7 @@ impl Lowering<'_> {
             return Ok(c);
         }
         let rows = self.c_band_rows(m, n);
-        let s = self.scratch_array(DType::F32, rows * n)?;
+        let s = self.smem_buf(Role::AccIn, DType::F32, rows * n)?;
         let band = self.open_band(m, rows);
         self.smem_write_begin();
         let lay = self.layout(acc);
@@ -349,21 +330,9 @@ impl Lowering<'_> {
         true
     }
 
-    /// The K step of one staging of A (`[m, k]`) and B (`[k, n]`) of `dtype`: all of K when
-    /// both fit the threadgroup memory left, else the largest power of two (at least 8)
-    /// that does; the dot then stages and multiplies K in that many slices.
-    fn k_slice(&self, m: usize, n: usize, k: usize, dtype: DType) -> usize {
-        let room = self.scratch_room(dtype);
-        let mut kc = k;
-        while kc > MATRIX_TILE && (m + n) * kc * dtype.size_bytes() > room {
-            kc /= 2;
-        }
-        kc
-    }
-
     /// `frag += a @ b`: A and B staged through threadgroup memory in their own dtype when
     /// both are half (the tiles multiply in half and accumulate in float), else as float; K
-    /// in slices of [`Self::k_slice`] when the whole of both does not fit.
+    /// in the plan's slices.
     fn frag_mma(
         &mut self,
         c: &str,
@@ -381,8 +350,12 @@ impl Lowering<'_> {
             _ => DType::F32,
         };
         let sct = self.cty(st)?;
-        let kc = self.k_slice(m, n, k, st);
-        let s = self.scratch_array(st, (m + n) * kc)?;
+        let kc = self
+            .cur_op
+            .and_then(|op| self.plan.k_slice(op))
+            .unwrap_or(k)
+            .clamp(1, k);
+        let s = self.smem_buf(Role::Operands, st, (m + n) * kc)?;
         let sliced = kc < k;
         if sliced {
             self.open(format!(
@@ -459,13 +432,13 @@ impl Lowering<'_> {
     }
 
     /// Stores fragments `c` (`[m, n]`) back into a block in the blocked layout as `res`,
-    /// through threadgroup memory in bands of [`Self::c_band_rows`] rows.
+    /// through threadgroup memory in the plan's bands.
     pub(super) fn frags_to_block(&mut self, res: Value, c: &str, m: usize, n: usize) -> Result<()> {
         if self.d.mma_m16n8k16 {
             return self.mma_frags_to_block(res, c, m, n);
         }
         let rows = self.c_band_rows(m, n);
-        let s = self.scratch_array(DType::F32, rows * n)?;
+        let s = self.smem_buf(Role::AccOut, DType::F32, rows * n)?;
         let dacc = self.edt(res);
         let ct = self.cty(dacc)?;
         let lay = self.layout_of(m * n);
@@ -528,7 +501,7 @@ impl Lowering<'_> {
             batch,
         } = self.dot_dims(a, res, sa, sb, sc)?;
         let na = batch * m * k;
-        let s = self.scratch_array(din, na + batch * k * n)?;
+        let s = self.smem_buf(Role::Operands, din, na + batch * k * n)?;
         self.smem_write_begin();
         self.stage(a, &s, 0, &|l| l.to_string())?;
         self.stage(b, &s, na, &|l| l.to_string())?;
@@ -596,15 +569,19 @@ mod tests {
     #[test]
     fn half_operands_stage_as_half_and_large_accumulators_leave_in_bands() {
         let p = metal_mm(F16, [128, 128, 32], 4).unwrap();
-        // A and B: 16 KB of half; C: two bands of 32 rows in the other 16 KB.
-        assert_eq!(p.threadgroup_mem_bytes, 32 * 1024);
+        // A and B: 16 KB of half; C leaves in four bands of 32 rows over the same 16 KB
+        // (the two are never live together).
+        assert_eq!(p.threadgroup_mem_bytes, 16 * 1024);
         assert!(
-            p.source.contains("threadgroup half tm_smem_f16[8192]"),
+            p.source.contains("threadgroup float4 tm_arena[1024];"),
             "{}",
             p.source
         );
         assert!(p.source.contains("simdgroup_matrix<half, 8, 8> tm_fa;"));
         assert!(p.source.contains("tm_band += 32u"), "{}", p.source);
+        let bufs = &p.plan.arena.buffers;
+        assert_eq!(bufs.len(), 2, "{}", p.plan);
+        assert!(bufs.iter().all(|b| b.offset == 0 && b.bytes == 16 * 1024));
         // Float operands take the whole 32 KB for A and B, and C reuses it in two bands.
         let p = metal_mm(F32, [128, 128, 32], 8).unwrap();
         assert_eq!(p.threadgroup_mem_bytes, 32 * 1024);
@@ -663,9 +640,18 @@ mod tests {
     fn a_dot_that_cannot_fit_is_refused_with_its_size_and_line() {
         // Even 8-deep slices of a 256x1024 product need 40 KB.
         let e = metal_mm(F32, [256, 1024, 16], 4).unwrap_err().to_string();
-        assert!(e.contains("needs 40960 bytes of threadgroup memory"), "{e}");
-        assert!(e.contains("allows 32768"), "{e}");
-        assert!(e.contains("by `dot` at src/codegen/tests.rs:"), "{e}");
+        assert!(
+            e.contains("needs 40960 bytes of threadgroup memory on m1"),
+            "{e}"
+        );
+        assert!(
+            e.contains("allows 32768 (profile threadgroup_memory_bytes"),
+            "{e}"
+        );
+        assert!(
+            e.contains("40960 bytes of f32 (dot.operands of `dot` at src/codegen/tests.rs:"),
+            "{e}"
+        );
         assert!(e.contains("smaller BLOCK_SIZE_M/N/K"), "{e}");
     }
 }

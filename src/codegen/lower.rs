@@ -60,10 +60,12 @@ pub(super) struct Lowering<'k> {
     pub fresh_next: HashMap<String, usize>,
     pub lines: Vec<String>,
     pub indent: usize,
-    /// Scratch elements needed per element type.
+    /// Scratch elements needed per element type (dialects without a threadgroup arena:
+    /// one array per dtype).
     pub scratch: BTreeMap<DType, usize>,
-    /// Per element type: the op whose request set the scratch array's size.
-    pub scratch_by: BTreeMap<DType, OpId>,
+    /// The threadgroup buffers the conversions printed so far go through (dialects with
+    /// an arena; placed by the plan, see [`Lowering::arena_decls`]).
+    pub smem_reqs: Vec<crate::opt::smem::Request>,
     /// The op being lowered.
     pub cur_op: Option<OpId>,
     pub hazard: Hazard,
@@ -136,6 +138,7 @@ pub(super) fn printer_of(d: &Dialect, opts: &LaunchOptions) -> Printer {
         threads: opts.num_warps as usize * d.simd_width,
         matrix,
         widest_vector: d.widest_vector(),
+        static_shared: (d.name == "cuda").then_some(super::cuda::STATIC_SHARED_LIMIT),
     }
 }
 
@@ -280,7 +283,7 @@ impl<'k> Lowering<'k> {
             lines: Vec::new(),
             indent: 1,
             scratch: BTreeMap::new(),
-            scratch_by: BTreeMap::new(),
+            smem_reqs: Vec::new(),
             cur_op: None,
             hazard: Hazard::default(),
             helpers: BTreeSet::new(),
@@ -567,49 +570,110 @@ impl<'k> Lowering<'k> {
 
     // ---- threadgroup memory -----------------------------------------------------------
 
-    /// Bytes of the scratch arrays (each rounded up to 16), and why they are that big: an
-    /// error naming the largest array's op and its source line when the total is over
-    /// `limit` on `chip`.
-    pub fn scratch_bytes_within(&self, limit: usize, chip: &str) -> Result<usize> {
-        let size = |(dt, e): (&DType, &usize)| (e * dt.size_bytes()).next_multiple_of(16);
-        let total: usize = self.scratch.iter().map(size).sum();
-        if total <= limit {
-            return Ok(total);
+    /// The declarations of the threadgroup arena and of each buffer's view of it, from the
+    /// plan's arena: placed here from the requests printed when the plan lists no buffers,
+    /// else checked against them (every request has a planned buffer at least as large).
+    /// An error names the kernel, the op, its line and the bytes when the arena is over
+    /// the plan's budget; `memory` names that memory ("threadgroup memory on M1").
+    pub fn arena_decls(&mut self, memory: &str) -> Result<Vec<String>> {
+        use crate::opt::smem::Buffer;
+        if self.plan.arena.buffers.is_empty() && !self.smem_reqs.is_empty() {
+            let reqs = std::mem::take(&mut self.smem_reqs);
+            self.plan.arena.place(self.k, &reqs);
+            self.smem_reqs = reqs;
         }
-        let (dt, bytes) = self
-            .scratch
-            .iter()
-            .map(|x| (*x.0, size(x)))
-            .max_by_key(|x| x.1)
-            .unwrap_or((DType::F32, 0));
-        let by = match self.scratch_by.get(&dt) {
-            Some(&op) => {
-                let o = self.k.op(op);
-                format!(" by `{}` at {}", o.op.name(), o.loc)
+        for r in &self.smem_reqs {
+            let need = r.elems * r.dtype.size_bytes();
+            match self.plan.arena.find(r.op, r.role, r.dtype) {
+                Some(b) if b.bytes >= need => {}
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "layout plan of `{}`: no threadgroup buffer of {need} bytes for {} {} \
+                         of {} (plan a buffer for it, or leave the plan's arena empty)",
+                        self.k.name,
+                        r.op,
+                        r.role.name(),
+                        r.dtype
+                    )))
+                }
             }
-            None => String::new(),
-        };
-        Err(Error::Launch {
-            kernel: self.k.name.clone(),
-            msg: format!(
-                "needs {total} bytes of threadgroup memory; {chip} allows {limit}. The largest \
-                 use is {bytes} bytes of {dt}{by}: use smaller BLOCK sizes there (for `tl.dot`, \
-                 a smaller BLOCK_SIZE_M/N/K), fewer stages or fewer layout conversions"
-            ),
-        })
+        }
+        self.plan.arena.verify(self.k, &self.k.name)?;
+        let bytes = self.plan.arena.within_limit(self.k, memory)?;
+        let mut used: Vec<&Buffer> = self
+            .plan
+            .arena
+            .buffers
+            .iter()
+            .filter(|b| {
+                self.smem_reqs
+                    .iter()
+                    .any(|r| (r.op, r.role, r.dtype) == (b.op, b.role, b.dtype))
+            })
+            .collect();
+        used.sort_by_key(|b| (b.offset, b.op, b.role));
+        if used.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cuda = self.d.name == "cuda";
+        let mut out = vec![if cuda {
+            format!("  __shared__ __align__(16) unsigned char tm_arena[{bytes}];")
+        } else {
+            format!(
+                "  {} float4 tm_arena[{}];",
+                self.d.shared_array,
+                bytes.div_ceil(16)
+            )
+        }];
+        for b in used {
+            let ct = self.cty(b.dtype)?;
+            let id = Buffer::ident(b.op, b.role, b.dtype);
+            let off = b.offset;
+            out.push(if cuda {
+                format!("  {ct}* const {id} = reinterpret_cast<{ct}*>(tm_arena + {off});")
+            } else {
+                let sa = self.d.shared_array;
+                format!("  {sa} {ct}* const {id} = ({sa} {ct}*)(({sa} uchar*)tm_arena + {off});")
+            });
+        }
+        Ok(out)
     }
 
-    /// A scratch array of `dtype` with at least `elems` elements.
+    /// A scratch array of `dtype` with at least `elems` elements for the op being lowered
+    /// (a reduction's, scan's, shape op's or atomic's conversion).
     pub fn scratch_array(&mut self, dtype: DType, elems: usize) -> Result<String> {
+        let role = match self.cur_op {
+            Some(op) => crate::opt::smem::Role::of_op(&self.k.op(op).op),
+            None => crate::opt::smem::Role::Shape,
+        };
+        self.smem_buf(role, dtype, elems)
+    }
+
+    /// The buffer of `role` (at least `elems` elements of `dtype`) the op being lowered
+    /// converts through: a view of the plan's arena, or, in dialects without one (one
+    /// thread per program), the per-dtype array.
+    pub fn smem_buf(
+        &mut self,
+        role: crate::opt::smem::Role,
+        dtype: DType,
+        elems: usize,
+    ) -> Result<String> {
         self.cty(dtype)?;
-        let e = self.scratch.entry(dtype).or_insert(0);
-        if elems > *e {
-            *e = elems;
-            if let Some(op) = self.cur_op {
-                self.scratch_by.insert(dtype, op);
-            }
+        if self.d.shared_array.is_empty() {
+            let e = self.scratch.entry(dtype).or_insert(0);
+            *e = (*e).max(elems);
+            return Ok(format!("tm_smem_{}", dtype.short_name()));
         }
-        Ok(format!("tm_smem_{}", dtype.short_name()))
+        let op = self
+            .cur_op
+            .ok_or_else(|| unsupported_on(self.d, self.k, "threadgroup memory outside any op"))?;
+        self.smem_reqs.push(crate::opt::smem::Request {
+            op,
+            role,
+            dtype,
+            elems,
+        });
+        Ok(crate::opt::smem::Buffer::ident(op, role, dtype))
     }
 
     /// Before threads write scratch: waits for pending reads.

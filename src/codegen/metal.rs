@@ -53,6 +53,8 @@ pub struct MetalProgram {
     pub word_outputs: Vec<bool>,
     /// Layout and strategy decisions, in program order (for `TRITON_METAL_DEBUG` and tools).
     pub layouts: Vec<LayoutChoice>,
+    /// The plan the printer spelled, its threadgroup buffers placed.
+    pub plan: KernelPlan,
 }
 
 impl MetalProgram {
@@ -93,12 +95,18 @@ impl MetalProgram {
 /// threads than the target allows, threadgroup memory over its limit, unsupported ops
 /// (named), parameter names that would change MLX's signature.
 pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
-    compile_with(kernel, opts, &plan(kernel, opts))
+    let p = crate::opt::plan::plan(kernel, opts, printer_of(&METAL, opts));
+    compile_with(kernel, opts, &p)
 }
 
-/// The layout plan [`compile`] prints `kernel` with under `opts`.
+/// The layout plan [`compile`] prints `kernel` with under `opts`, its threadgroup buffers
+/// listed and placed (the optimizer's plan alone where the kernel does not compile).
 pub fn plan(kernel: &Kernel, opts: &LaunchOptions) -> KernelPlan {
-    crate::opt::plan::plan(kernel, opts, printer_of(&METAL, opts))
+    let p = crate::opt::plan::plan(kernel, opts, printer_of(&METAL, opts));
+    match compile_with(kernel, opts, &p) {
+        Ok(prog) => prog.plan,
+        Err(_) => p,
+    }
 }
 
 /// [`compile`] with the decisions of `plan` (e.g. [`plan`]'s, with overrides set), which
@@ -176,18 +184,8 @@ pub fn compile_in_place(
 
     let mut body = Vec::new();
     body.push(format!("  const uint tm_lid = {};", METAL.thread_index));
-    let tg_bytes = lw.scratch_bytes_within(
-        opts.target.threadgroup_memory_bytes as usize,
-        &opts.target.chip.to_string(),
-    )?;
-    for (dt, elems) in &lw.scratch {
-        let ct = lw.cty(*dt)?;
-        body.push(format!(
-            "  {} {ct} tm_smem_{}[{elems}];",
-            METAL.shared_array,
-            dt.short_name()
-        ));
-    }
+    body.extend(lw.arena_decls(&format!("threadgroup memory on {}", opts.target.chip))?);
+    let tg_bytes = lw.plan.arena.bytes;
     body.append(&mut lw.lines);
     let source = body.join("\n") + "\n";
     let header = METAL.header(&lw.helpers);
@@ -248,6 +246,7 @@ pub fn compile_in_place(
         atomic_outputs: lw.atomic_outputs,
         word_outputs,
         layouts: lw.layouts,
+        plan: lw.plan,
     })
 }
 

@@ -18,20 +18,14 @@ use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Value;
-use crate::opt::plan::WarpGrid;
+use crate::opt::plan::{WarpGrid, MMA_C_PAD};
+use crate::opt::smem::Role;
 
 /// Elements of padding per shared-memory row (16 bytes of 16-bit elements).
 const PAD: usize = 8;
 
-/// Largest f32 accumulator (bytes) converted to the blocked layout in one pass.
-const WHOLE_C_BYTES: usize = 32 * 1024;
-
-/// Bytes of one row band when a larger accumulator is converted in passes.
-const BAND_BYTES: usize = 16 * 1024;
-
-/// Padding (floats) of a banded accumulator row: rows shift by 4 banks, so the 8 rows one
-/// fragment store touches collide at most 2-way.
-const C_PAD: usize = 4;
+/// Padding (floats) of a banded accumulator row (see [`MMA_C_PAD`]).
+const C_PAD: usize = MMA_C_PAD;
 
 impl WarpGrid {
     fn regs(&self) -> usize {
@@ -104,7 +98,7 @@ impl Lowering<'_> {
             self.close();
             return Ok(c);
         }
-        let s = self.scratch_array(DType::F32, m * n)?;
+        let s = self.smem_buf(Role::AccIn, DType::F32, m * n)?;
         self.smem_write_begin();
         self.stage(acc, &s, 0, &|l| l.to_string())?;
         self.smem_write_end();
@@ -183,7 +177,7 @@ impl Lowering<'_> {
         let din = self.edt(a);
         let (ka, nb) = (k + PAD, n + PAD);
         let boff = m * ka;
-        let s = self.scratch_array(din, boff + k * nb)?;
+        let s = self.smem_buf(Role::Operands, din, boff + k * nb)?;
         self.smem_write_begin();
         self.stage_rows(a, &s, 0, k, ka)?;
         self.stage_rows(b, &s, boff, n, nb)?;
@@ -270,9 +264,8 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// Moves fragments `c` (`[m, n]`) into a block in the blocked layout as `res`. An
-    /// accumulator over [`WHOLE_C_BYTES`] goes through shared memory in row bands (so a
-    /// 128x128 f32 accumulator fits beside the A/B staging under the 48 KB static limit).
+    /// Moves fragments `c` (`[m, n]`) into a block in the blocked layout as `res`, through
+    /// shared memory whole or in the plan's row bands (padded by [`C_PAD`] floats).
     pub(super) fn mma_frags_to_block(
         &mut self,
         res: Value,
@@ -283,8 +276,9 @@ impl Lowering<'_> {
         let g = self.mma_grid(m, n)?;
         let dacc = self.edt(res);
         let ct = self.cty(dacc)?;
-        if m * n * 4 <= WHOLE_C_BYTES {
-            let s = self.scratch_array(DType::F32, m * n)?;
+        let rows = self.c_band_rows(m, n);
+        if rows >= m {
+            let s = self.smem_buf(Role::AccOut, DType::F32, m * n)?;
             self.smem_write_begin();
             self.line("#pragma unroll");
             self.open_frag_elems(g);
@@ -298,11 +292,7 @@ impl Lowering<'_> {
             return Ok(());
         }
         let ld = n + C_PAD;
-        let mut rows = m;
-        while rows > 1 && rows * ld * 4 > BAND_BYTES {
-            rows /= 2;
-        }
-        let s = self.scratch_array(DType::F32, rows * ld)?;
+        let s = self.smem_buf(Role::AccOut, DType::F32, rows * ld)?;
         let lay = self.layout_of(m * n);
         let name = self.declare_block("dot", dacc, m * n)?;
         if lay.has_idle_threads() {

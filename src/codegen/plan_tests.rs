@@ -137,7 +137,7 @@ fn dot_decisions_change_the_code_not_the_result() {
         .collect();
     assert!(srcs[0].contains("simdgroup_matrix<half, 8, 8> tm_fa"));
     assert!(srcs[1].contains("simdgroup_matrix<float, 8, 8> tm_fa"));
-    assert!(!srcs[1].contains("tm_smem_f16"));
+    assert!(!srcs[1].contains("_opnd_f16"));
     // Not resident: the accumulator goes through threadgroup memory on every iteration.
     assert!(srcs[2].matches("simdgroup_store(").count() == 1);
     assert!(!srcs[0].contains("simdgroup_load(frag_c"));
@@ -331,4 +331,156 @@ fn chunk_width_decision_changes_the_code_not_the_result() {
         );
         assert_close(&out[0].to_vec::<f32>().unwrap(), &want, 0.0, "add");
     }
+}
+
+#[test]
+fn threadgroup_memory_decisions_change_the_code_not_the_result() {
+    let k = mm(F16);
+    let opts = LaunchOptions::default();
+    let dot = op_where(&k, |o| matches!(o, Op::Dot { .. }));
+    let for_ = op_where(&k, |o| matches!(o, Op::For { .. }));
+    let default = metal::plan(&k, &opts);
+    assert_eq!(default.k_slice(dot), Some(16));
+    assert_eq!(default.band_rows(for_, 32, 32), Some(32));
+    let mut no_reuse = default.clone();
+    no_reuse.set_reuse(false);
+    let mut sliced = default.clone();
+    sliced.set_k_slice(dot, 8, "override");
+    let mut banded = default.clone();
+    banded.set_band_rows(for_, (32, 32), 8, "override");
+    let plans = [&default, &no_reuse, &sliced, &banded];
+    let progs: Vec<_> = plans
+        .iter()
+        .map(|p| metal::compile_with(&k, &opts, p).unwrap())
+        .collect();
+    // The default plan is the one the printer spells, buffers placed.
+    assert_eq!(progs[0].plan, default);
+    // Reuse: the operands (2 KB) and the accumulator leaving the loop (4 KB) are never live
+    // together, so they share bytes; without reuse each has its own.
+    let sizes =
+        |p: &KernelPlan| -> Vec<usize> { p.arena.buffers.iter().map(|b| b.bytes).collect() };
+    assert!(sizes(&progs[0].plan).contains(&2048), "{}", progs[0].plan);
+    assert!(sizes(&progs[0].plan).contains(&4096), "{}", progs[0].plan);
+    let max = sizes(&progs[0].plan).into_iter().max().unwrap();
+    let sum: usize = sizes(&progs[1].plan).into_iter().sum();
+    assert_eq!(progs[0].threadgroup_mem_bytes, max);
+    assert_eq!(progs[1].threadgroup_mem_bytes, sum);
+    assert!(sum > max);
+    // K in slices of 8: two stagings per dot; C in bands of 8 rows after the loop.
+    assert!(
+        progs[2].source.contains("tm_kc += 8u"),
+        "{}",
+        progs[2].source
+    );
+    assert!(!progs[0].source.contains("tm_kc"));
+    assert!(
+        progs[3].source.contains("tm_band += 8u"),
+        "{}",
+        progs[3].source
+    );
+    assert!(!progs[0].source.contains("tm_band"));
+    assert!(sizes(&progs[2].plan).contains(&1024), "{}", progs[2].plan);
+    assert!(sizes(&progs[3].plan).contains(&1024), "{}", progs[3].plan);
+    for (i, p) in progs.iter().enumerate() {
+        assert!(
+            !progs[..i].iter().any(|q| q.source == p.source),
+            "plan {i} printed the same code as an earlier one"
+        );
+        // Placed plans round-trip through their text and pass the verifier.
+        let text = p.plan.to_string();
+        assert_eq!(KernelPlan::parse(&text).unwrap(), p.plan, "{text}");
+        p.plan.verify(&k).unwrap();
+    }
+    let text = progs[1].plan.to_string();
+    assert!(text.contains("reuse=off"), "{text}");
+    assert!(
+        text.contains("acc.out f32 bytes=4096") && text.contains("convert fragments -> blocked"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kslice=16 ; A and B as f16 take 2048"),
+        "{text}"
+    );
+    // A placement whose buffers overlap while live together is refused, as is a plan
+    // without a buffer the printer needs.
+    let mut overlap = progs[0].plan.clone();
+    overlap.arena.reuse = false;
+    let e = metal::compile_with(&k, &opts, &overlap)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("live together and overlap"), "{e}");
+    let mut missing = progs[0].plan.clone();
+    missing.arena.buffers.retain(|b| b.bytes != 4096);
+    let e = metal::compile_with(&k, &opts, &missing)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no threadgroup buffer of 4096 bytes"), "{e}");
+    // CUDA: the same overrides reach the tensor-core path; all compile.
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let cdef = cuda::plan(&k, &sm90);
+    let mut c_no_reuse = cdef.clone();
+    c_no_reuse.set_reuse(false);
+    let mut c_banded = cdef.clone();
+    c_banded.set_band_rows(for_, (32, 32), 8, "override");
+    let cu = [cdef, c_no_reuse, c_banded].map(|p| cuda::compile_with(&k, &sm90, &p).unwrap());
+    assert!(cu[1].shared_mem_bytes > cu[0].shared_mem_bytes);
+    assert!(cu[2].source.contains("tm_band += 8u"), "{}", cu[2].source);
+    assert!(!cu[0].source.contains("tm_band"));
+    assert_ne!(cu[0].source, cu[1].source);
+    if let Some(nv) = nvrtc() {
+        for p in &cu {
+            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+        }
+    }
+    if !emu_ok("threadgroup_memory_decisions_change_the_code_not_the_result") {
+        return;
+    }
+    let (m, n, kk) = (37usize, 45usize, 50usize);
+    let round = |v: Vec<f32>| -> Vec<f32> {
+        v.into_iter()
+            .map(|x| half::f16::from_f32(x).to_f32())
+            .collect()
+    };
+    let a = round(rnd(m * kk, 41, -1.0, 1.0));
+    let b = round(rnd(kk * n, 42, -1.0, 1.0));
+    let want = matmul_ref(&a, &b, m, n, kk);
+    for (i, p) in plans.iter().enumerate() {
+        let got = run_mm(&k, p, &a, &b, true);
+        assert_close(&got, &want, 1e-5, &format!("plan {i}"));
+    }
+}
+
+#[test]
+fn the_budget_names_the_profile_field_that_set_it() {
+    let k = mm(F16);
+    let apple: Vec<KernelPlan> = [Chip::M1, Chip::M2, Chip::M3Max, Chip::M4Pro]
+        .into_iter()
+        .map(|c| metal::plan(&k, &LaunchOptions::default().target(HardwareProfile::of(c))))
+        .collect();
+    for p in &apple {
+        assert_eq!(p.arena.limit, 32768);
+        assert!(
+            p.arena
+                .limit_why
+                .contains("profile threadgroup_memory_bytes 32768")
+                && p.arena
+                    .limit_why
+                    .contains("same 32 KB on every Apple7+ GPU"),
+            "{}",
+            p.arena.limit_why
+        );
+        assert_eq!(p.arena.buffers, apple[0].arena.buffers);
+    }
+    let sm90 = cuda::plan(
+        &k,
+        &LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90)),
+    );
+    assert_eq!(sm90.arena.limit, cuda::STATIC_SHARED_LIMIT);
+    assert!(
+        sm90.arena
+            .limit_why
+            .contains("static shared memory limit 49152 per block"),
+        "{}",
+        sm90.arena.limit_why
+    );
 }

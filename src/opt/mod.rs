@@ -20,6 +20,7 @@ pub mod hardware;
 pub mod layout;
 pub mod options;
 pub mod plan;
+pub mod smem;
 
 pub use hardware::{Chip, HardwareProfile, TileShape, HW_ENV_VAR};
 pub use layout::{MemoryLayout, Roofline};

@@ -11,7 +11,13 @@
 //! - `for` loops: which carried `tl.dot` accumulators stay in matrix fragments across
 //!   the loop;
 //! - the kernel: elements per chunk of the blocked layout ([`KernelPlan::vec`]), from the
-//!   profile's vector width and the contiguity of its loads and stores.
+//!   profile's vector width and the contiguity of its loads and stores;
+//! - tiled `tl.dot`s: the K slice staged at once ([`KernelPlan::k_slice`]) and the rows of
+//!   each accumulator band moved between fragments and the blocked layout
+//!   ([`KernelPlan::band_rows`]);
+//! - threadgroup memory: the byte budget and its one arena ([`KernelPlan::arena`], see
+//!   [`super::smem`]): every buffer a conversion goes through, with its live range and
+//!   offset, buffers that are never live together sharing bytes.
 //!
 //! A user override changes the plan, never the printer: [`LaunchOptions::reduction_layout`],
 //! or [`KernelPlan::set`] on a plan given to `codegen::metal::compile_with` (or the CUDA
@@ -28,7 +34,12 @@
 //!     let offs = tl::arange(0, 256);
 //!     tl::store(o + tl::program_id(0), tl::load(x + offs).max(0));
 //! })?.specialize_with(&[])?;
-//! let printer = Printer { threads: 128, matrix: MatrixUnit::Simdgroup8x8, widest_vector: 4 };
+//! let printer = Printer {
+//!     threads: 128,
+//!     matrix: MatrixUnit::Simdgroup8x8,
+//!     widest_vector: 4,
+//!     static_shared: None,
+//! };
 //! let p = plan(&k, &LaunchOptions::default(), printer);
 //! assert!(p.decisions().any(|(_, d, _)| matches!(d, Decision::Reduce(_))));
 //! assert_eq!(triton_metal::opt::plan::KernelPlan::parse(&p.to_string())?, p);
@@ -39,6 +50,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::options::{LaunchOptions, ReductionLayout};
+use super::smem::{parse_arena, parse_buffer, Arena};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, Op, OpId, RegionId, Value};
@@ -83,6 +95,9 @@ pub struct Printer {
     pub matrix: MatrixUnit,
     /// Elements of its widest packed load or store.
     pub widest_vector: usize,
+    /// The most static shared memory the dialect may declare per program, when it caps it
+    /// below the profile (CUDA: 48 KB without dynamic shared memory).
+    pub static_shared: Option<usize>,
 }
 
 /// How the warps of a program split an `[M, N]` accumulator on `mma.sync` m16n8k16.
@@ -186,6 +201,107 @@ pub struct KernelPlan {
     /// Why [`Self::vec`].
     pub vec_why: String,
     decisions: BTreeMap<OpId, (Decision, String)>,
+    /// Per tiled `tl.dot`: the K slice A and B are staged in.
+    k_slices: BTreeMap<OpId, (usize, String)>,
+    /// Per op converting an `[m, n]` accumulator between fragments and the blocked layout
+    /// (the dot, or the `for` keeping it in fragments): rows per band.
+    bands: BTreeMap<(OpId, usize, usize), (usize, String)>,
+    /// Threadgroup memory: budget and buffers. [`plan`] sets the budget; the printer's
+    /// conversions fill in the buffers when they are empty (see `codegen::metal::plan`).
+    pub arena: Arena,
+}
+
+/// Bytes a float accumulator band of a `simdgroup_matrix` dot may always take (more when
+/// the kernel's operand staging already takes more, since the two are never live together).
+pub const BAND_BYTES: usize = 16 * 1024;
+
+/// Largest f32 accumulator (bytes) an `mma.sync` dot converts to the blocked layout in one
+/// pass.
+pub const MMA_WHOLE_C_BYTES: usize = 32 * 1024;
+
+/// Bytes of one band when a larger `mma.sync` accumulator is converted in passes.
+pub const MMA_BAND_BYTES: usize = 16 * 1024;
+
+/// Padding (floats) of a banded `mma.sync` accumulator row: rows shift by 4 banks, so the 8
+/// rows one fragment store touches collide at most 2-way.
+pub const MMA_C_PAD: usize = 4;
+
+/// The threadgroup-memory budget of one program, and the profile field that set it.
+fn budget(opts: &LaunchOptions, printer: Printer) -> (usize, String) {
+    let p = opts.target.threadgroup_memory_bytes as usize;
+    match printer.static_shared {
+        Some(cap) if cap < p => (
+            cap,
+            format!(
+                "static shared memory limit {cap} per block (profile threadgroup_memory_bytes \
+                 {p} on {} needs dynamic shared memory)",
+                opts.target.chip.name()
+            ),
+        ),
+        _ if opts.target.apple_generation.is_some() => (
+            p,
+            format!(
+                "profile threadgroup_memory_bytes {p} on {}: Apple's documented limit, the same \
+                 32 KB on every Apple7+ GPU (M1..M4)",
+                opts.target.chip.name()
+            ),
+        ),
+        _ => (
+            p,
+            format!(
+                "profile threadgroup_memory_bytes {p} on {}",
+                opts.target.chip.name()
+            ),
+        ),
+    }
+}
+
+/// The staging dtype and bytes of A and B of a tiled dot, K in slices of `kc`.
+fn staging_bytes(m: usize, n: usize, kc: usize, l: DotLowering, din: DType) -> usize {
+    match l {
+        DotLowering::Simdgroup { stage } => (m + n) * kc * stage.size_bytes(),
+        DotLowering::Mma(_) => (m * (kc + 8) + kc * (n + 8)) * din.size_bytes(),
+        _ => 0,
+    }
+}
+
+/// Rows per band of an `[m, n]` accumulator leaving fragments under lowering `l`, and why;
+/// `cap` is the kernel's largest operand staging in bytes.
+fn band_rows(m: usize, n: usize, l: DotLowering, cap: usize, limit: usize) -> (usize, String) {
+    match l {
+        DotLowering::Mma(_) => {
+            if m * n * 4 <= MMA_WHOLE_C_BYTES {
+                return (
+                    m,
+                    format!("f32 {m}x{n} is at most {MMA_WHOLE_C_BYTES} bytes: one pass"),
+                );
+            }
+            let mut rows = m;
+            while rows > 1 && rows * (n + MMA_C_PAD) * 4 > MMA_BAND_BYTES {
+                rows /= 2;
+            }
+            (
+                rows,
+                format!(
+                    "f32 {m}x{n} is over {MMA_WHOLE_C_BYTES} bytes: bands of {rows} padded rows \
+                     within {MMA_BAND_BYTES}"
+                ),
+            )
+        }
+        _ => {
+            let room = BAND_BYTES.max(cap.min(limit));
+            let mut rows = m;
+            while rows > 8 && rows * n * 4 > room {
+                rows /= 2;
+            }
+            let why = if rows == m {
+                format!("f32 {m}x{n} fits {room} bytes (the larger of {BAND_BYTES} and the operand staging): one pass")
+            } else {
+                format!("f32 {m}x{n} over {room} bytes (the larger of {BAND_BYTES} and the operand staging it reuses): bands of {rows} rows")
+            };
+            (rows, why)
+        }
+    }
 }
 
 /// Elements per chunk of the kernel's blocked layout, and why. Where the dialect has packed
@@ -306,6 +422,12 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
         vec,
         vec_why,
         decisions: BTreeMap::new(),
+        k_slices: BTreeMap::new(),
+        bands: BTreeMap::new(),
+        arena: {
+            let (limit, why) = budget(opts, printer);
+            Arena::new(limit, why)
+        },
     };
     let warps = (printer.threads / 32).max(1);
     for (i, o) in kernel.ops.iter().enumerate() {
@@ -353,6 +475,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
             }
         }
     }
+    p.plan_tiling(kernel);
     p
 }
 
@@ -391,9 +514,18 @@ impl KernelPlan {
     }
 
     /// Replaces (or adds) the decision for `op`, recording `why`; [`Self::verify`] tells
-    /// whether the kernel admits it.
+    /// whether the kernel admits it. The arena's buffers follow from the decisions, so
+    /// they are dropped, to be placed again by the printer.
     pub fn set(&mut self, op: OpId, d: Decision, why: impl Into<String>) {
         self.decisions.insert(op, (d, why.into()));
+        self.arena.buffers.clear();
+    }
+
+    /// Turns sharing of bytes between buffers never live together on or off; the buffers
+    /// are dropped, to be placed again by the printer.
+    pub fn set_reuse(&mut self, reuse: bool) {
+        self.arena.reuse = reuse;
+        self.arena.buffers.clear();
     }
 
     /// The lowering of the `tl.dot` at `op` (scalar FMA when the plan has none).
@@ -417,6 +549,101 @@ impl KernelPlan {
         match self.get(op) {
             Some(Decision::Resident(s)) => s,
             _ => &[],
+        }
+    }
+
+    /// The K slice the tiled dot at `op` stages A and B in (all of K when the plan has none).
+    pub fn k_slice(&self, op: OpId) -> Option<usize> {
+        self.k_slices.get(&op).map(|x| x.0)
+    }
+
+    /// Sets the K slice of the tiled dot at `op` ([`Self::verify`] tells whether it divides
+    /// K); the arena's buffers are dropped, to be placed again by the printer.
+    pub fn set_k_slice(&mut self, op: OpId, kc: usize, why: impl Into<String>) {
+        self.k_slices.insert(op, (kc, why.into()));
+        self.arena.buffers.clear();
+    }
+
+    /// Rows per band of the `[m, n]` accumulator `op` moves between fragments and the
+    /// blocked layout (all of them when the plan has none).
+    pub fn band_rows(&self, op: OpId, m: usize, n: usize) -> Option<usize> {
+        self.bands.get(&(op, m, n)).map(|x| x.0)
+    }
+
+    /// Sets the rows per band of the `[m, n]` accumulator `op` converts; the arena's
+    /// buffers are dropped, to be placed again by the printer.
+    pub fn set_band_rows(
+        &mut self,
+        op: OpId,
+        (m, n): (usize, usize),
+        rows: usize,
+        why: impl Into<String>,
+    ) {
+        self.bands.insert((op, m, n), (rows, why.into()));
+        self.arena.buffers.clear();
+    }
+
+    /// The K slices and accumulator bands of the tiled dots, and of the loops keeping their
+    /// accumulators in fragments. A and B take the budget whole when they fit, else K goes
+    /// in the largest power-of-two slices (at least 8) that do; an accumulator band may use
+    /// the bytes of the largest operand staging (never live at the same time) or
+    /// [`BAND_BYTES`], whichever is more.
+    fn plan_tiling(&mut self, k: &Kernel) {
+        let limit = self.arena.limit;
+        let mut tiled = Vec::new();
+        let mut cap = 0;
+        for (i, o) in k.ops.iter().enumerate() {
+            let id = OpId(i as u32);
+            let Op::Dot { a, b, .. } = o.op else { continue };
+            let l = self.dot(id);
+            let Some((m, n, kk)) = dims(k, a, b) else {
+                continue;
+            };
+            let din = k.ty(a).dtype;
+            match l {
+                DotLowering::Simdgroup { stage } => {
+                    let mut kc = kk;
+                    while kc > 8 && staging_bytes(m, n, kc, l, din) > limit {
+                        kc /= 2;
+                    }
+                    let bytes = staging_bytes(m, n, kc, l, din);
+                    let why = if kc == kk {
+                        format!(
+                            "A and B as {} take {bytes} of {limit} bytes: all of K",
+                            stage.short_name()
+                        )
+                    } else {
+                        format!(
+                            "A and B as {} for all of K exceed {limit} bytes: slices of {kc} take {bytes}",
+                            stage.short_name()
+                        )
+                    };
+                    self.k_slices.insert(id, (kc, why));
+                    cap = cap.max(bytes);
+                }
+                DotLowering::Mma(_) => cap = cap.max(staging_bytes(m, n, kk, l, din)),
+                _ => continue,
+            }
+            tiled.push((id, m, n, l));
+        }
+        let mut loops = Vec::new();
+        for (i, o) in k.ops.iter().enumerate() {
+            let Op::For { body, .. } = o.op else { continue };
+            let id = OpId(i as u32);
+            let region = k.region(body);
+            let Some(Op::Yield { values }) = region.ops.last().map(|&l| &k.op(l).op) else {
+                continue;
+            };
+            for &s in self.resident(id) {
+                let def = values.get(s).and_then(|&y| k.def_op(y));
+                if let Some(&(_, m, n, l)) = def.and_then(|d| tiled.iter().find(|t| t.0 == d)) {
+                    loops.push((id, m, n, l));
+                }
+            }
+        }
+        for (id, m, n, l) in tiled.into_iter().chain(loops) {
+            let (rows, why) = band_rows(m, n, l, cap, limit);
+            self.bands.insert((id, m, n), (rows, why));
         }
     }
 
@@ -514,7 +741,28 @@ impl KernelPlan {
                 (d, op_) => return bad(op, format!("{d:?} on a `{}`", op_.name())),
             }
         }
-        Ok(())
+        for (&op, &(kc, _)) in &self.k_slices {
+            let kk = match kernel.ops.get(op.index()).map(|o| &o.op) {
+                Some(Op::Dot { a, b, .. }) => dims(kernel, *a, *b).map(|d| d.2),
+                _ => None,
+            };
+            match kk {
+                Some(kk) if kc >= 8 && kc.is_power_of_two() && kk % kc == 0 => {}
+                Some(kk) => {
+                    return bad(
+                        op,
+                        format!("K slice {kc} (a power of two from 8 dividing K = {kk})"),
+                    )
+                }
+                None => return bad(op, "a K slice on an op that is not a 2-D dot".into()),
+            }
+        }
+        for (&(op, m, _), &(rows, _)) in &self.bands {
+            if op.index() >= kernel.ops.len() || rows == 0 || m % rows != 0 {
+                return bad(op, format!("bands of {rows} rows of {m}"));
+            }
+        }
+        self.arena.verify(kernel, &self.kernel)
     }
 
     /// Parses the text form written by `Display`.
@@ -524,8 +772,8 @@ impl KernelPlan {
         let mut lines = text.lines().filter(|l| !l.trim().is_empty());
         let head = lines.next().ok_or_else(|| err("", "empty text"))?;
         let h: Vec<&str> = head.split_whitespace().collect();
-        let (kernel, threads, matrix, widest) = match h.as_slice() {
-            ["plan", name, t, m, w] => (
+        let (kernel, threads, matrix, widest, shared) = match h.as_slice() {
+            ["plan", name, t, m, w, ss] => (
                 name.strip_prefix('@')
                     .ok_or_else(|| err(head, "kernel name"))?,
                 t.strip_prefix("threads=")
@@ -537,6 +785,11 @@ impl KernelPlan {
                 w.strip_prefix("widest_vector=")
                     .and_then(|t| t.parse().ok())
                     .ok_or_else(|| err(head, "widest vector"))?,
+                match ss.strip_prefix("static_shared=") {
+                    Some("none") => None,
+                    Some(v) => Some(v.parse().map_err(|_| err(head, "static shared"))?),
+                    None => return Err(err(head, "static shared")),
+                },
             ),
             _ => return Err(err(head, "header")),
         };
@@ -555,12 +808,28 @@ impl KernelPlan {
                 threads,
                 matrix,
                 widest_vector: widest,
+                static_shared: shared,
             },
             vec,
             vec_why,
             decisions: BTreeMap::new(),
+            k_slices: BTreeMap::new(),
+            bands: BTreeMap::new(),
+            arena: Arena::new(0, String::new()),
         };
         for l in lines {
+            match l.split_whitespace().next() {
+                Some("arena") => {
+                    p.arena = parse_arena(l).ok_or_else(|| err(l, "arena"))?;
+                    continue;
+                }
+                Some("buf") => {
+                    let b = parse_buffer(l).ok_or_else(|| err(l, "buffer"))?;
+                    p.arena.buffers.push(b);
+                    continue;
+                }
+                _ => {}
+            }
             let (body, why) = l.split_once(" ; ").ok_or_else(|| err(l, "reason"))?;
             let w: Vec<&str> = body.split_whitespace().collect();
             let op = w
@@ -575,6 +844,20 @@ impl KernelPlan {
                     .ok_or_else(|| err(l, key))
             };
             let d = match &w[1..] {
+                [kc] if kc.starts_with("kslice=") => {
+                    p.k_slices
+                        .insert(op, (num(kc, "kslice=")?, why.to_string()));
+                    continue;
+                }
+                ["band", mn, rows] => {
+                    let (m, n) = mn
+                        .split_once('x')
+                        .and_then(|(m, n)| Some((m.parse().ok()?, n.parse().ok()?)))
+                        .ok_or_else(|| err(l, "band shape"))?;
+                    p.bands
+                        .insert((op, m, n), (num(rows, "rows=")?, why.to_string()));
+                    continue;
+                }
                 ["dot", "simdgroup", s] => Decision::Dot(DotLowering::Simdgroup {
                     stage: s
                         .strip_prefix("stage=")
@@ -642,22 +925,33 @@ impl fmt::Display for Decision {
 }
 
 impl fmt::Display for KernelPlan {
-    /// `plan @name threads=T matrix=U widest_vector=W`, the kernel's chunk width
-    /// (`kernel vec=V ; why`), then one line per decision: `opN what ; why`.
+    /// `plan @name threads=T matrix=U widest_vector=W static_shared=S`, the kernel's chunk
+    /// width (`kernel vec=V ; why`), one line per decision (`opN what ; why`), per K slice
+    /// (`opN kslice=K ; why`) and per accumulator band (`opN band MxN rows=R ; why`), then
+    /// the arena (`arena ...`) and its buffers (`buf ...`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "plan @{} threads={} matrix={} widest_vector={}",
+            "plan @{} threads={} matrix={} widest_vector={} static_shared={}",
             self.kernel,
             self.printer.threads,
             self.printer.matrix.name(),
-            self.printer.widest_vector
+            self.printer.widest_vector,
+            self.printer
+                .static_shared
+                .map_or("none".to_string(), |b| b.to_string())
         )?;
         writeln!(f, "  kernel vec={} ; {}", self.vec, self.vec_why)?;
         for (op, (d, why)) in &self.decisions {
             let what = d.to_string();
             writeln!(f, "  {op} {what} ; {}", why.replace('\n', " "))?;
         }
-        Ok(())
+        for (op, (kc, why)) in &self.k_slices {
+            writeln!(f, "  {op} kslice={kc} ; {why}")?;
+        }
+        for ((op, m, n), (rows, why)) in &self.bands {
+            writeln!(f, "  {op} band {m}x{n} rows={rows} ; {why}")?;
+        }
+        write!(f, "{}", self.arena)
     }
 }

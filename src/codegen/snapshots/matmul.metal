@@ -25,7 +25,9 @@ TM_PACKED(uint8_t, uchar, 1)
 #undef TM_PACKED
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
-  threadgroup float tm_smem_f32[1024];
+  threadgroup float4 tm_arena[256];
+  threadgroup float* const tm_s16_accout_f32 = (threadgroup float*)((threadgroup uchar*)tm_arena + 0);
+  threadgroup float* const tm_s59_opnd_f32 = (threadgroup float*)((threadgroup uchar*)tm_arena + 0);
   const int pid0_ = int(threadgroup_position_in_grid.x);
   const int mul = int(uint(pid0_) * uint(32));
   int arange[4];
@@ -180,11 +182,11 @@ TM_PACKED(uint8_t, uchar, 1)
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      tm_smem_f32[tm_l] = a[tm_i];
+      tm_s59_opnd_f32[tm_l] = a[tm_i];
     }
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      tm_smem_f32[512u + tm_l] = b[tm_i];
+      tm_s59_opnd_f32[512u + tm_l] = b[tm_i];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     {
@@ -195,8 +197,8 @@ TM_PACKED(uint8_t, uchar, 1)
           const uint tm_t = tm_lid / 32u + 4u * tm_q;
           const uint tm_tm = (tm_t / 4u) * 8u;
           const uint tm_tn = (tm_t % 4u) * 8u;
-          simdgroup_load(tm_fa, tm_smem_f32 + tm_tm * 16u + tm_kk, 16);
-          simdgroup_load(tm_fb, tm_smem_f32 + 512u + tm_kk * 32u + tm_tn, 32);
+          simdgroup_load(tm_fa, tm_s59_opnd_f32 + tm_tm * 16u + tm_kk, 16);
+          simdgroup_load(tm_fb, tm_s59_opnd_f32 + 512u + tm_kk * 32u + tm_tn, 32);
           simdgroup_multiply_accumulate(frag_c[tm_q], tm_fa, tm_fb, frag_c[tm_q]);
         }
       }
@@ -207,13 +209,13 @@ TM_PACKED(uint8_t, uchar, 1)
     const uint tm_t = tm_lid / 32u + 4u * tm_q;
     const uint tm_tm = (tm_t / 4u) * 8u;
     const uint tm_tn = (tm_t % 4u) * 8u;
-    simdgroup_store(frag_c[tm_q], tm_smem_f32 + tm_tm * 32u + tm_tn, 32);
+    simdgroup_store(frag_c[tm_q], tm_s16_accout_f32 + tm_tm * 32u + tm_tn, 32);
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   float dot[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2) | ((tm_i >> 2) << 9);
-    dot[tm_i] = float(tm_smem_f32[tm_l]);
+    dot[tm_i] = float(tm_s16_accout_f32[tm_l]);
   }
   bool lt_4[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {

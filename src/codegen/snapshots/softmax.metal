@@ -38,7 +38,9 @@ inline half tm_simd_fsum(half x) {
 }
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
-  threadgroup float tm_smem_f32[128];
+  threadgroup float4 tm_arena[32];
+  threadgroup float* const tm_s10_red_f32 = (threadgroup float*)((threadgroup uchar*)tm_arena + 0);
+  threadgroup float* const tm_s14_red_f32 = (threadgroup float*)((threadgroup uchar*)tm_arena + 0);
   const int pid0_ = int(threadgroup_position_in_grid.x);
   int arange[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
@@ -87,15 +89,15 @@ inline half tm_simd_fsum(half x) {
     part[tm_j] = tm_fmax(part[tm_j], tm_o4);
   }
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
-    tm_smem_f32[tm_j * 128u + tm_lid] = part[tm_j];
+    tm_s10_red_f32[tm_j * 128u + tm_lid] = part[tm_j];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
     const uint tm_base = tm_j * 128u + (tm_lid & ~96u);
-    part[tm_j] = tm_smem_f32[tm_base];
+    part[tm_j] = tm_s10_red_f32[tm_base];
     for (uint tm_w = 1; tm_w < 4u; ++tm_w) {
       const uint tm_at = tm_base | ((tm_w & 3u) << 5);
-      part[tm_j] = tm_fmax(part[tm_j], tm_smem_f32[tm_at]);
+      part[tm_j] = tm_fmax(part[tm_j], tm_s10_red_f32[tm_at]);
     }
   }
   const float max_1 = part[0];
@@ -121,15 +123,15 @@ inline half tm_simd_fsum(half x) {
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
-    tm_smem_f32[tm_j * 128u + tm_lid] = part_1[tm_j];
+    tm_s14_red_f32[tm_j * 128u + tm_lid] = part_1[tm_j];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 1u; ++tm_j) {
     const uint tm_base = tm_j * 128u + (tm_lid & ~96u);
-    part_1[tm_j] = tm_smem_f32[tm_base];
+    part_1[tm_j] = tm_s14_red_f32[tm_base];
     for (uint tm_w = 1; tm_w < 4u; ++tm_w) {
       const uint tm_at = tm_base | ((tm_w & 3u) << 5);
-      part_1[tm_j] = (part_1[tm_j] + tm_smem_f32[tm_at]);
+      part_1[tm_j] = (part_1[tm_j] + tm_s14_red_f32[tm_at]);
     }
   }
   const float sum = part_1[0];

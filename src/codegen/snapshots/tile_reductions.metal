@@ -31,8 +31,10 @@ TM_PACKED(uint8_t, uchar, 1)
 #undef TM_PACKED
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
-  threadgroup int tm_smem_i32[16];
-  threadgroup float tm_smem_f32[512];
+  threadgroup float4 tm_arena[128];
+  threadgroup float* const tm_s29_red_f32 = (threadgroup float*)((threadgroup uchar*)tm_arena + 0);
+  threadgroup float* const tm_s40_red_f32 = (threadgroup float*)((threadgroup uchar*)tm_arena + 0);
+  threadgroup int* const tm_s46_red_i32 = (threadgroup int*)((threadgroup uchar*)tm_arena + 0);
   const int pid0_ = int(threadgroup_position_in_grid.x);
   const int mul = int(uint(pid0_) * uint(16));
   int arange[4];
@@ -129,13 +131,13 @@ TM_PACKED(uint8_t, uchar, 1)
   for (uint tm_j = 0; tm_j < 2u; ++tm_j) {
     const uint tm_i0 = ((tm_j & 1u) << 2);
     const uint tm_l = (tm_i0 & 3u) | (tm_lid << 2) | ((tm_i0 >> 2) << 9);
-    if ((tm_lid & 15u) == 0) tm_smem_f32[((tm_l >> 6) & 15u)] = part[tm_j];
+    if ((tm_lid & 15u) == 0) tm_s29_red_f32[((tm_l >> 6) & 15u)] = part[tm_j];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   float sum[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    sum[tm_i] = tm_l < 16u ? tm_smem_f32[tm_l] : float(0);
+    sum[tm_i] = tm_l < 16u ? tm_s29_red_f32[tm_l] : float(0);
   }
   bool lt_2[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -177,28 +179,28 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 4u; ++tm_j) {
-    tm_smem_f32[tm_j * 128u + tm_lid] = part_1[tm_j];
+    tm_s40_red_f32[tm_j * 128u + tm_lid] = part_1[tm_j];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 4u; ++tm_j) {
     const uint tm_base = tm_j * 128u + (tm_lid & ~96u);
-    part_1[tm_j] = tm_smem_f32[tm_base];
+    part_1[tm_j] = tm_s40_red_f32[tm_base];
     for (uint tm_w = 1; tm_w < 4u; ++tm_w) {
       const uint tm_at = tm_base | ((tm_w & 3u) << 5);
-      part_1[tm_j] = tm_fmax(part_1[tm_j], tm_smem_f32[tm_at]);
+      part_1[tm_j] = tm_fmax(part_1[tm_j], tm_s40_red_f32[tm_at]);
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_j = 0; tm_j < 4u; ++tm_j) {
     const uint tm_i0 = (tm_j & 3u);
     const uint tm_l = (tm_i0 & 3u) | (tm_lid << 2) | ((tm_i0 >> 2) << 9);
-    if ((tm_lid & 112u) == 0) tm_smem_f32[(tm_l & 63u)] = part_1[tm_j];
+    if ((tm_lid & 112u) == 0) tm_s40_red_f32[(tm_l & 63u)] = part_1[tm_j];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   float max_1[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    max_1[tm_i] = tm_l < 64u ? tm_smem_f32[tm_l] : float(0);
+    max_1[tm_i] = tm_l < 64u ? tm_s40_red_f32[tm_l] : float(0);
   }
   bool lt_3[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
@@ -248,13 +250,13 @@ TM_PACKED(uint8_t, uchar, 1)
   for (uint tm_j = 0; tm_j < 2u; ++tm_j) {
     const uint tm_i0 = ((tm_j & 1u) << 2);
     const uint tm_l = (tm_i0 & 3u) | (tm_lid << 2) | ((tm_i0 >> 2) << 9);
-    if ((tm_lid & 15u) == 0) tm_smem_i32[((tm_l >> 6) & 15u)] = part_idx_2[tm_j];
+    if ((tm_lid & 15u) == 0) tm_s46_red_i32[((tm_l >> 6) & 15u)] = part_idx_2[tm_j];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   int argmax[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
     const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-    argmax[tm_i] = tm_l < 16u ? tm_smem_i32[tm_l] : int(0);
+    argmax[tm_i] = tm_l < 16u ? tm_s46_red_i32[tm_l] : int(0);
   }
   bool lt_4[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
