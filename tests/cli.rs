@@ -73,7 +73,10 @@ fn analyze_a_seed_file_and_one_operation() {
     let out = ok(&["analyze", "--json", f.to_str().unwrap()]);
     assert!(out.contains("sum_reduce_1d  tt.reduce  [1024]"), "{out}");
     assert!(out.contains("COALESCED (8)"), "{out}");
-    assert!(out.contains("TILED (4)"), "{out}");
+    // The reductions lower to the DSL reduce kernel; a lone matmul stays MLX's.
+    assert!(out.contains("dsl:fused_reduce"), "{out}");
+    let mm = out.lines().find(|l| l.starts_with("mm ")).unwrap();
+    assert!(mm.contains("mlx:tt.dot") && mm.ends_with("no"), "{mm}");
     assert!(out.contains("2 of 3 ops use the COALESCED layout"), "{out}");
 
     let out = ok(&[
@@ -94,6 +97,7 @@ fn analyze_a_seed_file_and_one_operation() {
     ]);
     assert_eq!(v["ops"][0]["layout_value"], 8);
     assert_eq!(v["ops"][0]["coalesced"], true);
+    assert_eq!(v["ops"][0]["runs_as"], "dsl");
     assert_eq!(v["summary"]["coalesced"], 1);
 
     // --output writes the same JSON document.
@@ -118,27 +122,39 @@ fn version_on_the_subcommand() {
 
 #[test]
 fn layouts_follow_the_chosen_hardware() {
-    let m1 = json(&[
-        "--hw",
-        "m1",
-        "--format",
-        "json",
-        "layouts",
-        "--operation",
-        "tt.dot:[[2048,2048],[2048,2048]]",
-    ]);
-    let sm90 = json(&[
-        "--hw",
-        "sm90",
-        "--format",
-        "json",
-        "layouts",
-        "--operation",
-        "tt.dot:[[2048,2048],[2048,2048]]",
-    ]);
-    assert_eq!(m1["hardware"]["chip"], "m1");
-    assert_eq!(m1["ops"][0]["plan"]["tile"]["m"], 64);
-    assert_eq!(sm90["ops"][0]["plan"]["tile"]["m"], 128);
+    let launches = |hw: &str| {
+        let v = json(&[
+            "--hw",
+            hw,
+            "--format",
+            "json",
+            "layouts",
+            "--operation",
+            "tt.sum:[16,65536]:1",
+        ]);
+        assert_eq!(v["hardware"]["chip"], hw);
+        v["ops"][0]["launches"].as_array().unwrap().clone()
+    };
+    // A row of 65536 runs as partials per program, then a final pass; the split follows the
+    // profile's vector width (16-byte vectors on M1 and sm90, 32-byte on the CPU profile).
+    let (m1, sm90, cpu) = (launches("m1"), launches("sm90"), launches("cpu"));
+    for l in [&m1, &sm90, &cpu] {
+        let stages: Vec<&str> = l.iter().map(|x| x["stage"].as_str().unwrap()).collect();
+        assert_eq!(stages, ["partials", "final"]);
+        assert_eq!(l[1]["grid"], serde_json::json!([16, 1, 1]));
+        for x in l.iter() {
+            // The plan the printer uses for the kernel launched, as `layouts --ir` prints it.
+            let plan = x["plan"].as_str().unwrap();
+            assert!(plan.starts_with(&format!("plan @{}", x["kernel"].as_str().unwrap())));
+            assert!(plan.contains("reduce COALESCED"), "{plan}");
+            assert_eq!(x["threads"], 128);
+        }
+    }
+    assert_eq!(m1[0]["grid"], serde_json::json!([16, 4, 1]));
+    assert_eq!(sm90[0]["grid"], serde_json::json!([16, 4, 1]));
+    assert_eq!(cpu[0]["grid"], serde_json::json!([16, 2, 1]));
+    assert_eq!(m1[0]["vec"], 4);
+    assert_eq!(cpu[0]["vec"], 8);
     // The environment variable works too, and --hw wins over it.
     let o = bin()
         .env("TRITON_METAL_HW", "m4-max")
@@ -152,7 +168,19 @@ fn layouts_follow_the_chosen_hardware() {
     );
     let table = ok(&["--hw", "m3", "layouts"]);
     assert!(table.contains("TWO-STAGE"), "{table}");
-    assert!(table.contains("softmax_rows"), "{table}");
+    let softmax = table
+        .lines()
+        .find(|l| l.starts_with("softmax_rows"))
+        .unwrap();
+    assert!(
+        softmax.contains("fused_softmax") && softmax.contains("[128x1x1]"),
+        "{softmax}"
+    );
+    let min = table.lines().find(|l| l.starts_with("min_rows")).unwrap();
+    assert!(
+        min.contains("partials") && min.contains("[128x2x1]"),
+        "{min}"
+    );
 }
 
 #[test]
@@ -186,19 +214,81 @@ fn fuse_the_sample_graph_and_verify_it() {
     }
     assert!(out.contains("memory traffic saved"), "{out}");
     assert!(out.contains("verification"), "{out}");
+    // Which kernel ran each group: DSL kernels, MLX's fused attention as the fallback.
+    let ran = out.split("KERNEL THAT RAN").nth(1).unwrap();
+    let row = |g: &str| ran.lines().find(|l| l.starts_with(g)).unwrap().to_string();
+    assert!(row("h0").contains("dsl:fused_layer_norm"), "{out}");
+    assert!(row("attn").contains("mlx (no DSL kernel)"), "{out}");
+    assert!(row("energy").contains("dsl:fused_reduce"), "{out}");
+    let mut targets = vec!["cpu"];
+    if triton_metal::emu::Emulator::should_run("cli_fuse_verify").unwrap() {
+        targets.extend(["cpu-compiled", "emulated"]);
+    }
+    for target in targets {
+        let v = json(&[
+            "--hw",
+            "m1",
+            "--format",
+            "json",
+            "fuse",
+            "--json",
+            f.to_str().unwrap(),
+            "--verify",
+            "--target",
+            target,
+        ]);
+        assert_eq!(v["target"], target);
+        assert_eq!(v["summary"]["groups"].as_array().unwrap().len(), 7);
+        assert!(v["summary"]["bytes_saved"].as_u64().unwrap() > 0);
+        for o in v["verification"]["outputs"].as_array().unwrap() {
+            assert_eq!(o["mismatches"], 0, "{target}: {o}");
+        }
+        // The launches that ran are the ones planned before running.
+        let planned = v["kernels"].as_array().unwrap();
+        let ran = v["verification"]["kernels"].as_array().unwrap();
+        assert_eq!(planned.len(), 7);
+        for (p, r) in planned.iter().zip(ran) {
+            assert_eq!(p["group"], r["group"]);
+            assert_eq!(p["kernel"], r["kernel"]);
+            assert_eq!(p["launches"], r["launches"], "{target}: {p}");
+        }
+        let dsl = ran
+            .iter()
+            .filter(|r| r["launches"] != serde_json::json!([]))
+            .count();
+        assert_eq!(dsl, 6, "{target}");
+    }
+    // `layouts --fused` reports each node of the fused graph with its kernels' plans.
     let v = json(&[
+        "--hw",
+        "m2",
         "--format",
         "json",
-        "fuse",
+        "layouts",
+        "--fused",
         "--json",
         f.to_str().unwrap(),
-        "--verify",
     ]);
-    assert_eq!(v["summary"]["groups"].as_array().unwrap().len(), 7);
-    assert!(v["summary"]["bytes_saved"].as_u64().unwrap() > 0);
-    for o in v["verification"]["outputs"].as_array().unwrap() {
-        assert_eq!(o["mismatches"], 0, "{o}");
-    }
+    assert_eq!(v["fused"], true);
+    let ops = v["ops"].as_array().unwrap();
+    let node = |id: &str| ops.iter().find(|o| o["id"] == id).unwrap().clone();
+    let energy = node("energy");
+    assert_eq!(energy["type"], "hierarchical_reduction");
+    assert_eq!(energy["runs_as"], "dsl");
+    assert_eq!(energy["layout"], "COALESCED");
+    let l = &energy["launches"][0];
+    assert_eq!(l["stage"], "reduce");
+    assert!(
+        l["plan"].as_str().unwrap().contains("reduce COALESCED"),
+        "{l}"
+    );
+    assert_eq!(node("attn")["runs_as"], "mlx");
+    assert_eq!(node("q")["kernel"], "mlx:tt.dot");
+    let table = ok(&["layouts", "--fused", "--json", f.to_str().unwrap()]);
+    assert!(
+        table.contains("of 13 nodes use the COALESCED layout"),
+        "{table}"
+    );
     let _ = std::fs::remove_file(f);
 }
 
@@ -314,6 +404,10 @@ fn bad_input_is_one_line_and_exit_2() {
         stderr(&o)
     );
     rejected(&["analyze", "--frobnicate"], "--frobnicate");
+    rejected(
+        &["fuse", "--json", "g.json", "--verify", "--target", "tpu"],
+        "tpu",
+    );
     rejected(&["frobnicate"], "frobnicate");
 }
 

@@ -42,7 +42,7 @@ fn check(g: &Graph, want: &[Pattern]) -> FusionSummary {
     // The same groups as kernels written with our DSL (where one exists), run on the CPU
     // executor, must match the unfused MLX reference too.
     let dsl = GraphRunner::new()
-        .with_provider(Box::new(DslKernels))
+        .with_provider(Box::new(DslKernels::default()))
         .compare(g, &fused, &feeds, 1e-4, 1e-5)
         .unwrap();
     assert!(dsl.all_close(), "{dsl:#?}");
@@ -59,7 +59,7 @@ fn dsl_kernels_run_the_fusable_patterns() {
     // and the sum of squares after it amplify those last-bit differences to ~1e-4
     // relative in a few elements: this deep graph is compared at 1e-3.
     let cmp = GraphRunner::new()
-        .with_provider(Box::new(DslKernels))
+        .with_provider(Box::new(DslKernels::default()))
         .compare(&g, &fused, &feeds, 1e-3, 1e-5)
         .unwrap();
     assert!(cmp.all_close(), "{cmp:#?}");
@@ -666,10 +666,10 @@ fn elementwise_chains_run_as_dsl_kernels_built_from_their_ops() {
         None,
     );
     check(&g, &[Pattern::ElementwiseChain]);
-    let k = run_with(&g, Box::new(DslKernels), 3);
+    let k = run_with(&g, Box::new(DslKernels::default()), 3);
     assert!(k[0].starts_with("dsl:fused_chain"), "{k:?}");
     // The same chain again reuses the traced kernel; other seeds, same answer.
-    let k = run_with(&g, Box::new(DslKernels), 4);
+    let k = run_with(&g, Box::new(DslKernels::default()), 4);
     assert!(k[0].starts_with("dsl:fused_chain"), "{k:?}");
 }
 
@@ -687,12 +687,12 @@ fn matmul_bias_activation_as_mlx_matmul_with_dsl_epilogue_and_as_one_dsl_kernel(
             ];
             let g = graph(ins, &ops, None);
             check(&g, &[Pattern::MatmulBias]);
-            let k = run_with(&g, Box::new(DslKernels), 5);
+            let k = run_with(&g, Box::new(DslKernels::default()), 5);
             assert!(
                 k[0].starts_with("dsl:fused_matmul_epilogue"),
                 "{act}: {k:?}"
             );
-            let k = run_with(&g, Box::new(MlxMatmulEpilogueKernels), 6);
+            let k = run_with(&g, Box::new(MlxMatmulEpilogueKernels::default()), 6);
             assert!(k[0].starts_with("mlx:matmul+dsl:epilogue"), "{act}: {k:?}");
         }
     }
@@ -726,9 +726,9 @@ fn matmul_bias_activation_as_mlx_matmul_with_dsl_epilogue_and_as_one_dsl_kernel(
         "{:?}",
         grp.params
     );
-    let k = run_with(&g, Box::new(DslKernels), 7);
+    let k = run_with(&g, Box::new(DslKernels::default()), 7);
     assert!(k[0].starts_with("dsl:fused_matmul_epilogue"), "{k:?}");
-    let k = run_with(&g, Box::new(MlxMatmulEpilogueKernels), 7);
+    let k = run_with(&g, Box::new(MlxMatmulEpilogueKernels::default()), 7);
     assert!(k[0].starts_with("mlx:matmul+dsl:epilogue"), "{k:?}");
 }
 
@@ -744,7 +744,7 @@ fn conv_bias_activation_as_mlx_conv_with_dsl_epilogue() {
         ];
         let g = graph(ins, &ops, None);
         check(&g, &[Pattern::ConvBiasActivation]);
-        let k = run_with(&g, Box::new(DslKernels), 8);
+        let k = run_with(&g, Box::new(DslKernels::default()), 8);
         assert!(k[0].starts_with("mlx:conv2d+dsl:epilogue"), "{act}: {k:?}");
     }
 }
@@ -755,7 +755,7 @@ fn attention_runs_as_mlx_fused_attention() {
     let ins: &[(&str, &[usize])] = &[("q", &[3, 7, 12]), ("k", &[3, 9, 12]), ("v", &[3, 9, 5])];
     let g = graph(ins, &attention_ops(-1), None);
     check(&g, &[Pattern::Attention]);
-    let k = run_with(&g, Box::new(DslKernels), 9);
+    let k = run_with(&g, Box::new(DslKernels::default()), 9);
     assert!(
         k[0].starts_with("mlx:fast::scaled_dot_product_attention"),
         "{k:?}"
@@ -819,7 +819,7 @@ fn hierarchical_reductions_run_as_dsl_reduce_kernels() {
     for (ins, ops) in &cases {
         let g = graph(ins, ops, None);
         check(&g, &[Pattern::HierarchicalReduction]);
-        let k = run_with(&g, Box::new(DslKernels), 10);
+        let k = run_with(&g, Box::new(DslKernels::default()), 10);
         assert!(k[0].starts_with("dsl:fused_reduce"), "{ops:?}: {k:?}");
     }
 }

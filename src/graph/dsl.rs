@@ -8,26 +8,62 @@
 //! attention as MLX's fused scaled-dot-product attention. Rows longer than 16384 and
 //! whatever has no DSL spelling (`pow`, integer results, argmax) are left to the next
 //! provider (`MlxKernels`): put `DslKernels` first in `GraphRunner::with_provider`.
+//!
+//! The provider plans for one chip (the split of long reductions, see
+//! [`super::lower::reduce_split`]) and launches on one [`Target`].
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use super::activation;
+use super::dsl_build::{execute, planned};
 use super::fusion::{FusedGroup, Operand, PatternParams};
+use super::lower::{KernelLaunch, KernelRef, PlannedLaunch};
 use super::runner::{FusedKernel, KernelProvider};
 use crate::array::Array;
 use crate::dtype::DType::{self, F32, I32};
 use crate::error::{Error, Result};
 use crate::mlx;
-use crate::runtime::{cdiv, grid, out};
+use crate::opt::options::LaunchOptions;
+use crate::opt::HardwareProfile;
+use crate::runtime::{self, out, Target};
 use crate::tl::{self, JitKernel, Tensor};
 
 /// Longest row the row-wise kernels hold in one block.
 const MAX_ROW: usize = 16384;
-const BLOCK: i64 = 1024;
+const BLOCK: usize = 1024;
 
 /// Provides DSL kernels for the patterns listed in the module docs.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct DslKernels;
+#[derive(Clone, Debug)]
+pub struct DslKernels {
+    hw: HardwareProfile,
+    target: Target,
+}
+
+impl DslKernels {
+    /// Kernels planned for `hw` and launched on `target`.
+    pub fn new(hw: HardwareProfile, target: Target) -> DslKernels {
+        DslKernels { hw, target }
+    }
+
+    /// The chip the launches are planned for.
+    pub fn hardware(&self) -> &HardwareProfile {
+        &self.hw
+    }
+
+    /// Where the kernels run.
+    pub fn target(&self) -> Target {
+        self.target
+    }
+}
+
+impl Default for DslKernels {
+    /// Planned for [`HardwareProfile::detect`] (the default launch profile when that fails)
+    /// and launched on [`Target::Auto`].
+    fn default() -> DslKernels {
+        let hw = HardwareProfile::detect().unwrap_or_else(|_| LaunchOptions::default().target);
+        DslKernels::new(hw, Target::Auto)
+    }
+}
 
 enum Plan {
     /// `out = f(x0, x1, x2)` elementwise over the flattened result.
@@ -52,7 +88,7 @@ enum RowKind {
 impl KernelProvider for DslKernels {
     fn kernel_for<'g>(&self, group: &'g FusedGroup) -> Option<Box<dyn FusedKernel + 'g>> {
         // Kernels built from the group's op list (chains, epilogues, reductions).
-        if let Some(k) = super::dsl_build::plan(group, true) {
+        if let Some(k) = super::dsl_build::plan(group, true, self) {
             return Some(Box::new(k));
         }
         if !group.ty.dtype.is_float() || group.ty.shape.is_empty() {
@@ -98,13 +134,20 @@ impl KernelProvider for DslKernels {
         if matches!(plan, Plan::Rows(..)) && last > MAX_ROW {
             return None;
         }
-        Some(Box::new(DslKernel { group, plan }))
+        Some(Box::new(DslKernel {
+            group,
+            plan,
+            cfg: self.clone(),
+            log: Mutex::new(Vec::new()),
+        }))
     }
 }
 
 struct DslKernel<'g> {
     group: &'g FusedGroup,
     plan: Plan,
+    cfg: DslKernels,
+    log: Mutex<Vec<KernelLaunch>>,
 }
 
 /// An elementwise body over three operands.
@@ -214,6 +257,30 @@ fn row_kernel(kind: RowKind) -> Result<&'static JitKernel> {
 }
 
 impl DslKernel<'_> {
+    /// The one launch: a program per `BLOCK` elements, or per row with the row in one
+    /// block.
+    fn launch(&self) -> Result<PlannedLaunch> {
+        let shape = &self.group.ty.shape;
+        let n: usize = shape.iter().product();
+        Ok(match &self.plan {
+            Plan::Elementwise(name, _) => planned(
+                KernelRef::Static(elementwise_kernel(name)?),
+                "elementwise",
+                [n.div_ceil(BLOCK).max(1), 1, 1],
+                &[("BLOCK", BLOCK)],
+            ),
+            Plan::Rows(kind, ..) => {
+                let last = shape.last().copied().unwrap_or(1).max(1);
+                planned(
+                    KernelRef::Static(row_kernel(*kind)?),
+                    "rows",
+                    [(n / last).max(1), 1, 1],
+                    &[("BLOCK", last.next_power_of_two())],
+                )
+            }
+        })
+    }
+
     fn input(&self, inputs: &[Array], id: &str) -> Result<Array> {
         let i = self
             .group
@@ -271,26 +338,36 @@ impl FusedKernel for DslKernel<'_> {
         format!("{what} ({})", self.group.pattern)
     }
 
+    fn launches(&self, _: &[Vec<usize>]) -> Result<Vec<PlannedLaunch>> {
+        Ok(vec![self.launch()?])
+    }
+
+    fn launched(&self) -> Vec<KernelLaunch> {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
     fn run(&self, inputs: &[Array]) -> Result<Array> {
         let ty = &self.group.ty;
         let n: usize = ty.shape.iter().product();
-        let out_arr = match &self.plan {
-            Plan::Elementwise(name, args) => {
-                let k = elementwise_kernel(name)?;
+        let p = self.launch()?;
+        let y = match &self.plan {
+            Plan::Elementwise(_, args) => {
                 let [a, b, c] = [
                     self.arg(inputs, &args[0])?,
                     self.arg(inputs, &args[1])?,
                     self.arg(inputs, &args[2])?,
                 ];
-                k.launch()
-                    .grid(grid(move |m| [cdiv(n, m["BLOCK"])]))
-                    .args((&a, &b, &c, out(&ty.shape, F32), n as i32))
-                    .constexpr("BLOCK", BLOCK)
-                    .run()?
+                let args: Vec<runtime::Arg> = vec![
+                    runtime::Arg::from(&a),
+                    runtime::Arg::from(&b),
+                    runtime::Arg::from(&c),
+                    out(&ty.shape, F32),
+                    runtime::Arg::from(n as i32),
+                ];
+                execute(&p, args, &self.cfg, &self.log)?
             }
-            Plan::Rows(kind, x, w, b, eps) => {
+            Plan::Rows(_, x, w, b, eps) => {
                 let last = ty.shape.last().copied().unwrap_or(1);
-                let rows = n / last.max(1);
                 let x = self.input(inputs, x)?;
                 let w = match w {
                     Some(id) => self.input(inputs, id)?,
@@ -300,18 +377,17 @@ impl FusedKernel for DslKernel<'_> {
                     Some(id) => self.input(inputs, id)?,
                     None => mlx::zeros(&[last], F32)?,
                 };
-                row_kernel(*kind)?
-                    .launch()
-                    .grid([rows])
-                    .args((&x, &w, &b, out(&ty.shape, F32), last as i32, *eps as f32))
-                    .constexpr("BLOCK", last.next_power_of_two() as i64)
-                    .run()?
+                let args: Vec<runtime::Arg> = vec![
+                    runtime::Arg::from(&x),
+                    runtime::Arg::from(&w),
+                    runtime::Arg::from(&b),
+                    out(&ty.shape, F32),
+                    runtime::Arg::from(last as i32),
+                    runtime::Arg::from(*eps as f32),
+                ];
+                execute(&p, args, &self.cfg, &self.log)?
             }
         };
-        let y = out_arr.into_iter().next().ok_or_else(|| Error::Runtime {
-            kernel: self.name(),
-            msg: "no output".into(),
-        })?;
         if ty.dtype == DType::F32 {
             Ok(y)
         } else {

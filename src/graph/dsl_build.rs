@@ -7,14 +7,20 @@
 //! - elementwise chains: one kernel over the flattened result;
 //! - matmul + bias (+ activation): a DSL matmul (`tl::dot` over K tiles, as
 //!   `examples/matmul.rs`) with the bias and activation applied to the accumulator before
-//!   the only store ([`DslKernels`](super::dsl::DslKernels); batched products use MLX's
+//!   the only store ([`DslKernels`]; batched products use MLX's
 //!   matmul and the epilogue kernel); or, with [`MlxMatmulEpilogueKernels`], MLX's matmul
 //!   followed by the bias and activation as one DSL epilogue kernel;
 //! - conv2d + bias + activation: MLX's conv2d, then the DSL epilogue;
 //! - attention: MLX's fused scaled-dot-product attention (no epilogue to fuse);
 //! - hierarchical reductions: the reduced axes moved last (an MLX transpose, skipped when
 //!   they already are), then one DSL kernel per output row that computes the elementwise
-//!   prologue on each loaded block and accumulates sum/mean/max/min in f32.
+//!   prologue on each loaded block and accumulates sum/mean/max/min in f32; rows longer
+//!   than [`TWO_STAGE_THRESHOLD`](super::lower::TWO_STAGE_THRESHOLD) run in two stages as
+//!   [`reduce_split`] chooses for the provider's chip (partials per program, then a
+//!   final pass over each row's partials).
+//!
+//! Every launch (kernel, grid, constexprs, warps) is derived from the input shapes before
+//! anything runs ([`FusedKernel::launches`]) and run as derived.
 //!
 //! Operands whose shape (without leading 1s) is a suffix of the result's (a bias `[N]` of
 //! an `[M, N]` result, a scalar) are read in place with `offset % len`; any other
@@ -27,7 +33,11 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::activation;
+use super::dsl::DslKernels;
 use super::fusion::{Activation, FusedGroup, PatternParams};
+use super::lower::{
+    reduce_block, reduce_split, split_chunk, KernelLaunch, KernelRef, PlannedLaunch,
+};
 use super::ops::{OpCategory, OpKind, ReduceOp};
 use super::runner::{attention_formula, sdpa, swap_last_two, FusedKernel, KernelProvider};
 use super::spec::OpNode;
@@ -35,13 +45,12 @@ use crate::array::Array;
 use crate::dtype::DType::{F32, I32};
 use crate::error::{Error, Result};
 use crate::mlx;
-use crate::runtime::out;
+use crate::opt::HardwareProfile;
+use crate::runtime::{out, Arg};
 use crate::tl::{self, libdevice, JitKernel, Tensor};
 
 /// Elements per program of the elementwise and epilogue kernels.
-const BLOCK: i64 = 1024;
-/// Largest column block of the reduction kernel.
-const RED_BLOCK: usize = 1024;
+const BLOCK: usize = 1024;
 
 /// An elementwise function of f32 blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -196,6 +205,15 @@ impl Expr {
         }
     }
 
+    /// `in0`: a reduction without a prologue.
+    pub fn identity() -> Expr {
+        Expr {
+            inputs: 1,
+            steps: Vec::new(),
+            result: Src::In(0),
+        }
+    }
+
     /// The program computing `result` from `ops` (elementwise, in evaluation order); the
     /// second value lists, per kernel input, its index in `group_inputs`. `None` when an
     /// op has no DSL spelling or a value is neither a group input nor computed before.
@@ -290,19 +308,24 @@ fn f32_of(a: &Array) -> Result<Array> {
     }
 }
 
+/// How a kernel over `shape` reads an input of shape `xs`: in place ([`Mode::Full`] when
+/// the shapes are equal, [`Mode::Suffix`] when `xs` without leading 1s ends `shape`), or
+/// `None` when MLX broadcasts it first (then it is read as `Full`).
+fn mode_of(xs: &[usize], shape: &[usize]) -> Option<Mode> {
+    if xs == shape {
+        return Some(Mode::Full);
+    }
+    let lead = xs.iter().take_while(|&&d| d == 1).count();
+    (xs.len() <= shape.len() && shape.ends_with(&xs[lead..])).then_some(Mode::Suffix)
+}
+
 /// An input for a kernel over `shape`: read in place, or broadcast by MLX first.
 fn bind(x: &Array, shape: &[usize]) -> Result<(Array, Mode)> {
     let x = f32_of(x)?;
-    let xs = x.shape();
-    if xs == shape {
-        return Ok((x, Mode::Full));
+    match mode_of(&x.shape(), shape) {
+        Some(m) => Ok((x, m)),
+        None => Ok((mlx::contiguous(&mlx::broadcast_to(&x, shape)?)?, Mode::Full)),
     }
-    let lead = xs.iter().take_while(|&&d| d == 1).count();
-    let core = &xs[lead..];
-    if xs.len() <= shape.len() && shape.ends_with(core) {
-        return Ok((x, Mode::Suffix));
-    }
-    Ok((mlx::contiguous(&mlx::broadcast_to(&x, shape)?)?, Mode::Full))
 }
 
 fn cache() -> &'static Mutex<HashMap<String, Arc<JitKernel>>> {
@@ -337,27 +360,79 @@ fn poisoned() -> Error {
     }
 }
 
-fn first(v: Vec<Array>, name: &str) -> Result<Array> {
-    v.into_iter().next().ok_or_else(|| Error::Runtime {
-        kernel: name.to_string(),
+/// Warps per program of every fused kernel.
+pub(crate) const NUM_WARPS: usize = 4;
+
+/// A launch of `kernel` over `grid` with integer constexprs `cx`.
+pub(crate) fn planned(
+    kernel: KernelRef,
+    stage: &'static str,
+    grid: [usize; 3],
+    cx: &[(&str, usize)],
+) -> PlannedLaunch {
+    let name = match &kernel {
+        KernelRef::Static(k) => k.name().to_string(),
+        KernelRef::Shared(k) => k.name().to_string(),
+    };
+    PlannedLaunch::new(
+        kernel,
+        KernelLaunch {
+            kernel: name,
+            stage,
+            grid,
+            constexprs: cx.iter().map(|(k, v)| (k.to_string(), *v as i64)).collect(),
+            num_warps: NUM_WARPS,
+        },
+    )
+}
+
+/// Runs `p` with `args` on `cfg`'s target, recording the launch in `log`; returns the
+/// first output.
+pub(crate) fn execute(
+    p: &PlannedLaunch,
+    args: Vec<Arg>,
+    cfg: &DslKernels,
+    log: &Mutex<Vec<KernelLaunch>>,
+) -> Result<Array> {
+    let l = &p.launch;
+    let mut launch = p
+        .jit()
+        .launch()
+        .grid(l.grid)
+        .num_warps(l.num_warps)
+        .target(cfg.target());
+    for a in args {
+        launch = launch.arg(a);
+    }
+    for (k, v) in &l.constexprs {
+        launch = launch.constexpr(k, *v);
+    }
+    let y = launch.run()?;
+    log.lock().map_err(|_| poisoned())?.push(l.clone());
+    y.into_iter().next().ok_or_else(|| Error::Runtime {
+        kernel: l.kernel.clone(),
         msg: "no output".into(),
     })
 }
 
-/// Runs `expr` elementwise over `shape` on `inputs` (one per kernel input); f32 result.
-pub(crate) fn run_elementwise(expr: &Expr, inputs: &[Array], shape: &[usize]) -> Result<Array> {
-    if inputs.len() != expr.inputs {
+/// The elementwise kernel computing `expr` over `shape` from inputs of `in_shapes`, its
+/// launch, and how it reads each input.
+fn elementwise_plan(
+    expr: &Expr,
+    in_shapes: &[Vec<usize>],
+    shape: &[usize],
+) -> Result<(PlannedLaunch, Vec<Mode>)> {
+    if in_shapes.len() != expr.inputs {
         return Err(Error::InvalidArgument(format!(
             "fused elementwise kernel takes {} inputs, got {}",
             expr.inputs,
-            inputs.len()
+            in_shapes.len()
         )));
     }
-    let bound: Vec<(Array, Mode)> = inputs
+    let modes: Vec<Mode> = in_shapes
         .iter()
-        .map(|x| bind(x, shape))
-        .collect::<Result<_>>()?;
-    let modes: Vec<Mode> = bound.iter().map(|b| b.1).collect();
+        .map(|s| mode_of(s, shape).unwrap_or(Mode::Full))
+        .collect();
     let key = format!("ew|{modes:?}|{expr:?}");
     let (e, m) = (expr.clone(), modes.clone());
     let kernel = cached("fused_chain", key, move |name| {
@@ -388,20 +463,39 @@ pub(crate) fn run_elementwise(expr: &Expr, inputs: &[Array], shape: &[usize]) ->
         })
     })?;
     let n: usize = shape.iter().product();
-    let mut launch = kernel.launch();
-    for (a, mode) in &bound {
-        launch = launch.arg(a);
-        if *mode == Mode::Suffix {
-            launch = launch.arg(a.size() as i32);
+    let p = planned(
+        KernelRef::Shared(kernel),
+        "elementwise",
+        [n.div_ceil(BLOCK).max(1), 1, 1],
+        &[("BLOCK", BLOCK)],
+    );
+    Ok((p, modes))
+}
+
+/// Runs `expr` elementwise over `shape` on `inputs` (one per kernel input); f32 result.
+fn run_elementwise(
+    expr: &Expr,
+    inputs: &[Array],
+    shape: &[usize],
+    cfg: &DslKernels,
+    log: &Mutex<Vec<KernelLaunch>>,
+) -> Result<Array> {
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(Array::shape).collect();
+    let (p, modes) = elementwise_plan(expr, &shapes, shape)?;
+    let mut args: Vec<Arg> = Vec::new();
+    for (x, want) in inputs.iter().zip(&modes) {
+        let (a, mode) = bind(x, shape)?;
+        debug_assert_eq!(mode, *want);
+        let len = a.size() as i32;
+        args.push(a.into());
+        if mode == Mode::Suffix {
+            args.push(len.into());
         }
     }
-    let y = launch
-        .arg(out(shape, F32))
-        .arg(n as i32)
-        .grid([n.div_ceil(BLOCK as usize).max(1)])
-        .constexpr("BLOCK", BLOCK)
-        .run()?;
-    first(y, kernel.name())
+    let n: usize = shape.iter().product();
+    args.push(out(shape, F32));
+    args.push((n as i32).into());
+    execute(&p, args, cfg, log)
 }
 
 /// The combine of a DSL reduction.
@@ -413,34 +507,38 @@ enum Red {
     Min,
 }
 
-/// Reduces the trailing `cols` elements of every row of the prologue's result.
-fn run_rows_reduce(
-    expr: &Expr,
-    red: Red,
-    inputs: &[Array],
-    rows: usize,
-    cols: usize,
-) -> Result<Array> {
+/// The kernel reducing chunks of rows: program `(row, part)` reduces the prologue `expr`
+/// over columns `[part * chunk, (part + 1) * chunk)` of `row` (clipped to `n_cols`) and
+/// stores one value at `row * num_programs(1) + part`; a mean divides the sum by `count`.
+fn reduce_kernel(expr: &Expr, red: Red) -> Result<Arc<JitKernel>> {
     let key = format!("red|{red:?}|{expr:?}");
     let e = expr.clone();
-    let kernel = cached("fused_reduce", key, move |name| {
+    cached("fused_reduce", key, move |name| {
         tl::jit(name, move |k| {
             let ptrs: Vec<Tensor> = (0..e.inputs)
                 .map(|i| k.ptr(F32, &format!("in{i}")))
                 .collect();
             let o = k.ptr(F32, "out_ptr");
             let n_cols = k.scalar(I32, "n_cols");
+            let chunk = k.scalar(I32, "chunk");
+            let count = k.scalar(I32, "count");
             let block = k.constexpr("BLOCK");
             let row = tl::program_id(0);
+            let part = tl::program_id(1);
+            let start = part * chunk;
             let cols = tl::arange(0, block);
             let init = match red {
                 Red::Sum | Red::Mean => 0.0f32,
                 Red::Max => f32::NEG_INFINITY,
                 Red::Min => f32::INFINITY,
             };
-            let acc =
-                tl::range(0, n_cols, block).fold(tl::full([block], init, F32), |start, acc| {
-                    let c = start + cols;
+            // Max and min propagate NaN, as the graph's reductions (MLX's) do: NaNs are
+            // counted next to the NaN-ignoring combine.
+            let zeros = tl::full([block], 0.0f32, F32);
+            let (acc, nans) = tl::range(0, chunk, block).fold(
+                (tl::full([block], init, F32), zeros),
+                |j, (acc, nans)| {
+                    let c = start + j + cols;
                     let m = c.lt(n_cols);
                     let vals: Vec<Tensor> = ptrs
                         .iter()
@@ -448,46 +546,125 @@ fn run_rows_reduce(
                         .collect();
                     let v = tl::where_(m, e.eval(&vals, &|x| tl::full([block], x, F32)), init);
                     match red {
-                        Red::Sum | Red::Mean => acc + v,
-                        Red::Max => tl::maximum(acc, v),
-                        Red::Min => tl::minimum(acc, v),
+                        Red::Sum | Red::Mean => (acc + v, nans),
+                        Red::Max => (
+                            tl::maximum(acc, v),
+                            nans + tl::where_(v.ne(v), 1.0f32, 0.0f32),
+                        ),
+                        Red::Min => (
+                            tl::minimum(acc, v),
+                            nans + tl::where_(v.ne(v), 1.0f32, 0.0f32),
+                        ),
                     }
-                });
+                },
+            );
             let r = match red {
                 Red::Sum => tl::sum(acc, 0),
-                Red::Mean => tl::sum(acc, 0) / n_cols,
+                Red::Mean => tl::sum(acc, 0) / count,
                 Red::Max => tl::max(acc, 0),
                 Red::Min => tl::min(acc, 0),
             };
-            tl::store(o + row, r);
+            let r = match red {
+                Red::Max | Red::Min => tl::where_(tl::sum(nans, 0).gt(0.0f32), f32::NAN, r),
+                _ => r,
+            };
+            tl::store(o + row * tl::num_programs(1) + part, r);
         })
-    })?;
-    let mut launch = kernel.launch();
-    for a in inputs {
-        launch = launch.arg(a);
-    }
-    let y = launch
-        .arg(out(&[rows], F32))
-        .arg(cols as i32)
-        .grid([rows.max(1)])
-        .constexpr(
-            "BLOCK",
-            cols.next_power_of_two().clamp(16, RED_BLOCK) as i64,
-        )
-        .run()?;
-    first(y, kernel.name())
+    })
 }
 
-/// A 2-D matmul with the epilogue `expr(acc, bias)` fused before the store.
-fn run_matmul_epilogue(
-    a: &Array,
-    b: &Array,
-    bias: &Array,
-    act: Option<Activation>,
+/// The launches reducing the trailing `cols` elements of each of `rows` rows of the
+/// prologue's result, as [`reduce_split`] splits them for `hw`: one kernel, or partials per
+/// program and then a final pass over each row's partials.
+fn reduce_plan(
+    expr: &Expr,
+    red: Red,
+    rows: usize,
+    cols: usize,
+    hw: &HardwareProfile,
+) -> Result<Vec<PlannedLaunch>> {
+    let s = reduce_split(rows, cols, hw);
+    let rows = rows.max(1);
+    if !s.two_stage() {
+        return Ok(vec![planned(
+            KernelRef::Shared(reduce_kernel(expr, red)?),
+            "reduce",
+            [rows, 1, 1],
+            &[("BLOCK", s.block)],
+        )]);
+    }
+    // A mean's partials are sums; the final pass divides by the row's length.
+    let first = if red == Red::Mean { Red::Sum } else { red };
+    Ok(vec![
+        planned(
+            KernelRef::Shared(reduce_kernel(expr, first)?),
+            "partials",
+            [rows, s.partials, 1],
+            &[("BLOCK", s.block)],
+        ),
+        planned(
+            KernelRef::Shared(reduce_kernel(&Expr::identity(), red)?),
+            "final",
+            [rows, 1, 1],
+            &[("BLOCK", reduce_block(s.partials))],
+        ),
+    ])
+}
+
+/// Reduces the trailing `cols` elements of every row of the prologue's result.
+fn run_rows_reduce(
+    plan: &[PlannedLaunch],
+    inputs: &[Array],
+    (rows, cols): (usize, usize),
+    cfg: &DslKernels,
+    log: &Mutex<Vec<KernelLaunch>>,
 ) -> Result<Array> {
-    let (m, kd) = (a.shape()[0], a.shape()[1]);
-    let n = b.shape()[1];
-    let (bias, mode) = bind(bias, &[m, n])?;
+    let rows = rows.max(1);
+    let chunk = |p: &PlannedLaunch, len: usize| {
+        let b = p
+            .launch
+            .constexprs
+            .get("BLOCK")
+            .copied()
+            .unwrap_or(1)
+            .max(1) as usize;
+        split_chunk(len, p.launch.grid[1], b)
+    };
+    match plan {
+        [one] => {
+            let mut args: Vec<Arg> = inputs.iter().map(Arg::from).collect();
+            args.push(out(&[rows], F32));
+            args.extend([cols as i32, chunk(one, cols) as i32, cols as i32].map(Arg::from));
+            execute(one, args, cfg, log)
+        }
+        [partials, fin] => {
+            let parts = partials.launch.grid[1];
+            let mut args: Vec<Arg> = inputs.iter().map(Arg::from).collect();
+            args.push(out(&[rows * parts], F32));
+            args.extend([cols as i32, chunk(partials, cols) as i32, cols as i32].map(Arg::from));
+            let p = execute(partials, args, cfg, log)?;
+            let args = vec![
+                Arg::from(&p),
+                out(&[rows], F32),
+                Arg::from(parts as i32),
+                Arg::from(chunk(fin, parts) as i32),
+                Arg::from(cols as i32),
+            ];
+            execute(fin, args, cfg, log)
+        }
+        _ => Err(Error::Runtime {
+            kernel: "fused_reduce".into(),
+            msg: format!("a reduction plan of {} launches", plan.len()),
+        }),
+    }
+}
+
+/// Tile of the fused matmul: `BM`, `BN`, `BK`.
+const MM_TILE: (usize, usize, usize) = (32, 32, 32);
+
+/// The fused matmul + epilogue kernel for a bias read as `mode`, and its launch over an
+/// `m x n` result.
+fn matmul_plan(m: usize, n: usize, mode: Mode, act: Option<Activation>) -> Result<PlannedLaunch> {
     let expr = Expr::bias_activation(act);
     let key = format!("mm|{mode:?}|{expr:?}");
     let kernel = cached("fused_matmul", key, move |name| {
@@ -528,22 +705,53 @@ fn run_matmul_epilogue(
             tl::store(c_ptr + idx, y).mask(ok);
         })
     })?;
-    let (bm, bn, bk) = (32usize, 32usize, 32usize);
-    let mut launch = kernel.launch().arg(a).arg(b).arg(&bias);
+    let (bm, bn, bk) = MM_TILE;
+    Ok(planned(
+        KernelRef::Shared(kernel),
+        "matmul",
+        [m.div_ceil(bm).max(1), n.div_ceil(bn).max(1), 1],
+        &[("BM", bm), ("BN", bn), ("BK", bk)],
+    ))
+}
+
+/// A 2-D matmul with the epilogue `act(acc + bias)` fused before the store.
+fn run_matmul_epilogue(
+    (a, b, bias): (&Array, &Array, &Array),
+    act: Option<Activation>,
+    cfg: &DslKernels,
+    log: &Mutex<Vec<KernelLaunch>>,
+) -> Result<Array> {
+    let (m, kd) = (a.shape()[0], a.shape()[1]);
+    let n = b.shape()[1];
+    let (bias, mode) = bind(bias, &[m, n])?;
+    let p = matmul_plan(m, n, mode, act)?;
+    let mut args: Vec<Arg> = vec![a.into(), b.into(), Arg::from(&bias)];
     if mode == Mode::Suffix {
-        launch = launch.arg(bias.size() as i32);
+        args.push((bias.size() as i32).into());
     }
-    let y = launch
-        .arg(out(&[m, n], F32))
-        .arg(m as i32)
-        .arg(n as i32)
-        .arg(kd as i32)
-        .grid([m.div_ceil(bm).max(1), n.div_ceil(bn).max(1)])
-        .constexpr("BM", bm as i64)
-        .constexpr("BN", bn as i64)
-        .constexpr("BK", bk as i64)
-        .run()?;
-    first(y, kernel.name())
+    args.push(out(&[m, n], F32));
+    args.extend([m as i32, n as i32, kd as i32].map(Arg::from));
+    execute(&p, args, cfg, log)
+}
+
+/// The shape of `a @ b` (batch axes broadcast); empty for operands below rank 2.
+fn matmul_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
+    if a.len() < 2 || b.len() < 2 {
+        return Vec::new();
+    }
+    let (ba, bb) = (&a[..a.len() - 2], &b[..b.len() - 2]);
+    let n = ba.len().max(bb.len());
+    let at = |s: &[usize], i: usize| {
+        if i + s.len() >= n {
+            s[i + s.len() - n]
+        } else {
+            1
+        }
+    };
+    let mut out: Vec<usize> = (0..n).map(|i| at(ba, i).max(at(bb, i))).collect();
+    out.push(a[a.len() - 2]);
+    out.push(b[b.len() - 1]);
+    out
 }
 
 /// What a group runs as.
@@ -588,11 +796,17 @@ enum Plan {
 pub(crate) struct BuiltKernel<'g> {
     group: &'g FusedGroup,
     plan: Plan,
+    cfg: DslKernels,
+    log: Mutex<Vec<KernelLaunch>>,
 }
 
 /// A plan for `group`, if this module has a kernel for it (`fused_matmul`: whole-DSL
 /// matmul instead of MLX matmul + DSL epilogue).
-pub(crate) fn plan<'g>(group: &'g FusedGroup, fused_matmul: bool) -> Option<BuiltKernel<'g>> {
+pub(crate) fn plan<'g>(
+    group: &'g FusedGroup,
+    fused_matmul: bool,
+    cfg: &DslKernels,
+) -> Option<BuiltKernel<'g>> {
     if !group.ty.dtype.is_float() {
         return None;
     }
@@ -680,13 +894,33 @@ pub(crate) fn plan<'g>(group: &'g FusedGroup, fused_matmul: bool) -> Option<Buil
         }
         _ => return None,
     };
-    Some(BuiltKernel { group, plan })
+    Some(BuiltKernel {
+        group,
+        plan,
+        cfg: cfg.clone(),
+        log: Mutex::new(Vec::new()),
+    })
+}
+
+/// The permutation moving a reduction's axes last (`None` when they already are), then the
+/// rows and columns of the value so laid out.
+type RowsLayout = (Option<Vec<i32>>, usize, usize);
+
+/// How a reduction over `axes` of a `shape` value is laid out.
+fn reduce_layout(shape: &[usize], axes: &[usize]) -> RowsLayout {
+    let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    let mut reduced = axes.to_vec();
+    reduced.sort_unstable();
+    let perm: Vec<i32> = kept.iter().chain(&reduced).map(|&a| a as i32).collect();
+    let identity = perm.iter().enumerate().all(|(i, &p)| i as i32 == p);
+    let cols: usize = reduced.iter().map(|&a| shape[a]).product();
+    let rows: usize = kept.iter().map(|&a| shape[a]).product();
+    ((!identity).then_some(perm), rows, cols)
 }
 
 impl BuiltKernel<'_> {
-    fn input(&self, inputs: &[Array], id: &str) -> Result<Array> {
-        let i = self
-            .group
+    fn index(&self, id: &str) -> Result<usize> {
+        self.group
             .inputs
             .iter()
             .position(|x| x == id)
@@ -695,71 +929,107 @@ impl BuiltKernel<'_> {
                     "fused group `{}`: `{id}` is not one of its inputs",
                     self.group.id
                 ))
-            })?;
-        inputs.get(i).cloned().ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "fused group `{}`: missing input {i}",
-                self.group.id
-            ))
-        })
+            })
     }
 
-    fn at(&self, inputs: &[Array], used: &[usize]) -> Result<Vec<Array>> {
+    fn input(&self, inputs: &[Array], id: &str) -> Result<Array> {
+        let i = self.index(id)?;
+        inputs.get(i).cloned().ok_or_else(|| self.missing(i))
+    }
+
+    fn missing(&self, i: usize) -> Error {
+        Error::InvalidArgument(format!(
+            "fused group `{}`: missing input {i}",
+            self.group.id
+        ))
+    }
+
+    fn at<T: Clone>(&self, inputs: &[T], used: &[usize]) -> Result<Vec<T>> {
         used.iter()
-            .map(|&i| {
-                inputs.get(i).cloned().ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "fused group `{}`: missing input {i}",
-                        self.group.id
-                    ))
-                })
-            })
+            .map(|&i| inputs.get(i).cloned().ok_or_else(|| self.missing(i)))
             .collect()
     }
 
-    fn reduce(
+    fn shape_of(&self, shapes: &[Vec<usize>], id: &str) -> Result<Vec<usize>> {
+        let i = self.index(id)?;
+        shapes.get(i).cloned().ok_or_else(|| self.missing(i))
+    }
+
+    /// The reduced source's shape, and its layout once the reduced axes are last.
+    fn reduce_dims(
         &self,
-        expr: &Expr,
-        ins: Vec<Array>,
-        red: Red,
+        source_shape: &Option<Vec<usize>>,
+        used_shapes: &[Vec<usize>],
         axes: &[usize],
-        source_shape: &[usize],
-    ) -> Result<Array> {
-        let nd = source_shape.len();
+    ) -> Result<(Vec<usize>, RowsLayout)> {
+        let shape = match source_shape {
+            Some(s) => s.clone(),
+            // The source is a group input: reduce it as it is.
+            None => used_shapes.first().cloned().unwrap_or_default(),
+        };
+        let nd = shape.len();
         if axes.is_empty() || axes.iter().any(|&a| a >= nd) {
             return Err(Error::InvalidArgument(format!(
                 "fused group `{}`: reduction axes {axes:?} of a rank-{nd} value",
                 self.group.id
             )));
         }
-        let kept: Vec<usize> = (0..nd).filter(|a| !axes.contains(a)).collect();
-        let mut reduced = axes.to_vec();
-        reduced.sort_unstable();
-        let perm: Vec<i32> = kept.iter().chain(&reduced).map(|&a| a as i32).collect();
-        let identity = perm.iter().enumerate().all(|(i, &p)| i as i32 == p);
-        let cols: usize = reduced.iter().map(|&a| source_shape[a]).product();
-        let rows: usize = kept.iter().map(|&a| source_shape[a]).product();
-        // Every prologue input laid out as the source, reduced axes last, row-major.
-        let laid: Vec<Array> = ins
-            .iter()
-            .map(|x| {
-                let x = f32_of(x)?;
-                let x = if x.shape() == source_shape {
-                    x
+        let layout = reduce_layout(&shape, axes);
+        Ok((shape, layout))
+    }
+
+    /// The launches for inputs of `shapes` (see [`FusedKernel::launches`]).
+    fn launches_for(&self, shapes: &[Vec<usize>]) -> Result<Vec<PlannedLaunch>> {
+        let g = self.group;
+        Ok(match &self.plan {
+            Plan::Elementwise(e, used) => {
+                vec![elementwise_plan(e, &self.at(shapes, used)?, &g.ty.shape)?.0]
+            }
+            Plan::HeavyThenEpilogue {
+                conv,
+                x,
+                w,
+                bias,
+                act,
+            } => {
+                let heavy = if *conv {
+                    g.ty.shape.clone()
                 } else {
-                    mlx::broadcast_to(&x, source_shape)?
+                    matmul_shape(&self.shape_of(shapes, x)?, &self.shape_of(shapes, w)?)
                 };
-                let x = if identity {
-                    x
+                let b = self.shape_of(shapes, bias)?;
+                let e = Expr::bias_activation(*act);
+                vec![elementwise_plan(&e, &[heavy, b], &g.ty.shape)?.0]
+            }
+            Plan::FusedMatmul { a, b, bias, act } => {
+                let (sa, sb) = (self.shape_of(shapes, a)?, self.shape_of(shapes, b)?);
+                let sbias = self.shape_of(shapes, bias)?;
+                if sa.len() != 2 || sb.len() != 2 || sa[1] != sb[0] {
+                    let e = Expr::bias_activation(*act);
+                    vec![elementwise_plan(&e, &[matmul_shape(&sa, &sb), sbias], &g.ty.shape)?.0]
                 } else {
-                    mlx::transpose(&x, Some(&perm))?
-                };
-                mlx::contiguous(&mlx::reshape(&x, &[-1])?)
-            })
-            .collect::<Result<_>>()?;
-        let y = run_rows_reduce(expr, red, &laid, rows, cols)?;
-        let shape: Vec<i32> = self.group.ty.shape.iter().map(|&d| d as i32).collect();
-        mlx::reshape(&y, &shape)
+                    let (m, n) = (sa[0], sb[1]);
+                    let mode = mode_of(&sbias, &[m, n]).unwrap_or(Mode::Full);
+                    vec![matmul_plan(m, n, mode, *act)?]
+                }
+            }
+            Plan::Attention { .. } => Vec::new(),
+            Plan::Reduce {
+                expr,
+                used,
+                red,
+                axes,
+                source_shape,
+            } => {
+                let (_, (_, rows, cols)) =
+                    self.reduce_dims(source_shape, &self.at(shapes, used)?, axes)?;
+                reduce_plan(expr, *red, rows, cols, self.cfg.hardware())?
+            }
+        })
+    }
+
+    fn log(&self) -> &Mutex<Vec<KernelLaunch>> {
+        &self.log
     }
 }
 
@@ -776,6 +1046,14 @@ impl FusedKernel for BuiltKernel<'_> {
         format!("{how} ({})", self.group.pattern)
     }
 
+    fn launches(&self, input_shapes: &[Vec<usize>]) -> Result<Vec<PlannedLaunch>> {
+        self.launches_for(input_shapes)
+    }
+
+    fn launched(&self) -> Vec<KernelLaunch> {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
     fn run(&self, inputs: &[Array]) -> Result<Array> {
         let g = self.group;
         if inputs.len() != g.inputs.len() {
@@ -786,8 +1064,11 @@ impl FusedKernel for BuiltKernel<'_> {
                 inputs.len()
             )));
         }
+        let (cfg, log) = (&self.cfg, self.log());
         let y = match &self.plan {
-            Plan::Elementwise(e, used) => run_elementwise(e, &self.at(inputs, used)?, &g.ty.shape)?,
+            Plan::Elementwise(e, used) => {
+                run_elementwise(e, &self.at(inputs, used)?, &g.ty.shape, cfg, log)?
+            }
             Plan::HeavyThenEpilogue {
                 conv,
                 x,
@@ -805,7 +1086,8 @@ impl FusedKernel for BuiltKernel<'_> {
                     mlx::matmul(&x, &w)?
                 };
                 let bias = self.input(inputs, bias)?;
-                run_elementwise(&Expr::bias_activation(*act), &[heavy, bias], &g.ty.shape)?
+                let e = Expr::bias_activation(*act);
+                run_elementwise(&e, &[heavy, bias], &g.ty.shape, cfg, log)?
             }
             Plan::FusedMatmul { a, b, bias, act } => {
                 let (a, b) = (
@@ -813,13 +1095,14 @@ impl FusedKernel for BuiltKernel<'_> {
                     f32_of(&self.input(inputs, b)?)?,
                 );
                 let (sa, sb) = (a.shape(), b.shape());
+                let bias = self.input(inputs, bias)?;
                 if sa.len() != 2 || sb.len() != 2 || sa[1] != sb[0] {
                     // Batched or broadcast products: MLX matmul, DSL epilogue.
-                    let bias = self.input(inputs, bias)?;
                     let mm = mlx::matmul(&a, &b)?;
-                    run_elementwise(&Expr::bias_activation(*act), &[mm, bias], &g.ty.shape)?
+                    let e = Expr::bias_activation(*act);
+                    run_elementwise(&e, &[mm, bias], &g.ty.shape, cfg, log)?
                 } else {
-                    run_matmul_epilogue(&a, &b, &self.input(inputs, bias)?, *act)?
+                    run_matmul_epilogue((&a, &b, &bias), *act, cfg, log)?
                 }
             }
             Plan::Attention {
@@ -848,12 +1131,29 @@ impl FusedKernel for BuiltKernel<'_> {
                 source_shape,
             } => {
                 let ins = self.at(inputs, used)?;
-                let shape = match source_shape {
-                    Some(s) => s.clone(),
-                    // The source is a group input: reduce it as it is.
-                    None => ins.first().map(Array::shape).unwrap_or_default(),
-                };
-                self.reduce(expr, ins, *red, axes, &shape)?
+                let shapes: Vec<Vec<usize>> = ins.iter().map(Array::shape).collect();
+                let (shape, (perm, rows, cols)) = self.reduce_dims(source_shape, &shapes, axes)?;
+                let plan = reduce_plan(expr, *red, rows, cols, cfg.hardware())?;
+                // Every prologue input laid out as the source, reduced axes last, row-major.
+                let laid: Vec<Array> = ins
+                    .iter()
+                    .map(|x| {
+                        let x = f32_of(x)?;
+                        let x = if x.shape() == shape {
+                            x
+                        } else {
+                            mlx::broadcast_to(&x, &shape)?
+                        };
+                        let x = match &perm {
+                            None => x,
+                            Some(p) => mlx::transpose(&x, Some(p))?,
+                        };
+                        mlx::contiguous(&mlx::reshape(&x, &[-1])?)
+                    })
+                    .collect::<Result<_>>()?;
+                let y = run_rows_reduce(&plan, &laid, (rows, cols), cfg, log)?;
+                let out_shape: Vec<i32> = g.ty.shape.iter().map(|&d| d as i32).collect();
+                mlx::reshape(&y, &out_shape)?
             }
         };
         if y.shape() != g.ty.shape {
@@ -875,20 +1175,28 @@ impl FusedKernel for BuiltKernel<'_> {
 }
 
 /// Matmul + bias (+ activation) as MLX's matmul followed by the DSL epilogue kernel, then
-/// whatever [`DslKernels`](super::dsl::DslKernels) offers. `DslKernels` itself runs those
-/// groups as one DSL kernel (matmul and epilogue), which measured faster on the CPU
-/// executor (`benches/README.md`); on Apple GPUs, where MLX's matmul is a tuned
-/// `simdgroup_matrix` kernel, this provider may be the better one (not verified on Apple
-/// GPU).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MlxMatmulEpilogueKernels;
+/// whatever [`DslKernels`] offers. `DslKernels` itself runs those groups as one DSL
+/// kernel (matmul and epilogue), which measured faster on the CPU executor
+/// (`benches/README.md`); on Apple GPUs, where MLX's matmul is a tuned `simdgroup_matrix`
+/// kernel, this provider may be the better one (not verified on Apple GPU).
+#[derive(Clone, Debug, Default)]
+pub struct MlxMatmulEpilogueKernels {
+    dsl: DslKernels,
+}
+
+impl MlxMatmulEpilogueKernels {
+    /// The provider, with the other groups' kernels planned and launched as `dsl`'s.
+    pub fn new(dsl: DslKernels) -> MlxMatmulEpilogueKernels {
+        MlxMatmulEpilogueKernels { dsl }
+    }
+}
 
 impl KernelProvider for MlxMatmulEpilogueKernels {
     fn kernel_for<'g>(&self, group: &'g FusedGroup) -> Option<Box<dyn FusedKernel + 'g>> {
         if matches!(group.params, PatternParams::MatmulBias { .. }) {
-            return plan(group, false).map(|k| Box::new(k) as Box<dyn FusedKernel + 'g>);
+            return plan(group, false, &self.dsl).map(|k| Box::new(k) as Box<dyn FusedKernel + 'g>);
         }
-        super::dsl::DslKernels.kernel_for(group)
+        self.dsl.kernel_for(group)
     }
 }
 

@@ -3,6 +3,12 @@
 //! needs (threads, SIMD-groups, vector width, elements per thread, two-stage split, tiles);
 //! [`plan_graph`] and [`plan_fused`] plan whole graphs, fused or not.
 //!
+//! This is the seeds' parallel model of an op (threadgroups x threads, tiles), an estimate
+//! for reasoning about layouts and rooflines. The kernels that actually run a graph are
+//! planned by [`super::lower`] (launch shapes, the one- or two-stage split of long
+//! reductions) and by `opt::plan` (each kernel's layout decisions); the `triton-metal`
+//! tools report those.
+//!
 //! ```
 //! use triton_metal::graph::{memory_layout_for_op, OpSpec};
 //! use triton_metal::opt::{HardwareProfile, MemoryLayout};

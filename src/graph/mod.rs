@@ -1,9 +1,14 @@
-//! Op graphs: the seed tools' JSON format, validation, fusion and an MLX runner.
+//! Op graphs: the seed tools' JSON format, validation, fusion, lowering to DSL kernels and
+//! a runner.
 //!
 //! ```text
 //! JSON --GraphSpec--> Graph (validated) --fuse()--> FusedGraph + FusionSummary
 //!                       |                              |
-//!                       +--- GraphRunner (MLX) --------+--> outputs, compared
+//!                       |                              +--> GraphRunner::plan_fused: the
+//!                       |                              |    kernel and launches per group
+//!                       +--- GraphRunner::run ---------+--> GraphRunner::run_fused
+//!                            (MLX, op by op)                (DslKernels, MLX fallback)
+//!                                                           --> outputs, compared
 //! ```
 //!
 //! ```
@@ -31,6 +36,7 @@ pub mod dsl;
 pub mod dsl_build;
 pub mod fusion;
 pub mod layout;
+pub mod lower;
 pub mod ops;
 pub mod pattern;
 pub mod runner;
@@ -44,6 +50,7 @@ pub use fusion::{
 pub use layout::{
     memory_layout_for_op, op_flops, plan_fused, plan_graph, plan_layout, LayoutPlan, ReductionPlan,
 };
+pub use lower::{KernelLaunch, NodePlan, PlannedLaunch};
 pub use ops::{OpArgs, OpCategory, OpKind, ReduceOp};
 pub use runner::{
     random_inputs, run_op, Comparison, CompositeKernel, FusedKernel, GraphRunner, KernelChoice,

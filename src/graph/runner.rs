@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::activation::{GELU_TANH_CUBIC, SQRT_2_OVER_PI};
 use super::fusion::{Activation, FusedGraph, FusedGroup, Node, Operand, PatternParams};
+use super::lower::{KernelLaunch, PlannedLaunch};
 use super::ops::{OpKind, ReduceOp};
 use super::spec::{Graph, GraphInput, OpNode, TensorType};
 use crate::array::Array;
@@ -29,6 +30,16 @@ pub trait FusedKernel {
     fn name(&self) -> String;
     /// Computes the group's result from its inputs, given in `FusedGroup::inputs` order.
     fn run(&self, inputs: &[Array]) -> Result<Array>;
+    /// The DSL kernel launches [`FusedKernel::run`] makes for inputs of these shapes (in
+    /// `FusedGroup::inputs` order); empty when MLX computes the group.
+    fn launches(&self, input_shapes: &[Vec<usize>]) -> Result<Vec<PlannedLaunch>> {
+        let _ = input_shapes;
+        Ok(Vec::new())
+    }
+    /// The DSL kernel launches made by the runs so far, in order.
+    fn launched(&self) -> Vec<KernelLaunch> {
+        Vec::new()
+    }
 }
 
 /// Offers kernels for groups; the first provider with an answer wins.
@@ -548,6 +559,8 @@ pub struct KernelChoice {
     pub pattern: String,
     /// Kernel name.
     pub kernel: String,
+    /// The DSL kernel launches that ran, in order; empty when MLX computed the group.
+    pub launches: Vec<KernelLaunch>,
 }
 
 impl GraphRunner {
@@ -562,6 +575,19 @@ impl GraphRunner {
     pub fn with_provider(mut self, p: Box<dyn KernelProvider>) -> GraphRunner {
         self.providers.insert(0, p);
         self
+    }
+
+    /// The kernel of the first provider that has one for `g`.
+    pub fn kernel_for<'g>(&self, g: &'g FusedGroup) -> Result<Box<dyn FusedKernel + 'g>> {
+        self.providers
+            .iter()
+            .find_map(|p| p.kernel_for(g))
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "no kernel for fused group `{}` ({})",
+                    g.id, g.pattern
+                ))
+            })
     }
 
     /// Runs the unfused graph op by op; returns the outputs by id (lazy arrays).
@@ -610,22 +636,15 @@ impl GraphRunner {
             let out = match node {
                 Node::Op(op) => run_op(op, &ins.iter().collect::<Vec<_>>())?,
                 Node::Group(g) => {
-                    let k = self
-                        .providers
-                        .iter()
-                        .find_map(|p| p.kernel_for(g))
-                        .ok_or_else(|| {
-                            Error::Unsupported(format!(
-                                "no kernel for fused group `{}` ({})",
-                                g.id, g.pattern
-                            ))
-                        })?;
+                    let k = self.kernel_for(g)?;
+                    let out = k.run(&ins)?;
                     choices.push(KernelChoice {
                         group: g.id.clone(),
                         pattern: g.pattern.to_string(),
                         kernel: k.name(),
+                        launches: k.launched(),
                     });
-                    k.run(&ins)?
+                    out
                 }
             };
             env.insert(node.id().to_string(), out);
@@ -667,7 +686,8 @@ impl GraphRunner {
             let mut max_abs: f64 = 0.0;
             let mut bad = 0usize;
             for (a, b) in h.iter().zip(&w) {
-                if a.is_nan() && b.is_nan() {
+                // NaN equals NaN; infinities of one sign are equal.
+                if (a.is_nan() && b.is_nan()) || a == b {
                     continue;
                 }
                 let d = (a - b).abs();
