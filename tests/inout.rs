@@ -157,6 +157,85 @@ fn load_then_store_the_same_elements() {
     }
 }
 
+/// Rows updated block by block in a loop, each from its row's wrapping sum: every program
+/// reads and writes only its own row when rows are padded (`stride` 64: the CPU executors
+/// access the array without atomics), and the masked tail of a ragged row reaches into the
+/// next row's offsets when they are packed (`stride` 45: atomic accesses). Both are exact,
+/// and elements past `n` in a padded row keep the argument's values.
+#[test]
+fn rows_updated_in_place_block_by_block() {
+    const BLOCK: i64 = 32;
+    let k = tl::jit("row_minus_sum", |k| {
+        let (x, stride, n) = (k.ptr(I32, "x"), k.scalar(I32, "stride"), k.scalar(I32, "n"));
+        let row = x + tl::program_id(0) * stride;
+        let acc = tl::range(0, n, BLOCK).fold(tl::zeros([BLOCK], I32), |off, acc| {
+            let cols = off + tl::arange(0, BLOCK);
+            acc + tl::load(row + cols).mask(cols.lt(n)).other(0)
+        });
+        let s = tl::sum(acc, 0);
+        tl::range(0, n, BLOCK).for_each(|off| {
+            let cols = off + tl::arange(0, BLOCK);
+            let m = cols.lt(n);
+            let v = tl::load(row + cols).mask(m);
+            tl::store(row + cols, v * 2 - s).mask(m);
+        });
+    })
+    .unwrap();
+    let (rows, n) = (7usize, 45usize);
+    for stride in [64usize, 45] {
+        let len = rows * stride;
+        let xs = Rng(7 + stride as u64).i32s(len);
+        let x = Array::from_slice(&xs, &[len]).unwrap();
+        let mut want = xs.clone();
+        for r in 0..rows {
+            let row = &mut want[r * stride..r * stride + n];
+            let s = row.iter().fold(0i32, |a, &v| a.wrapping_add(v));
+            for v in row {
+                *v = v.wrapping_mul(2).wrapping_sub(s);
+            }
+        }
+        for (t, o) in every_target(&k, |l| {
+            l.grid([rows]).args((inout(&x), stride as i32, n as i32))
+        }) {
+            same_bits(
+                &format!("{t:?} stride {stride}"),
+                &vals::<i32>(&o[0]),
+                &want,
+            );
+        }
+    }
+}
+
+/// Program `i` also reads the block that program `i + 1` updates: a read that races with
+/// that program's stores, so the CPU executors keep atomic accesses for the array (the
+/// proof refuses it; `exec::disjoint`'s tests check the refusal). The value read enters the
+/// result only as `v - v`, so the result is the same in every order the programs run.
+#[test]
+fn reading_the_next_programs_block_while_it_is_updated() {
+    const BLOCK: i64 = 64;
+    let k = tl::jit("next_block", |k| {
+        let (x, n) = (k.ptr(I32, "x"), k.scalar(I32, "n"));
+        let offs = tl::program_id(0) * BLOCK + tl::arange(0, BLOCK);
+        let m = offs.lt(n);
+        let next = tl::load(x + offs + BLOCK)
+            .mask((offs + BLOCK).lt(n))
+            .other(0);
+        let own = tl::load(x + offs).mask(m);
+        tl::store(x + offs, own * 3 + (next - next)).mask(m);
+    })
+    .unwrap();
+    let n = 1000usize;
+    let xs = Rng(9).i32s(n);
+    let x = Array::from_slice(&xs, &[n]).unwrap();
+    let want: Vec<i32> = xs.iter().map(|v| v.wrapping_mul(3)).collect();
+    for (t, o) in every_target(&k, |l| {
+        l.grid([n.div_ceil(BLOCK as usize)])
+            .args((inout(&x), n as i32))
+    }) {
+        same_bits(&format!("{t:?}"), &vals::<i32>(&o[0]), &want);
+    }
+}
+
 /// A program reads back its own earlier stores: through the same offsets (the same
 /// thread), and, after `debug_barrier`, in reverse order (other threads of the program).
 /// Elements not yet stored when read still give the argument's values.

@@ -64,6 +64,14 @@ fn a_stored_argument_is_not_read_twice() {
         tl::store(x + offs, row - row.max(0));
     });
     assert!(!src.contains("x_src"), "{src}");
+    // Without shared outputs (the launch proved each program's elements its own), the
+    // block is read and written with plain accesses, one bounds check each.
+    let body = src
+        .split("#line 1 \"kernel.cpp\"")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(!body.contains("tm_atomic_"), "{body}");
+    assert!(body.contains("x[tm_i] = tm_src[tm_i];"), "{body}");
 }
 
 /// Per row `pid` of `n` elements, over the blocks of 64 at offsets `range(lo, hi, 64)`: a

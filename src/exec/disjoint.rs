@@ -2,30 +2,33 @@
 //!
 //! Programs run in parallel, so by default every access to a writable buffer is atomic
 //! (`memory.rs`). When this analysis proves, for one launch (grid and scalar arguments
-//! known), that each program's stores to a buffer land in a window of offsets no other
-//! program's stores reach, and that nothing in the kernel loads from or runs an atomic on
-//! that buffer, the buffer's stores can be plain (vectorised, bulk) writes without a data
-//! race.
+//! known), that each program's loads and stores of a buffer land in a window of offsets no
+//! other program's loads or stores reach, and that nothing in the kernel runs an atomic on
+//! that buffer, the buffer's loads and stores can be plain (vectorised, bulk) accesses
+//! without a data race: an element one program stores is touched by no other program. That
+//! covers updates in place (`x[offs] = f(x[offs])`, what `inout` arguments run).
 //!
 //! The offsets come from the integer analysis ([`crate::opt::axis::analyse_launch`]):
 //! every pointer is an argument plus `c0·pid0 + c1·pid1 + c2·pid2 + x`, with `x` in an
 //! interval over all lanes (and loop iterations) of one program; a pointer the analysis
 //! cannot follow to one argument makes every buffer non-disjoint.
 //!
-//! Disjointness: all stores to the buffer must share one coefficient vector `c`; their
-//! windows are merged into one `[lo, hi]` per program. Taking the grid axes with more than
-//! one program in increasing `|c|`, each `|c_a|` must be at least the span covered by one
-//! program's window plus all smaller axes' programs (a mixed-radix argument), which makes
-//! `pid -> window` injective into pairwise disjoint sets. Masks only remove lanes, so they
-//! are ignored.
+//! Disjointness: all loads and stores of the buffer must share one coefficient vector `c`;
+//! their windows are merged into one `[lo, hi]` per program. Taking the grid axes with more
+//! than one program in increasing `|c|`, each `|c_a|` must be at least the span covered by
+//! one program's window plus all smaller axes' programs (a mixed-radix argument), which
+//! makes `pid -> window` injective into pairwise disjoint sets. A program's loads then meet
+//! only its own stores, which the same thread made earlier in program order. Masks only
+//! remove lanes, so they are ignored (windows cover masked-off lanes too, so reading a
+//! whole block and selecting the active lanes stays inside the window).
 
 use crate::ir::{Kernel, Op, ParamKind, Value};
 use crate::opt::axis::{self, Affine, Form, Launch};
 
 /// One launch's accesses, per parameter.
 struct Accesses {
-    /// Per parameter: the windows of its stores (coefficients, spread), and whether it is
-    /// stored to; `None` once disproved (a load or an atomic).
+    /// Per parameter: the windows of its loads and stores (coefficients, spread), and
+    /// whether it is stored to; `None` once disproved (an atomic).
     windows: Vec<Option<(Vec<Affine>, bool)>>,
     /// A memory op through a pointer the analysis cannot attribute to one argument.
     poisoned: bool,
@@ -44,8 +47,8 @@ impl Accesses {
         }
     }
 
-    /// A memory op other than a plain store: the buffer is not private to its programs.
-    fn touch(&mut self, form: &[Form], ptr: Value) {
+    /// An atomic: the buffer keeps atomic accesses.
+    fn atomic(&mut self, form: &[Form], ptr: Value) {
         match form[ptr.index()] {
             Form::Ptr { param, .. } => self.windows[param] = None,
             _ => self.poisoned = true,
@@ -83,8 +86,9 @@ impl Accesses {
 }
 
 /// For each parameter of `k`: true when it is a pointer that this launch (grid, integer
-/// scalar arguments `ints`, `None` where unknown or not an integer) only stores to, with
-/// every program's stores provably disjoint from every other program's.
+/// scalar arguments `ints`, `None` where unknown or not an integer) stores to and runs no
+/// atomic on, and whose every element that one program stores no other program loads or
+/// stores.
 pub(crate) fn disjoint_stores(k: &Kernel, grid: [usize; 3], ints: &[Option<i64>]) -> Vec<bool> {
     let form = axis::analyse_launch(k, Launch { grid, ints }).form;
     let mut a = Accesses {
@@ -97,10 +101,9 @@ pub(crate) fn disjoint_stores(k: &Kernel, grid: [usize; 3], ints: &[Option<i64>]
     };
     for id in k.walk() {
         match &k.op(id).op {
+            Op::Load { ptr, .. } => a.record(&form, k, *ptr, false),
             Op::Store { ptr, .. } => a.record(&form, k, *ptr, true),
-            Op::Load { ptr, .. } | Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => {
-                a.touch(&form, *ptr)
-            }
+            Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } => a.atomic(&form, *ptr),
             _ => {}
         }
     }
@@ -247,14 +250,111 @@ mod tests {
     }
 
     #[test]
-    fn loads_atomics_and_unknown_pointers_disable_it() {
-        // The output is also read.
+    fn a_program_may_read_what_it_alone_stores() {
+        // An update in place: each program reads and writes its own block, ragged tail
+        // masked.
         let k = kernel(|k| {
-            let out = k.ptr(F32, "out");
+            let x = k.ptr(F32, "x");
+            let n = k.scalar(I32, "n");
+            let offs = tl::program_id(0) * 64 + tl::arange(0, 64);
+            let m = offs.lt(n);
+            tl::store(x + offs, tl::load(x + offs).mask(m) * 2.0f32).mask(m);
+        });
+        assert_eq!(
+            disjoint_stores(&k, [16, 1, 1], &[None, Some(1000)]),
+            [true, false]
+        );
+        // Rows updated in a loop over columns (a normalisation in place): the reads and
+        // writes of one row stay inside it when rows are at least a loop's reach apart.
+        let k = kernel(|k| {
+            let x = k.ptr(F32, "x");
+            let (stride, n) = (k.scalar(I32, "stride"), k.scalar(I32, "n"));
+            let row = x + tl::program_id(0) * stride;
+            let total = tl::range(0, n, 32).fold(tl::zeros(&[32usize][..], F32), |off, acc| {
+                let cols = off + tl::arange(0, 32);
+                acc + tl::load(row + cols).mask(cols.lt(n))
+            });
+            let s = tl::sum(total, 0);
+            tl::range(0, n, 32).for_each(|off| {
+                let cols = off + tl::arange(0, 32);
+                let v = tl::load(row + cols).mask(cols.lt(n));
+                tl::store(row + cols, v / s).mask(cols.lt(n));
+            });
+        });
+        let run = |stride, n| disjoint_stores(&k, [8, 1, 1], &[None, Some(stride), Some(n)])[0];
+        assert!(run(96, 96));
+        assert!(run(100, 64));
+        assert!(!run(64, 96));
+    }
+
+    #[test]
+    fn reading_what_another_program_stores_keeps_atomics() {
+        // Program i loads the block program i + 1 stores.
+        let shifted = |by: i64| {
+            kernel(move |k| {
+                let x = k.ptr(F32, "x");
+                let offs = tl::program_id(0) * 64 + tl::arange(0, 64);
+                tl::store(x + offs, tl::load(x + offs + by) + 1.0f32);
+            })
+        };
+        assert_eq!(disjoint_stores(&shifted(64), [4, 1, 1], &[None]), [false]);
+        // One element of the neighbour's block, or of the previous one, is enough.
+        assert_eq!(disjoint_stores(&shifted(1), [4, 1, 1], &[None]), [false]);
+        assert_eq!(disjoint_stores(&shifted(-1), [4, 1, 1], &[None]), [false]);
+        // A single program has no one to race with.
+        assert_eq!(disjoint_stores(&shifted(64), [1, 1, 1], &[None]), [true]);
+        // Every program reads element 0, which program 0 stores.
+        let k = kernel(|k| {
+            let x = k.ptr(F32, "x");
             let offs = tl::program_id(0) * 16 + tl::arange(0, 16);
-            tl::store(out + offs, tl::load(out + offs) + 1.0f32);
+            tl::store(x + offs, tl::load(x) + 1.0f32);
         });
         assert_eq!(disjoint_stores(&k, [4, 1, 1], &[None]), [false]);
+        // Loads through a data-dependent offset.
+        let k = kernel(|k| {
+            let (idx, x) = (k.ptr(I32, "idx"), k.ptr(F32, "x"));
+            let offs = tl::program_id(0) * 16 + tl::arange(0, 16);
+            tl::store(x + offs, tl::load(x + tl::load(idx + offs)));
+        });
+        assert_eq!(
+            disjoint_stores(&k, [4, 1, 1], &[None, None]),
+            [false, false]
+        );
+        // A buffer that is only read is not reported (nothing to make plain), and reading
+        // another argument anywhere does not matter.
+        let k = kernel(|k| {
+            let (y, x) = (k.ptr(F32, "y"), k.ptr(F32, "x"));
+            let offs = tl::program_id(0) * 16 + tl::arange(0, 16);
+            tl::store(x + offs, tl::load(y + offs + 5) + tl::load(x + offs));
+        });
+        assert_eq!(disjoint_stores(&k, [4, 1, 1], &[None, None]), [false, true]);
+    }
+
+    /// What the executors do with the answer: a buffer another program reads stays atomic,
+    /// a buffer each program updates alone becomes plain.
+    #[test]
+    fn binding_keeps_atomics_where_programs_share_elements() {
+        use crate::exec::{bind, ExecArg};
+        let kernel_by = |by: i64| {
+            kernel(move |k| {
+                let x = k.ptr(F32, "x");
+                let offs = tl::program_id(0) * 64 + tl::arange(0, 64);
+                let m = (offs + by).lt(256);
+                tl::store(x + offs, tl::load(x + offs + by).mask(m) * 2.0f32);
+            })
+        };
+        for (by, plain) in [(64, false), (0, true)] {
+            let mut buf = vec![0u8; 256 * 4];
+            let k = kernel_by(by);
+            let mut args = [ExecArg::BufferMut(&mut buf)];
+            let b = bind(&k, [4, 1, 1], &mut args).unwrap();
+            let m = b.mems[0].as_ref().unwrap();
+            assert_eq!(m.is_plain(), plain, "loads shifted by {by}");
+        }
+    }
+
+    #[test]
+    fn atomics_and_unknown_pointers_disable_it() {
         // An atomic on the output.
         let k = kernel(|k| {
             let out = k.ptr(F32, "out");

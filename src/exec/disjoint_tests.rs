@@ -1,7 +1,7 @@
-//! Fuzzing `disjoint::disjoint_stores` against the offsets programs actually store to: random
-//! index expressions, grids and scalar arguments; whenever the analysis calls a buffer
-//! disjoint, the offsets of every two programs (all lanes, all loop iterations, int32
-//! wrap-around included) must not meet.
+//! Fuzzing `disjoint::disjoint_stores` against the offsets programs actually store to and
+//! load from: random index expressions, grids and scalar arguments; whenever the analysis
+//! calls a buffer disjoint, no offset one program stores to may be stored to or loaded from
+//! by another (all lanes, all loop iterations, int32 wrap-around included).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -184,9 +184,11 @@ struct Case {
     grid: [usize; 3],
     w: i32,
     args: [i32; 2],
-    /// `(lo, hi, step)` of the loop around the stores marked `in_loop`.
+    /// `(lo, hi, step)` of the loop around the accesses marked `in_loop`.
     range: (i32, i32, i32),
     stores: Vec<(E, bool)>,
+    /// Loads of the same buffer (none in half of the cases).
+    loads: Vec<(E, bool)>,
 }
 
 fn case(r: &mut Rng) -> Case {
@@ -202,27 +204,50 @@ fn case(r: &mut Rng) -> Case {
         1 + r.below(40) as i32,
         r.pick(&[1, w, 2 * w, 7]),
     );
-    let n = 1 + r.below(2) as usize;
-    let stores = (0..n)
-        .map(|_| {
-            let in_loop = r.below(3) == 0;
-            (offsets(r, w, in_loop), in_loop)
-        })
-        .collect();
+    let (n_stores, n_loads) = (1 + r.below(2) as usize, r.pick(&[0, 0, 1, 2]));
+    let mut accesses = |n: usize| -> Vec<(E, bool)> {
+        (0..n)
+            .map(|_| {
+                let in_loop = r.below(3) == 0;
+                (offsets(r, w, in_loop), in_loop)
+            })
+            .collect()
+    };
+    let stores = accesses(n_stores);
+    // Mostly what updates in place do (load what one stores, or next to it), sometimes any
+    // offsets.
+    let mut loads = accesses(n_loads);
+    for l in &mut loads {
+        let (e, in_loop) = stores[r.below(stores.len() as u64) as usize].clone();
+        *l = match r.below(4) {
+            0 | 1 => (e, in_loop),
+            2 => {
+                let k = konst(r, w);
+                let shifted = match e {
+                    // Literal pairs are folded, as the generator does.
+                    E::Const(c) => E::Const(c.checked_add(k).unwrap_or(c)),
+                    e => E::Add(Box::new(e), Box::new(E::Const(k))),
+                };
+                (shifted, in_loop)
+            }
+            _ => continue,
+        };
+    }
     Case {
         grid,
         w,
         args,
         range,
         stores,
+        loads,
     }
 }
 
-/// The offsets program `pid` stores to.
-fn stored(c: &Case, pid: [i32; 3]) -> HashSet<i32> {
+/// The offsets program `pid` accesses through `exprs`.
+fn accessed(c: &Case, exprs: &[(E, bool)], pid: [i32; 3]) -> HashSet<i32> {
     let mut s = HashSet::new();
     let (lo, hi, step) = c.range;
-    for (e, in_loop) in &c.stores {
+    for (e, in_loop) in exprs {
         let ivs: Vec<i32> = if *in_loop && e.has_iv() {
             (lo..hi).step_by(step as usize).collect()
         } else if *in_loop {
@@ -245,13 +270,14 @@ fn stored(c: &Case, pid: [i32; 3]) -> HashSet<i32> {
 }
 
 #[test]
-fn disjoint_means_no_two_programs_store_to_one_offset() {
+fn disjoint_means_no_offset_one_program_stores_is_touched_by_another() {
     let mut r = Rng(0x9e37_79b9_7f4a_7c15);
     let (mut proved, mut refused, mut checked_pairs) = (0, 0, 0u64);
+    let mut proved_with_loads = 0;
     for _ in 0..6000 {
         let c = case(&mut r);
         let k = tl::build("fuzz", &BTreeMap::new(), |k| {
-            let out = k.ptr(F32, "out");
+            let (out, sink) = (k.ptr(F32, "out"), k.ptr(F32, "sink"));
             let args = [k.scalar(I32, "s0"), k.scalar(I32, "s1")];
             let env = |iv| Env {
                 pid: [tl::program_id(0), tl::program_id(1), tl::program_id(2)],
@@ -265,14 +291,30 @@ fn disjoint_means_no_two_programs_store_to_one_offset() {
                     B::C(v) => tl::store(out + v, 1.0f32),
                 };
             };
-            for (e, in_loop) in &c.stores {
+            // A load's values go to `sink` (one element every program may store: not the
+            // buffer under test), so the load stays in the kernel.
+            let load = |env: &Env, e: &E| {
+                let v = match e.build(env) {
+                    B::T(t) if !t.shape().is_empty() => tl::sum(tl::load(out + t), 0),
+                    B::T(t) => tl::load(out + t),
+                    B::C(v) => tl::load(out + v),
+                };
+                tl::store(sink, v);
+            };
+            let accesses = c.loads.iter().map(|a| (a, true));
+            for ((e, in_loop), is_load) in c.stores.iter().map(|a| (a, false)).chain(accesses) {
+                let access = |env: &Env| {
+                    if is_load {
+                        load(env, e)
+                    } else {
+                        store(env, e)
+                    }
+                };
                 if *in_loop {
                     let (lo, hi, step) = c.range;
-                    tl::range(lo, hi, step).for_each(|iv| {
-                        store(&env(Some(iv)), e);
-                    });
+                    tl::range(lo, hi, step).for_each(|iv| access(&env(Some(iv))));
                 } else {
-                    store(&env(None), e);
+                    access(&env(None));
                 }
             }
         });
@@ -281,7 +323,7 @@ fn disjoint_means_no_two_programs_store_to_one_offset() {
             // An offset that overflows what the DSL accepts is rejected at build: not a case.
             Err(_) => continue,
         };
-        let ints = [None, Some(c.args[0] as i64), Some(c.args[1] as i64)];
+        let ints = [None, None, Some(c.args[0] as i64), Some(c.args[1] as i64)];
         if !disjoint_stores(&k, c.grid, &ints)[0] {
             refused += 1;
             continue;
@@ -293,29 +335,41 @@ fn disjoint_means_no_two_programs_store_to_one_offset() {
                     .flat_map(move |y| (0..c.grid[0]).map(move |x| [x as i32, y as i32, z as i32]))
             })
             .collect();
-        let sets: Vec<HashSet<i32>> = pids.iter().map(|&p| stored(&c, p)).collect();
-        for i in 0..sets.len() {
-            for j in i + 1..sets.len() {
+        let stores: Vec<HashSet<i32>> = pids.iter().map(|&p| accessed(&c, &c.stores, p)).collect();
+        let loads: Vec<HashSet<i32>> = pids.iter().map(|&p| accessed(&c, &c.loads, p)).collect();
+        for i in 0..pids.len() {
+            for j in 0..pids.len() {
+                if i == j {
+                    continue;
+                }
                 checked_pairs += 1;
-                let common: Vec<_> = sets[i].intersection(&sets[j]).take(3).collect();
+                let common: Vec<_> = stores[i]
+                    .intersection(&stores[j])
+                    .chain(stores[i].intersection(&loads[j]))
+                    .take(3)
+                    .collect();
                 assert!(
                     common.is_empty(),
-                    "called disjoint, but programs {:?} and {:?} both store to {common:?}: \
-                     grid {:?}, args {:?}, range {:?}, stores {:#?}",
+                    "called disjoint, but program {:?} stores to {common:?}, which program {:?} \
+                     also accesses: grid {:?}, args {:?}, range {:?}, stores {:#?}, loads {:#?}",
                     pids[i],
                     pids[j],
                     c.grid,
                     c.args,
                     c.range,
-                    c.stores
+                    c.stores,
+                    c.loads
                 );
             }
+        }
+        if !c.loads.is_empty() {
+            proved_with_loads += 1;
         }
     }
     // The fuzzer must exercise both answers, and real pairs of programs.
     assert!(
-        proved > 400 && refused > 400,
-        "proved {proved}, refused {refused}"
+        proved > 400 && refused > 400 && proved_with_loads > 100,
+        "proved {proved} ({proved_with_loads} with loads), refused {refused}"
     );
     assert!(checked_pairs > 1000, "{checked_pairs} pairs");
 }

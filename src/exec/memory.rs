@@ -9,12 +9,13 @@
 //! undefined behaviour. Read-only buffers are never written by anyone during a launch, so
 //! they are read with plain (unaligned) loads and bulk copies.
 //!
-//! The exception: a writable buffer that `disjoint.rs` proves, for one launch, is only
-//! stored to, each program in a window no other program reaches, is marked `plain`, and
-//! its stores are ordinary (vectorised, bulk) writes. With no loads or atomics on it and no
-//! two programs touching one element, no two threads ever access the same byte, so plain
-//! writes cannot race; and since the decision is per buffer per launch, plain and atomic
-//! accesses never mix on the same memory.
+//! The exception: a writable buffer that `disjoint.rs` proves, for one launch, is loaded and
+//! stored by each program in a window no other program reaches (and never accessed
+//! atomically) is marked `plain`, and its loads and stores are ordinary (vectorised, bulk)
+//! accesses. An element one program stores is then touched by no other thread, and the
+//! elements several threads read are written by none, so plain accesses cannot race; and
+//! since the decision is per buffer per launch, plain and atomic accesses never mix on the
+//! same memory.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -90,7 +91,7 @@ pub(crate) struct Mem<'a> {
     /// Element size of the argument's pointee dtype.
     elem: usize,
     writable: bool,
-    /// Stores are plain writes (see the module docs and [`Mem::assume_disjoint`]).
+    /// Loads and stores are plain (see the module docs and [`Mem::assume_disjoint`]).
     plain: bool,
     _borrow: PhantomData<&'a [u8]>,
 }
@@ -99,9 +100,9 @@ pub(crate) struct Mem<'a> {
 // every write path below refuses it) or from a `&'a mut [u8]` that the launch borrows
 // exclusively for `'a` and whose every access goes through `AtomicU*` of matching width at
 // an aligned address (alignment checked in `Mem::writable`; an empty buffer has no element
-// to access), except that after `assume_disjoint` stores are plain writes, which its
-// contract keeps to elements no other thread touches. Shared access from many threads is
-// therefore data-race free.
+// to access), except that after `assume_disjoint` loads and stores are plain, which its
+// contract keeps to elements that no other thread writes and, where written, no other
+// thread touches. Shared access from many threads is therefore data-race free.
 unsafe impl Send for Mem<'_> {}
 // SAFETY: see `Send` above.
 unsafe impl Sync for Mem<'_> {}
@@ -137,13 +138,13 @@ impl<'a> Mem<'a> {
         })
     }
 
-    /// This buffer with plain (non-atomic) stores.
+    /// This buffer with plain (non-atomic) loads and stores.
     ///
     /// # Safety
     ///
-    /// For the whole launch, no element of the buffer may be accessed by two programs, and
-    /// nothing may load from it or run an atomic on it (`disjoint::disjoint_stores` proves
-    /// this for a kernel, grid and scalar arguments).
+    /// For the whole launch, no element that one program stores may be loaded or stored by
+    /// another program, and nothing may run an atomic on the buffer
+    /// (`disjoint::disjoint_stores` proves this for a kernel, grid and scalar arguments).
     pub(crate) unsafe fn assume_disjoint(self) -> Mem<'a> {
         Mem {
             plain: self.writable,
@@ -161,7 +162,7 @@ impl<'a> Mem<'a> {
         self.writable
     }
 
-    /// True if stores are plain writes (proven disjoint between programs).
+    /// True if loads and stores are plain (proven disjoint between programs).
     pub(crate) fn is_plain(&self) -> bool {
         self.plain
     }
@@ -200,15 +201,16 @@ impl<'a> Mem<'a> {
     /// Element `i`, or `None` when out of bounds.
     #[inline(always)]
     pub(crate) fn get<R: Raw>(&self, i: usize) -> Option<R> {
-        debug_assert!(!self.plain, "a plain buffer is only stored to");
         if !self.fits::<R>(i, 1) {
             return None;
         }
-        if self.writable {
+        if self.writable && !self.plain {
             Some(R::load(self.atomic::<R>(i)))
         } else {
             // SAFETY: in bounds (checked above); read-only buffers are never written
-            // during the launch, so a plain unaligned read cannot race.
+            // during the launch, and an element of a plain buffer that this program may
+            // read is written by no other thread (`assume_disjoint`'s contract), so a plain
+            // unaligned read cannot race.
             Some(unsafe { std::ptr::read_unaligned(self.ptr.add(i * R::SIZE) as *const R) })
         }
     }
@@ -222,15 +224,15 @@ impl<'a> Mem<'a> {
         out: &mut Vec<S>,
         f: impl Fn(R) -> S,
     ) -> bool {
-        debug_assert!(!self.plain, "a plain buffer is only stored to");
         if !self.fits::<R>(start, n) {
             return false;
         }
-        if self.writable {
+        if self.writable && !self.plain {
             out.extend(self.atomics::<R>(start, n).iter().map(|a| f(R::load(a))));
         } else {
-            // SAFETY: the range is in bounds (checked above) and read-only buffers are never
-            // written during the launch. A loop of unaligned loads vectorises like memcpy.
+            // SAFETY: the range is in bounds (checked above), and no other thread writes it
+            // during the launch (read-only, or plain: `assume_disjoint`'s contract). A loop
+            // of unaligned loads vectorises like memcpy.
             self.prefetch_next(start, n, R::SIZE);
             let base = unsafe { self.ptr.add(start * R::SIZE) } as *const R;
             out.extend((0..n).map(|k| f(unsafe { std::ptr::read_unaligned(base.add(k)) })));
@@ -242,19 +244,19 @@ impl<'a> Mem<'a> {
     /// buffers); false when out of bounds.
     #[inline(always)]
     pub(crate) fn copy_run<S: Bits>(&self, start: usize, n: usize, out: &mut Vec<S>) -> bool {
-        debug_assert!(!self.plain, "a plain buffer is only stored to");
         if !self.fits::<S::Raw>(start, n) {
             return false;
         }
-        if self.writable {
+        if self.writable && !self.plain {
             let atomics = self.atomics::<S::Raw>(start, n);
             out.extend(atomics.iter().map(|a| S::from_raw(S::Raw::load(a))));
         } else {
             self.prefetch_next(start, n, S::Raw::SIZE);
             out.reserve(n);
             let len = out.len();
-            // SAFETY: the source range is in bounds (checked above) and never written during
-            // the launch; the destination is `n` reserved elements of `out`, and every bit
+            // SAFETY: the source range is in bounds (checked above) and no other thread
+            // writes it during the launch (read-only, or plain: `assume_disjoint`'s
+            // contract); the destination is `n` reserved elements of `out`, and every bit
             // pattern is a valid `S` (`Bits` is only implemented for such types), so setting
             // the length after the copy exposes initialised values only.
             unsafe {
@@ -329,7 +331,8 @@ impl<'a> Mem<'a> {
         }
         if self.plain {
             // SAFETY: in bounds (checked above), aligned (`writable`), and no other thread
-            // touches this element during the launch (`assume_disjoint`'s contract).
+            // touches an element this program stores during the launch
+            // (`assume_disjoint`'s contract).
             unsafe { (self.ptr.add(i * R::SIZE) as *mut R).write(v) };
         } else {
             R::store(self.atomic::<R>(i), v);
@@ -379,7 +382,7 @@ impl<'a> Mem<'a> {
     /// Atomically replaces element `i` by `f(old)` (a CAS loop); returns the old bits, or
     /// `None` when out of bounds or read-only.
     pub(crate) fn update<R: Raw>(&self, i: usize, f: impl Fn(R) -> R) -> Option<R> {
-        debug_assert!(!self.plain, "a plain buffer is only stored to");
+        debug_assert!(!self.plain, "a plain buffer has no atomics");
         if !self.writable || !self.fits::<R>(i, 1) {
             return None;
         }
@@ -395,7 +398,7 @@ impl<'a> Mem<'a> {
 
     /// Atomic compare-and-swap of element `i`; returns the old bits.
     pub(crate) fn compare_swap<R: Raw>(&self, i: usize, cmp: R, new: R) -> Option<R> {
-        debug_assert!(!self.plain, "a plain buffer is only stored to");
+        debug_assert!(!self.plain, "a plain buffer has no atomics");
         if !self.writable || !self.fits::<R>(i, 1) {
             return None;
         }
@@ -466,16 +469,24 @@ mod tests {
     }
 
     #[test]
-    fn plain_stores_are_bounds_checked() {
+    fn plain_accesses_are_bounds_checked() {
         let mut out = vec![u32::MAX; 6];
         // SAFETY (test): viewing a u32 buffer as bytes.
         let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, 24) };
-        // SAFETY (test): one thread, stores only.
+        // SAFETY (test): one thread.
         let w = unsafe { Mem::writable(bytes, 4).expect("aligned").assume_disjoint() };
         assert!(w.set_run::<u32, f32>(1, &[1.5, 2.5, 3.5], |x| x as u32));
         assert!(!w.set_run::<u32, f32>(4, &[1.0, 2.0, 3.0], |x| x as u32));
         assert!(w.set::<u32>(5, 9));
         assert!(!w.set::<u32>(6, 9));
+        // The program reads back what it stored, with the same bounds checks.
+        assert_eq!(w.get::<u32>(2), Some(2));
+        assert_eq!(w.get::<u32>(6), None);
+        let mut got: Vec<i32> = Vec::new();
+        assert!(w.copy_run::<i32>(0, 3, &mut got));
+        assert!(w.extend_run::<u32, i32>(3, 3, &mut got, |x| x as i32));
+        assert!(!w.extend_run::<u32, i32>(4, 3, &mut got, |x| x as i32));
+        assert_eq!(got, [-1, 1, 2, 3, -1, 9]);
         // Read-only buffers stay read-only.
         let ro = [0u8; 8];
         // SAFETY (test): nothing is written.

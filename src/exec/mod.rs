@@ -327,7 +327,7 @@ fn scalar_value(k: &Kernel, p: &Param, d: DType, arg: &ExecArg<'_>) -> Result<Da
     })
 }
 
-/// A launch's arguments checked against the kernel: buffers (plain stores where proven
+/// A launch's arguments checked against the kernel: buffers (plain loads and stores where proven
 /// disjoint) and scalar values, in parameter order, then (after one unused slot) the
 /// buffers of pointer-table entries.
 pub(crate) struct Bound<'a> {
@@ -494,8 +494,8 @@ pub(crate) fn bind<'a>(
     {
         if let (Some(mem), true) = (m.as_mut(), disjoint) {
             // SAFETY: `disjoint_stores` proved, for this kernel, grid and these scalar
-            // arguments, that programs store to pairwise disjoint elements of this buffer
-            // and that nothing loads from it or runs an atomic on it.
+            // arguments, that no element one program stores is loaded or stored by another
+            // program, and that nothing runs an atomic on this buffer.
             *mem = unsafe { mem.assume_disjoint() };
         }
     }

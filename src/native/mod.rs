@@ -7,9 +7,10 @@
 //! checked against its buffer (the generated code records the first out-of-bounds access
 //! of a program, touches nothing outside the buffer, and stops the run; the error names the
 //! kernel, the op, the program and the offset), integer corner cases are defined as the
-//! interpreter defines them, and stores to an output that programs might share are relaxed
-//! atomics unless the launch proves them disjoint (`disjoint::disjoint_stores`), so racing
-//! programs never make a data race. Floating point results may differ from the
+//! interpreter defines them, and loads and stores of an output that programs might share
+//! are relaxed atomics unless the launch proves them disjoint (`disjoint::disjoint_stores`:
+//! no element one program stores is touched by another), so racing programs never make a
+//! data race. Floating point results may differ from the
 //! interpreter's in the last bits (`exp`/`exp2` are the runtime's own vectorisable
 //! polynomial, within 1 ulp like Rust's; summation order).
 //!
