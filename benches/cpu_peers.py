@@ -5,6 +5,7 @@ Run it back to back with the Rust bench, so every ratio is a same-run ratio:
 
     python3 -m pip install numpy "jax[cpu]"
     python3 benches/cpu_peers.py && cargo bench --bench executor
+    python3 benches/cpu_peers.py --only matmul && cargo bench --bench executor -- matmul_1024
 
 Each case prints the median of `--reps` timed calls after warm-up (outputs are fresh
 arrays, as a kernel's outputs are), with throughput in the units criterion prints for the
@@ -109,11 +110,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-jax", action="store_true", help="NumPy only")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
     opts = ap.parse_args()
     jax, jitted = (None, None) if opts.no_jax else jax_fns()
     print(f"numpy {np.__version__}" + (f", jax {jax.__version__}" if jax else ""))
     for c in cases():
         name, args = c["name"], c["args"]
+        if opts.only not in name:
+            continue
         check(name, "numpy", c["np"](*args), args, c["np"], c["tol"])
         t_np = median_seconds(lambda: c["np"](*args), opts.reps)
         line = f"{name:28} numpy {t_np * 1e3:9.3f} ms {rate(c, t_np)}"

@@ -1730,7 +1730,9 @@ impl<'k> Lowering<'k> {
                 lay.regs()
             ),
         });
-        if let Some(vt) = self.vector_type(ptr, dt, lay)? {
+        if let Some(c) = self.contiguous_rows(res, ptr, lay) {
+            self.load_rows(&name, ptr, mask, other, lay, c, &zero)?;
+        } else if let Some(vt) = self.vector_type(ptr, dt, lay)? {
             self.load_vector(&name, &vt, ptr, mask, other, lay, &zero)?;
         } else {
             let guard = lay.has_idle_threads();
@@ -2023,6 +2025,110 @@ impl<'k> Lowering<'k> {
         self.layouts.push(LayoutChoice {
             op: format!("load {name}"),
             layout: format!("vectorised: {vt} per chunk"),
+        });
+        Ok(())
+    }
+
+    /// The row length when a block load through `ptr` may copy whole rows: a one-thread
+    /// program (the CPU), a block of two or more dimensions whose rows (along the last
+    /// one) span at least a cache line, offsets proven to run +1 along every row or at
+    /// least along chunks where a run-time check passes (then [`Self::load_rows`] checks
+    /// each row), through a parameter read plainly (not atomically, not updated in place,
+    /// not packed in words).
+    fn contiguous_rows(&self, res: Value, ptr: Value, lay: BlockedLayout) -> Option<usize> {
+        let shape = &self.ty(res).shape;
+        let c = *shape.last()?;
+        let p = self.prov[ptr.index()]?;
+        let ok = self.threads == 1
+            && shape.len() >= 2
+            && c < lay.n
+            && c * self.edt(res).size_bytes() >= 64
+            && !lay.has_idle_threads()
+            && !self.dynamic[ptr.index()]
+            && self.in_words(ptr).is_none()
+            && !self.in_place[p]
+            && !(self.atomic_outputs && self.k.params[p].stored)
+            && self.axis_unchecked[ptr.index()].contig >= c.min(lay.vec) as u64
+            && matches!(self.repr(ptr), Repr::Block(_));
+        ok.then_some(c)
+    }
+
+    /// A block load as rows of `c` elements: a row whose mask lanes are all set, whose
+    /// offsets run +1 (checked here unless proven) and which lies inside the argument is
+    /// one copy; any other row reads element by element, each checked, masked lanes taking
+    /// `other`, so a bad access is reported as the element-wise load reports it.
+    #[allow(clippy::too_many_arguments)]
+    fn load_rows(
+        &mut self,
+        name: &str,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+        lay: BlockedLayout,
+        c: usize,
+        zero: &str,
+    ) -> Result<()> {
+        let p = self.param_name(ptr)?;
+        // Per-element conditions of a row's copy (element `tm_i + tm_e`).
+        let mut each = Vec::new();
+        if self.axis[ptr.index()].contig < c as u64 {
+            let ut = self.cty(if self.off_dtype == DType::I64 {
+                DType::U64
+            } else {
+                DType::U32
+            })?;
+            each.push(format!(
+                "{ut}({}) == {ut}({}) + tm_e",
+                self.el(ptr, "tm_i + tm_e"),
+                self.el(ptr, "tm_i")
+            ));
+        }
+        let mut whole = Vec::new();
+        if let Some(m) = mask {
+            if self.axis[m.index()].cst >= c as u64 || self.is_uniform(m) {
+                whole.push(self.el(m, "tm_i"));
+            } else {
+                each.push(self.el(m, "tm_i + tm_e"));
+            }
+        }
+        self.open(format!(
+            "for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
+            lay.n / c
+        ));
+        self.line(format!("const uint tm_i = tm_r * {c}u;"));
+        if !each.is_empty() {
+            self.line("bool tm_run = true;");
+            self.line(format!(
+                "for (uint tm_e = 0; tm_e < {c}u; ++tm_e) tm_run &= {};",
+                self.all_of(&each)
+            ));
+            whole.push("tm_run".into());
+        }
+        let off0 = self.el(ptr, "tm_i");
+        whole.push(format!("tm_in_bounds({p}, {off0}, {c})"));
+        self.open(format!("if ({})", whole.join(" && ")));
+        self.line(format!(
+            "__builtin_memcpy(&{name}[tm_i], {p}.base + {off0}, {c}u * sizeof({name}[0]));"
+        ));
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        let a = self.access(ptr, &self.el(ptr, "tm_i + tm_e"))?;
+        let e = match mask {
+            Some(m) => {
+                let o = other.map_or(zero.to_string(), |o| self.el(o, "tm_i + tm_e"));
+                format!("{} ? {a} : {o}", self.el(m, "tm_i + tm_e"))
+            }
+            None => a,
+        };
+        self.line(format!(
+            "for (uint tm_e = 0; tm_e < {c}u; ++tm_e) {name}[tm_i + tm_e] = {e};"
+        ));
+        self.close();
+        self.close();
+        self.layouts.push(LayoutChoice {
+            op: format!("load {name}"),
+            layout: format!("rows of {c}: one bounds check and one copy per row"),
         });
         Ok(())
     }

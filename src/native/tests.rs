@@ -357,3 +357,91 @@ fn exp_and_exp2_are_within_one_ulp_of_the_correctly_rounded_result() {
         }
     }
 }
+
+/// A 16x32 tile of `x` (rows `ld` apart) into `out`: `x[r * ld + (c0 + c) % n]` masked to
+/// `rows` rows and `c < n` (`n` a multiple of 8), or `x[r * ld + c]` unmasked. Loads of
+/// 32-float rows copy a row at once where its offsets run +1 (checked for the remainder),
+/// its mask lanes are set and it lies inside `x`; other rows go element by element.
+fn tile(wrapping: bool) -> Kernel {
+    kernel("tile", &[], |k| {
+        let (x, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "out_ptr"));
+        let (ld, c0, n, rows) = (
+            k.scalar(I32, "ld"),
+            k.scalar(I32, "c0"),
+            k.scalar(I32, "n"),
+            k.scalar(I32, "rows"),
+        );
+        let (r, c) = (tl::arange(0, 16), tl::arange(0, 32));
+        let v = if wrapping {
+            let n8 = tl::multiple_of(n, [8]);
+            tl::load(x + (r.col() * ld + ((c + c0) % n8).row()))
+                .mask(r.col().lt(rows) & c.row().lt(n8))
+                .other(-1.0)
+        } else {
+            tl::load(x + (r.col() * ld + c.row()))
+        };
+        tl::store(out + r.col() * 32 + c.row(), v);
+    })
+}
+
+fn copies_rows(k: &Kernel) -> bool {
+    let p = crate::codegen::cpu::compile(k, false).expect("prints");
+    p.layouts.iter().any(|l| l.layout.starts_with("rows of 32"))
+}
+
+fn tile_args<'a>(x: &'a [u8], out: &'a mut [u32], s: [i32; 4]) -> [ExecArg<'a>; 6] {
+    [
+        ExecArg::from(x),
+        ExecArg::from(bytes_mut(out)),
+        ExecArg::from(s[0]),
+        ExecArg::from(s[1]),
+        ExecArg::from(s[2]),
+        ExecArg::from(s[3]),
+    ]
+}
+
+#[test]
+fn tile_rows_match_the_interpreter_and_report_the_first_bad_element() {
+    if !run() {
+        return;
+    }
+    let x: Vec<f32> = (0..16 * 40).map(|i| i as f32 * 0.25 - 9.0).collect();
+    let xb = f32s(&x);
+    // (ld, c0, n, rows): rows copied whole; a remainder wrapping inside rows; a masked tail.
+    for s in [[40, 3, 1024, 16], [40, 3, 24, 16], [40, 0, 32, 11]] {
+        let k = tile(true);
+        assert!(copies_rows(&k), "rows are not copied whole");
+        let mut a = out_buf(512, f32::NAN);
+        let mut b = out_buf(512, f32::NAN);
+        for (buf, native) in [(&mut a, true), (&mut b, false)] {
+            run_on(native, &k, [1, 1, 1], &mut tile_args(&xb, buf, s))
+                .unwrap_or_else(|e| panic!("native={native}: {e}"));
+        }
+        assert_eq!(a, b, "{s:?}");
+        let got = from_f32s(bytes_mut(&mut a));
+        let [ld, c0, n, _] = s;
+        assert_eq!(got[32 + 23], x[(ld + (23 + c0) % n) as usize], "{s:?}");
+    }
+    // `x` ends 5 elements before the last row does: the compiled executor reports the
+    // first element outside (627, as a straddling 8-element chunk did), the interpreter
+    // the last (631).
+    let k = tile(false);
+    assert!(copies_rows(&k), "rows are not copied whole");
+    let short = f32s(&x[..15 * 40 + 27]);
+    for native in [true, false] {
+        let mut out = out_buf(512, 0.0);
+        let e = run_on(
+            native,
+            &k,
+            [1, 1, 1],
+            &mut tile_args(&short, &mut out, [40, 0, 0, 16]),
+        )
+        .expect_err("x is 5 elements short");
+        let m = e.to_string();
+        let want = if native { "offset 627 " } else { "offset 631 " };
+        assert!(
+            m.contains(want) && m.contains("op `load`") && m.contains("`x_ptr` (627 elements)"),
+            "native={native}: {m}"
+        );
+    }
+}
