@@ -408,6 +408,10 @@ fn bad_input_is_one_line_and_exit_2() {
         &["fuse", "--json", "g.json", "--verify", "--target", "tpu"],
         "tpu",
     );
+    rejected(
+        &["fuse", "--json", "g.json", "--verify", "--rtol", "nan"],
+        "--rtol NaN: expected a finite tolerance >= 0",
+    );
     rejected(&["frobnicate"], "frobnicate");
 }
 

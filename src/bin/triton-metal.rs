@@ -945,6 +945,13 @@ fn fuse_cmd(
     output: Option<&Path>,
     verbose: bool,
 ) -> Res<ExitCode> {
+    for (name, v) in [("rtol", tol.0), ("atol", tol.1)] {
+        if let Some(v) = v.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+            return Err(Fail::Input(format!(
+                "--{name} {v}: expected a finite tolerance >= 0"
+            )));
+        }
+    }
     let graph = load_graph(path)?;
     let hw = profile(cli)?;
     let (fused, summary) = fuse(&graph);
