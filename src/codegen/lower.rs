@@ -579,7 +579,7 @@ impl<'k> Lowering<'k> {
         use crate::opt::smem::Buffer;
         if self.plan.arena.buffers.is_empty() && !self.smem_reqs.is_empty() {
             let reqs = std::mem::take(&mut self.smem_reqs);
-            self.plan.arena.place(self.k, &reqs);
+            self.plan.place_buffers(self.k, &reqs);
             self.smem_reqs = reqs;
         }
         for r in &self.smem_reqs {

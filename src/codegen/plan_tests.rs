@@ -393,8 +393,29 @@ fn threadgroup_memory_decisions_change_the_code_not_the_result() {
     }
     let text = progs[1].plan.to_string();
     assert!(text.contains("reuse=off"), "{text}");
+    assert!(text.contains("acc.out f32 bytes=4096"), "{text}");
+    // Each buffer carries one explicit conversion: the dot's operands into staged tiles, the
+    // loop's accumulator (its result) out of fragments.
+    let (a, b) = match &k.op(dot).op {
+        Op::Dot { a, b, .. } => (*a, *b),
+        _ => unreachable!(),
+    };
+    let res = k.op(for_).results.get(0).unwrap();
+    for want in [
+        format!(
+            "convert {dot} %{},%{} blocked -> dot.staged via #",
+            a.index(),
+            b.index()
+        ),
+        format!("convert {for_} %{} fragments -> blocked via #", res.index()),
+    ] {
+        assert!(text.contains(&want), "{want}\n{text}");
+    }
+    // The dot's accumulator stays in the loop's fragments: the loop converts it.
     assert!(
-        text.contains("acc.out f32 bytes=4096") && text.contains("convert fragments -> blocked"),
+        text.contains(&format!(
+            "{dot} band 32x32 rows=32 ; if the loop does not keep"
+        )),
         "{text}"
     );
     assert!(

@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::options::{LaunchOptions, ReductionLayout};
-use super::smem::{parse_arena, parse_buffer, Arena};
+use super::smem::{parse_arena, parse_buffer, parse_convert, Arena, Request, Role};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, Op, OpId, RegionId, Value};
@@ -552,6 +552,26 @@ impl KernelPlan {
         }
     }
 
+    /// Places the threadgroup buffers of `reqs` in the arena ([`Arena::place`]) and names the
+    /// values each converts: for a `for` keeping accumulators in fragments, its resident
+    /// carried values (in: their initial values; out: the loop's results).
+    pub fn place_buffers(&mut self, k: &Kernel, reqs: &[Request]) {
+        self.arena.place(k, reqs);
+        let mut bufs = std::mem::take(&mut self.arena.buffers);
+        for b in &mut bufs {
+            let data = k.op(b.op);
+            if let Op::For { init, .. } = &data.op {
+                let slots = self.resident(b.op);
+                b.values = match b.role {
+                    Role::AccIn => slots.iter().filter_map(|&s| init.get(s).copied()).collect(),
+                    Role::AccOut => slots.iter().filter_map(|&s| data.results.get(s)).collect(),
+                    _ => Vec::new(),
+                };
+            }
+        }
+        self.arena.buffers = bufs;
+    }
+
     /// The K slice the tiled dot at `op` stages A and B in (all of K when the plan has none).
     pub fn k_slice(&self, op: OpId) -> Option<usize> {
         self.k_slices.get(&op).map(|x| x.0)
@@ -626,7 +646,7 @@ impl KernelPlan {
             }
             tiled.push((id, m, n, l));
         }
-        let mut loops = Vec::new();
+        let (mut loops, mut in_loops) = (Vec::new(), Vec::new());
         for (i, o) in k.ops.iter().enumerate() {
             let Op::For { body, .. } = o.op else { continue };
             let id = OpId(i as u32);
@@ -636,13 +656,18 @@ impl KernelPlan {
             };
             for &s in self.resident(id) {
                 let def = values.get(s).and_then(|&y| k.def_op(y));
-                if let Some(&(_, m, n, l)) = def.and_then(|d| tiled.iter().find(|t| t.0 == d)) {
+                if let Some(&(d, m, n, l)) = def.and_then(|d| tiled.iter().find(|t| t.0 == d)) {
                     loops.push((id, m, n, l));
+                    in_loops.push(d);
                 }
             }
         }
         for (id, m, n, l) in tiled.into_iter().chain(loops) {
-            let (rows, why) = band_rows(m, n, l, cap, limit);
+            let (rows, mut why) = band_rows(m, n, l, cap, limit);
+            if in_loops.contains(&id) {
+                // Kept for plans that take the accumulator out of the loop's fragments.
+                why = format!("if the loop does not keep it in fragments: {why}");
+            }
             self.bands.insert((id, m, n), (rows, why));
         }
     }
@@ -826,6 +851,10 @@ impl KernelPlan {
                 Some("buf") => {
                     let b = parse_buffer(l).ok_or_else(|| err(l, "buffer"))?;
                     p.arena.buffers.push(b);
+                    continue;
+                }
+                Some("convert") => {
+                    parse_convert(l, &mut p.arena.buffers).ok_or_else(|| err(l, "conversion"))?;
                     continue;
                 }
                 _ => {}

@@ -38,7 +38,7 @@ use std::fmt;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ir::{Kernel, Op, OpId};
+use crate::ir::{Kernel, Op, OpId, Value};
 
 /// Alignment of every buffer in the arena, in bytes (`float4`, `ldmatrix` rows and
 /// 16-byte vector stores).
@@ -159,6 +159,9 @@ pub struct Buffer {
     pub live: (u32, u32),
     /// Byte offset in the arena (a multiple of [`ALIGN`]).
     pub offset: usize,
+    /// The values whose layout changes through it (the `convert` record of the plan's text:
+    /// from and to are [`Role::layouts`]).
+    pub values: Vec<Value>,
 }
 
 impl Buffer {
@@ -173,6 +176,32 @@ impl Buffer {
 
     fn overlaps_in_bytes(&self, o: &Buffer) -> bool {
         self.offset < o.offset + o.bytes && o.offset < self.offset + self.bytes
+    }
+}
+
+/// The values op `op` converts through a buffer of `role`: a dot's A and B (operands), its
+/// accumulator (in) or result (out); a reduction's or scan's sources; a scalar atomic's
+/// result; a shape op's block operands. A `for` keeping accumulators in fragments lists
+/// none here: the plan knows which of its carried values they are
+/// (`KernelPlan::place_buffers`).
+pub fn converted(k: &Kernel, op: OpId, role: Role) -> Vec<Value> {
+    let data = k.op(op);
+    match (&data.op, role) {
+        (Op::Dot { a, b, .. }, Role::Operands) => vec![*a, *b],
+        (Op::Dot { acc, .. }, Role::AccIn) => vec![*acc],
+        (Op::Dot { .. }, Role::AccOut) => data.result().into_iter().collect(),
+        (Op::For { .. }, _) => Vec::new(),
+        (Op::Reduce { srcs, .. } | Op::Scan { srcs, .. }, _) => srcs.clone(),
+        (Op::AtomicRmw { .. } | Op::AtomicCas { .. }, _) => data.results.iter().collect(),
+        (o, _) => {
+            let mut v = Vec::new();
+            o.for_each_operand(|x| {
+                if k.ty(x).is_block() && !v.contains(&x) {
+                    v.push(x);
+                }
+            });
+            v
+        }
     }
 }
 
@@ -263,6 +292,7 @@ impl Arena {
                         .max(ALIGN),
                     live,
                     offset: 0,
+                    values: converted(k, op, role),
                 }
             })
             .collect();
@@ -302,6 +332,9 @@ impl Arena {
         for (i, b) in self.buffers.iter().enumerate() {
             if b.op.index() >= k.ops.len() {
                 return bad(format!("buffer #{i} of {}: no such op", b.op));
+            }
+            if b.values.iter().any(|v| v.index() >= k.values.len()) {
+                return bad(format!("buffer #{i} converts a value the kernel lacks"));
             }
             if b.offset % ALIGN != 0 || b.bytes % ALIGN != 0 {
                 return bad(format!("buffer #{i} is not {ALIGN}-byte aligned"));
@@ -380,8 +413,9 @@ impl Arena {
 }
 
 impl fmt::Display for Arena {
-    /// `arena bytes=B limit=L reuse=on ; why`, then one line per buffer:
-    /// `buf opN role dtype bytes=B live=F..L at=O ; from -> to` (the conversion it carries).
+    /// `arena bytes=B limit=L reuse=on ; why`, then per buffer two lines: the buffer
+    /// (`buf #i opN role dtype bytes=B live=F..L at=O`) and the conversion it carries
+    /// (`convert opN %a,%b from -> to via #i`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
@@ -391,11 +425,10 @@ impl fmt::Display for Arena {
             if self.reuse { "on" } else { "off" },
             self.limit_why
         )?;
-        for b in &self.buffers {
-            let (from, to) = b.role.layouts();
+        for (i, b) in self.buffers.iter().enumerate() {
             writeln!(
                 f,
-                "  buf {} {} {} bytes={} live={}..{} at={} ; convert {from} -> {to}",
+                "  buf #{i} {} {} {} bytes={} live={}..{} at={}",
                 b.op,
                 b.role.name(),
                 b.dtype.short_name(),
@@ -404,6 +437,14 @@ impl fmt::Display for Arena {
                 b.live.1,
                 b.offset
             )?;
+            let (from, to) = b.role.layouts();
+            let vals: Vec<String> = b.values.iter().map(|v| format!("%{}", v.index())).collect();
+            let vals = if vals.is_empty() {
+                "-".to_string()
+            } else {
+                vals.join(",")
+            };
+            writeln!(f, "  convert {} {vals} {from} -> {to} via #{i}", b.op)?;
         }
         Ok(())
     }
@@ -429,12 +470,11 @@ pub(crate) fn parse_arena(line: &str) -> Option<Arena> {
     }
 }
 
-/// Parses a `buf` line of the plan's text form.
+/// Parses a `buf` line of the plan's text form (its values come from its `convert` line).
 pub(crate) fn parse_buffer(line: &str) -> Option<Buffer> {
-    let (body, _) = line.trim().split_once(" ; ")?;
-    let w: Vec<&str> = body.split_whitespace().collect();
+    let w: Vec<&str> = line.split_whitespace().collect();
     match w.as_slice() {
-        ["buf", op, role, dt, bytes, live, at] => {
+        ["buf", _, op, role, dt, bytes, live, at] => {
             let (lo, hi) = live.strip_prefix("live=")?.split_once("..")?;
             Some(Buffer {
                 op: OpId(op.strip_prefix("op")?.parse().ok()?),
@@ -443,10 +483,33 @@ pub(crate) fn parse_buffer(line: &str) -> Option<Buffer> {
                 bytes: bytes.strip_prefix("bytes=")?.parse().ok()?,
                 live: (lo.parse().ok()?, hi.parse().ok()?),
                 offset: at.strip_prefix("at=")?.parse().ok()?,
+                values: Vec::new(),
             })
         }
         _ => None,
     }
+}
+
+/// Parses a `convert` line into `buffers`: the values of the buffer it goes through, which
+/// must be of the same op and carry the same layouts.
+pub(crate) fn parse_convert(line: &str, buffers: &mut [Buffer]) -> Option<()> {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let ["convert", op, vals, from, "->", to, "via", at] = w.as_slice() else {
+        return None;
+    };
+    let i: usize = at.strip_prefix('#')?.parse().ok()?;
+    let b = buffers.get_mut(i)?;
+    let op = OpId(op.strip_prefix("op")?.parse().ok()?);
+    if op != b.op || b.role.layouts() != (*from, *to) {
+        return None;
+    }
+    if *vals != "-" {
+        b.values = vals
+            .split(',')
+            .map(|v| v.strip_prefix('%')?.parse().ok().map(Value))
+            .collect::<Option<_>>()?;
+    }
+    Some(())
 }
 
 #[cfg(test)]
@@ -545,8 +608,23 @@ mod tests {
         let text = a.to_string();
         let mut lines = text.lines();
         let mut b = parse_arena(lines.next().unwrap()).unwrap();
-        b.buffers = lines.map(|l| parse_buffer(l).unwrap()).collect();
+        for l in lines {
+            match parse_buffer(l) {
+                Some(buf) => b.buffers.push(buf),
+                None => parse_convert(l, &mut b.buffers).unwrap(),
+            }
+        }
         assert_eq!(a, b, "{text}");
-        assert!(text.contains("convert blocked -> reduce.scratch"), "{text}");
+        let src = match &k.op(r0).op {
+            Op::Reduce { srcs, .. } => srcs[0],
+            _ => unreachable!(),
+        };
+        assert!(
+            text.contains(&format!(
+                "convert {r0} %{} blocked -> reduce.scratch via #",
+                src.index()
+            )),
+            "{text}"
+        );
     }
 }
