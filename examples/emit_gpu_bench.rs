@@ -290,7 +290,7 @@ pub fn generate_with(int_spec: bool) -> Result<Vec<(String, String)>> {
             "entry": prog.name,
             "grid": grid,
             "block": [prog.threads_per_block, 1, 1],
-            "shared_mem": 0,
+            "shared_mem": prog.dynamic_shared_mem_bytes,
             "static_shared_mem": prog.shared_mem_bytes,
             "constexprs": c.constexprs.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
             "num_warps": c.num_warps,

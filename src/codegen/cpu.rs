@@ -77,6 +77,7 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
         num_warps: 1,
         reduction_layout: None,
         target: HardwareProfile::of(Chip::Cpu),
+        num_stages: 1,
     };
     let mut lw = Lowering::new(kernel, &CPU, &opts);
     lw.atomic_outputs |= shared_outputs;

@@ -117,6 +117,11 @@ pub(super) struct Lowering<'k> {
     /// 48-bit element offset, as the CPU executor packs pointers). Only the compiled CPU
     /// executor's dialect prints such pointers (through `tm_dyn` views of the slots).
     pub dynamic: Vec<bool>,
+    /// Dot operands whose loads were issued ahead into a loop's ring ([`super::ahead`]):
+    /// their representation points at the current iteration's buffer.
+    pub ring_vals: HashSet<Value>,
+    /// Bytes of dynamic shared memory the rings need (the largest ring of the kernel).
+    pub ring_bytes: usize,
 }
 
 /// The generated names of parameter `i`'s extra input (the argument's contents) and flag
@@ -316,6 +321,8 @@ impl<'k> Lowering<'k> {
             plan,
             in_place: vec![false; k.params.len()],
             dynamic: vec![false; k.values.len()],
+            ring_vals: HashSet::new(),
+            ring_bytes: 0,
         };
         if k.params.iter().any(|p| lw.word_param(p)) {
             lw.helpers.insert("atomic_words");
@@ -1020,7 +1027,7 @@ impl<'k> Lowering<'k> {
         Ok(yielded)
     }
 
-    fn param_name(&self, v: Value) -> Result<String> {
+    pub(super) fn param_name(&self, v: Value) -> Result<String> {
         self.base_name(v, false)
     }
 
@@ -1086,7 +1093,7 @@ impl<'k> Lowering<'k> {
         }
     }
 
-    fn op(&mut self, id: OpId) -> Result<()> {
+    pub(super) fn op(&mut self, id: OpId) -> Result<()> {
         let outer = self.cur_op.replace(id);
         let r = self.op_inner(id);
         self.cur_op = outer;
@@ -1661,6 +1668,10 @@ impl<'k> Lowering<'k> {
         mask: Option<Value>,
         other: Option<Value>,
     ) -> Result<()> {
+        if self.in_ring(res) {
+            // Copied ahead into the loop's ring; the dot reads it there.
+            return Ok(());
+        }
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
         let stem = self.stem(ptr);
@@ -2814,16 +2825,30 @@ impl<'k> Lowering<'k> {
         for (k, r) in vars.iter().enumerate() {
             self.set(args[k + 1], r.clone());
         }
+        let ring = if peel.is_none() {
+            self.ring_of(id)
+        } else {
+            None
+        };
+        if let Some(ring) = &ring {
+            self.ring_prologue(ring, body, (&l, &s, &trips), (iv_t, u))?;
+        }
         self.open(format!("for ({u} {t} = {start}; {t} < {trips}; ++{t})"));
         self.line(format!(
             "const {iv_t} {iv} = {iv_t}({u}({l}) + {t} * {u}({s}));"
         ));
         // The previous iteration's reads of scratch are pending at the top of the body.
         self.hazard.reads_pending = true;
+        if let Some(ring) = &ring {
+            self.ring_iteration(ring, body, (&iv, &s, &trips, &t), (iv_t, u))?;
+        }
         let ys = self.region_split(body)?;
         self.assign_carried(&kept_vars, &keep(&ys))?;
         self.end_splits();
         self.close();
+        if let Some(ring) = &ring {
+            self.ring_epilogue(ring);
+        }
         if let Some(uniform) = &peel {
             self.end_peel(init, &vars, uniform)?;
         }

@@ -177,11 +177,28 @@ impl Lowering<'_> {
         let din = self.edt(a);
         let (ka, nb) = (k + PAD, n + PAD);
         let boff = m * ka;
-        let s = self.smem_buf(Role::Operands, din, boff + k * nb)?;
-        self.smem_write_begin();
-        self.stage_rows(a, &s, 0, k, ka)?;
-        self.stage_rows(b, &s, boff, n, nb)?;
-        self.smem_write_end();
+        // Operands copied ahead sit in the loop's ring, B right after A (`ahead.rs`), in
+        // the layout staged here.
+        let ring = self.in_ring(a) && self.in_ring(b);
+        let s = if ring {
+            match self.repr(a) {
+                super::lower::Repr::Block(x) => x.clone(),
+                _ => {
+                    return Err(unsupported_on(
+                        self.d,
+                        self.k,
+                        "a dot operand copied ahead that is not a ring buffer",
+                    ))
+                }
+            }
+        } else {
+            let s = self.smem_buf(Role::Operands, din, boff + k * nb)?;
+            self.smem_write_begin();
+            self.stage_rows(a, &s, 0, k, ka)?;
+            self.stage_rows(b, &s, boff, n, nb)?;
+            self.smem_write_end();
+            s
+        };
         let ty = if din == DType::BF16 { "bf16" } else { "f16" };
         let (fm, fnn) = (g.fm, g.fn_);
         self.line("{");
@@ -250,11 +267,18 @@ impl Lowering<'_> {
         self.close();
         self.close();
         self.close();
-        self.smem_read_done();
+        if !ring {
+            self.smem_read_done();
+        }
+        let staged = if ring {
+            "A/B copied ahead (cp.async) into a ring of shared-memory buffers"
+        } else {
+            "A/B staged in shared memory"
+        };
         self.layouts.push(LayoutChoice {
             op: format!("dot {m}x{n}x{k}"),
             layout: format!(
-                "mma.sync m16n8k16 {ty}->f32: {}x{} warps of {}x{} (fragments in registers), A/B staged in shared memory (rows padded by {PAD}), ldmatrix",
+                "mma.sync m16n8k16 {ty}->f32: {}x{} warps of {}x{} (fragments in registers), {staged} (rows padded by {PAD}), ldmatrix",
                 g.wm,
                 g.wn,
                 g.fm * 16,
@@ -331,8 +355,10 @@ mod tests {
     use super::super::cuda_tests::check_cuda;
     use super::super::tests::{build, matmul};
     use super::super::LaunchOptions;
-    use crate::dtype::DType::{BF16, F16, F32};
-    use crate::opt::plan::WarpGrid;
+    use crate::dtype::DType::{BF16, F16, F32, I32};
+    use crate::opt::plan::{Decision, KernelPlan, WarpGrid};
+    use crate::opt::{Chip, HardwareProfile};
+    use crate::tl::{self, KernelBuilder};
 
     fn dot_layout(dtype: crate::DType, blocks: [i64; 3], warps: u32) -> String {
         let k = build(
@@ -374,6 +400,105 @@ mod tests {
         let k = build("mm", &[("BM", 64), ("BN", 64), ("BK", 32)], matmul(F16));
         let p = check_cuda(&k, &LaunchOptions::default().num_warps(4));
         assert!(!p.source.contains("tm_band"), "{}", p.source);
+    }
+
+    /// Triton's tutorial matmul: pointers carried by the loop and advanced by `BK` rows or
+    /// columns, masks from the induction variable; `store_in_loop` adds a store to the
+    /// body (which forbids issuing loads ahead).
+    fn tutorial(dtype: crate::DType, store_in_loop: bool) -> impl FnOnce(&mut KernelBuilder) {
+        move |k: &mut KernelBuilder| {
+            let (a, b, c) = (
+                k.ptr(dtype, "a_ptr"),
+                k.ptr(dtype, "b_ptr"),
+                k.ptr(F32, "c_ptr"),
+            );
+            let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
+            let (sam, sak) = (k.scalar(I32, "stride_am"), k.scalar(I32, "stride_ak"));
+            let (sbk, sbn) = (k.scalar(I32, "stride_bk"), k.scalar(I32, "stride_bn"));
+            let (bm, bn, bk) = (k.constexpr("BM"), k.constexpr("BN"), k.constexpr("BK"));
+            let offs_am = (tl::program_id(0) * bm + tl::arange(0, bm)) % m;
+            let offs_bn = (tl::program_id(1) * bn + tl::arange(0, bn)) % n;
+            let offs_k = tl::arange(0, bk);
+            let pa = a + (offs_am.col() * sam + offs_k.row() * sak);
+            let pb = b + (offs_k.col() * sbk + offs_bn.row() * sbn);
+            let init = (tl::zeros([bm, bn], F32), pa, pb);
+            let (acc, _, _) = tl::range(0, tl::cdiv(kk, bk), 1).fold(init, |i, (acc, pa, pb)| {
+                let rest = kk - i * bk;
+                let at = tl::load(pa).mask(offs_k.row().lt(rest)).other(0.0);
+                let bt = tl::load(pb).mask(offs_k.col().lt(rest)).other(0.0);
+                if store_in_loop {
+                    tl::store(c + i, tl::full([1i64; 0], 1.0, F32));
+                }
+                (tl::dot(at, bt, acc), pa + bk * sak, pb + bk * sbk)
+            });
+            let offs_cm = tl::program_id(0) * bm + tl::arange(0, bm);
+            let offs_cn = tl::program_id(1) * bn + tl::arange(0, bn);
+            let cm = offs_cm.col().lt(m) & offs_cn.row().lt(n);
+            tl::store(c + offs_cm.col() * n + offs_cn.row(), acc).mask(cm);
+        }
+    }
+
+    #[test]
+    fn dot_operand_loads_are_copied_ahead_through_num_stages_buffers() {
+        let k = build(
+            "mm",
+            &[("BM", 128), ("BN", 128), ("BK", 64)],
+            tutorial(F16, false),
+        );
+        // One buffer: A 128x(64+8) and B 64x(128+8) halves.
+        let stage = (128 * 72 + 64 * 136) * 2;
+        for (stages, wait) in [(3, "wait_group 1;"), (2, "wait_group 0;")] {
+            let o = LaunchOptions::default().num_warps(8).num_stages(stages);
+            let p = check_cuda(&k, &o);
+            assert!(
+                p.source.contains("cp.async.ca.shared.global"),
+                "{}",
+                p.source
+            );
+            assert!(p.source.contains(wait), "{}", p.source);
+            assert_eq!(p.dynamic_shared_mem_bytes, stages as usize * stage);
+            let l = p.layouts.iter().find(|l| l.op.starts_with("dot")).unwrap();
+            assert!(l.layout.contains("copied ahead"), "{}", l.layout);
+            let plan =
+                super::super::cuda::plan(&k, &o.clone().target(HardwareProfile::of(Chip::Sm90)));
+            let ahead: Vec<_> = plan
+                .decisions()
+                .filter(|(_, d, _)| matches!(d, Decision::Ahead { .. }))
+                .collect();
+            assert_eq!(ahead.len(), 2, "{plan}");
+            assert_eq!(KernelPlan::parse(&plan.to_string()).unwrap(), plan);
+        }
+        // One stage: A and B staged from registers in their own iteration.
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(8).num_stages(1));
+        assert!(!p.source.contains("cp.async"), "{}", p.source);
+        assert_eq!(p.dynamic_shared_mem_bytes, 0);
+        // A store in the body could change what a later iteration loads.
+        let k = build(
+            "mm",
+            &[("BM", 64), ("BN", 64), ("BK", 32)],
+            tutorial(F16, true),
+        );
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(4));
+        assert!(!p.source.contains("cp.async"), "{}", p.source);
+    }
+
+    #[test]
+    fn a_plan_cannot_issue_other_loads_ahead() {
+        let k = build("mm", &[("BM", 64), ("BN", 64), ("BK", 32)], matmul(F16));
+        let o = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+        let mut plan = super::super::cuda::plan(&k, &o);
+        // This kernel's loads compute their pointers from the induction variable.
+        assert!(!plan
+            .decisions()
+            .any(|(_, d, _)| matches!(d, Decision::Ahead { .. })));
+        let load = k
+            .walk()
+            .into_iter()
+            .find(|&id| matches!(k.op(id).op, crate::ir::Op::Load { .. }))
+            .unwrap();
+        plan.set(load, Decision::Ahead { stages: 2 }, "test");
+        let e = plan.verify(&k).unwrap_err().to_string();
+        assert!(e.contains("issue ahead"), "{e}");
     }
 
     #[test]

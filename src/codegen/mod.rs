@@ -37,6 +37,7 @@
 //! are also written there as `<name>.metal` (header + body) for inspection.
 
 pub mod abi;
+mod ahead;
 pub mod cpu;
 pub mod cuda;
 pub mod dialect;
@@ -89,6 +90,7 @@ pub fn cache_key(kernel: &Kernel, opts: &LaunchOptions) -> u64 {
     kernel.constexprs.hash(&mut h);
     opts.num_warps.hash(&mut h);
     opts.reduction_layout.hash(&mut h);
+    opts.num_stages.hash(&mut h);
     format!("{:?}", opts.target).hash(&mut h);
     h.finish()
 }

@@ -19,6 +19,7 @@ pub(crate) mod axis;
 pub mod hardware;
 pub mod layout;
 pub mod options;
+pub mod pipeline;
 pub mod plan;
 pub mod smem;
 

@@ -72,16 +72,23 @@ pub struct LaunchOptions {
     pub reduction_layout: Option<ReductionLayout>,
     /// The device generated code is for (limits, `simdgroup_matrix`, vector width).
     pub target: HardwareProfile,
+    /// Triton's `num_stages`: how many shared-memory buffers a `for` loop's `tl.dot`
+    /// operand loads may rotate through, issuing each load `num_stages - 1` iterations
+    /// ahead where the printer can copy asynchronously (CUDA's `cp.async`); 1 issues
+    /// every load in its own iteration.
+    pub num_stages: u32,
 }
 
 impl Default for LaunchOptions {
     /// 4 warps, layouts chosen by the code generator, an M1-class Apple GPU (the most
-    /// constrained Metal target: any program valid there is valid on later chips).
+    /// constrained Metal target: any program valid there is valid on later chips), and
+    /// Triton's default of 3 stages.
     fn default() -> Self {
         LaunchOptions {
             num_warps: 4,
             reduction_layout: None,
             target: HardwareProfile::of(Chip::M1),
+            num_stages: 3,
         }
     }
 }
@@ -102,6 +109,12 @@ impl LaunchOptions {
     /// Sets `num_warps`.
     pub fn num_warps(mut self, n: u32) -> Self {
         self.num_warps = n;
+        self
+    }
+
+    /// Sets `num_stages` (at least 1).
+    pub fn num_stages(mut self, n: u32) -> Self {
+        self.num_stages = n.max(1);
         self
     }
 

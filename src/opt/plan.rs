@@ -186,7 +186,18 @@ pub enum Decision {
     /// A `for` loop's carried slots (indices into its init values) whose `tl.dot`
     /// accumulators stay in matrix fragments across the loop.
     Resident(Vec<usize>),
+    /// A `tl.dot` operand load of such a loop, copied asynchronously into a ring of
+    /// `stages` shared-memory buffers, `stages - 1` iterations ahead of its dot (see
+    /// [`super::pipeline`]).
+    Ahead {
+        /// Buffers in the ring (at least 2).
+        stages: usize,
+    },
 }
+
+/// Largest static shared memory of a CUDA block: what the ring of [`Decision::Ahead`]
+/// leaves for the printer's other buffers.
+const STATIC_SHARED_BYTES: u64 = 48 * 1024;
 
 /// The plan of one kernel: decisions per op, each with the reason it was taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -470,6 +481,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
             let slots = p.resident_candidates(kernel, *body);
             if !slots.is_empty() {
                 let why = "the accumulator's only use is the loop's tiled tl.dot".to_string();
+                p.plan_ahead(kernel, opts, OpId(i as u32), &slots);
                 p.decisions
                     .insert(OpId(i as u32), (Decision::Resident(slots), why));
             }
@@ -477,6 +489,28 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
     }
     p.plan_tiling(kernel);
     p
+}
+
+/// Bytes of one stage of the ring for the dots of `loads`: A as `[m][k + 8]` and B as
+/// `[k][n + 8]` 16-bit elements (the tensor-core staging layout).
+fn stage_bytes(k: &Kernel, loads: &[super::pipeline::AheadLoad]) -> u64 {
+    loads
+        .iter()
+        .map(|l| {
+            let Op::Dot { a, b, .. } = k.op(l.dot).op else {
+                return 0;
+            };
+            let Some((m, n, kk)) = dims(k, a, b) else {
+                return 0;
+            };
+            let elems = if l.operand == 0 {
+                m * (kk + 8)
+            } else {
+                kk * (n + 8)
+            };
+            elems as u64 * 2
+        })
+        .sum()
 }
 
 /// Element types the SIMD-group shuffles and collectives take.
@@ -542,6 +576,69 @@ impl KernelPlan {
             Some(Decision::Reduce(r)) => *r,
             _ => ReductionLayout::Default,
         }
+    }
+
+    /// The ring size of load `op` when it is issued ahead ([`Decision::Ahead`]).
+    pub fn ahead(&self, op: OpId) -> Option<usize> {
+        match self.decisions.get(&op) {
+            Some((Decision::Ahead { stages }, _)) => Some(*stages),
+            _ => None,
+        }
+    }
+
+    /// Decides [`Decision::Ahead`] for the dot operand loads of `for` loop `id` whose
+    /// accumulators in `slots` stay in fragments: on tensor cores, when `num_stages >= 2`
+    /// and the loop has the shape [`super::pipeline::ahead_loads`] needs, with as many
+    /// stages as asked and the profile's shared memory holds.
+    fn plan_ahead(&mut self, k: &Kernel, opts: &LaunchOptions, id: OpId, slots: &[usize]) {
+        if self.printer.matrix != MatrixUnit::MmaM16N8K16 || opts.num_stages < 2 {
+            return;
+        }
+        let Some(loads) = super::pipeline::ahead_loads(k, id, slots) else {
+            return;
+        };
+        if loads.is_empty()
+            || !loads
+                .iter()
+                .all(|l| matches!(self.get(l.dot), Some(Decision::Dot(DotLowering::Mma(_)))))
+        {
+            return;
+        }
+        let per = stage_bytes(k, &loads);
+        let room =
+            (opts.target.threadgroup_memory_bytes as u64).saturating_sub(STATIC_SHARED_BYTES);
+        let fit = room.checked_div(per).unwrap_or(0);
+        let stages = (opts.num_stages as u64).min(fit);
+        if stages < 2 {
+            return;
+        }
+        let why = format!(
+            "num_stages {}: {stages} buffers of {per} bytes (profile threadgroup_memory_bytes {} less {STATIC_SHARED_BYTES} static)",
+            opts.num_stages, opts.target.threadgroup_memory_bytes
+        );
+        for l in loads {
+            self.decisions.insert(
+                l.load,
+                (
+                    Decision::Ahead {
+                        stages: stages as usize,
+                    },
+                    why.clone(),
+                ),
+            );
+        }
+    }
+
+    /// The `for` loop holding load `op` and the loads it can issue ahead.
+    fn ahead_loop_of(
+        &self,
+        k: &Kernel,
+        op: OpId,
+    ) -> Option<(OpId, Vec<super::pipeline::AheadLoad>)> {
+        let region = k.ops.get(op.index())?.parent;
+        let for_op = k.region(region).parent?;
+        let loads = super::pipeline::ahead_loads(k, for_op, self.resident(for_op))?;
+        Some((for_op, loads))
     }
 
     /// The carried slots of the `for` at `op` held in matrix fragments.
@@ -720,7 +817,11 @@ impl KernelPlan {
         let warps = (self.printer.threads / 32).max(1);
         // Dots first: whether an accumulator may stay in fragments depends on its dot.
         let mut order: Vec<_> = self.decisions.iter().collect();
-        order.sort_by_key(|(_, (d, _))| matches!(d, Decision::Resident(_)));
+        order.sort_by_key(|(_, (d, _))| match d {
+            Decision::Resident(_) => 1,
+            Decision::Ahead { .. } => 2,
+            _ => 0,
+        });
         for (&op, (d, _)) in order {
             let Some(o) = kernel.ops.get(op.index()) else {
                 return bad(op, "no such op".into());
@@ -761,6 +862,34 @@ impl KernelPlan {
                     let ok = self.resident_candidates(kernel, *body);
                     if let Some(s) = slots.iter().find(|s| !ok.contains(s)) {
                         return bad(op, format!("carried slot {s} cannot stay in fragments"));
+                    }
+                }
+                (Decision::Ahead { stages }, Op::Load { .. }) => {
+                    if *stages < 2 {
+                        return bad(op, format!("a ring of {stages} buffer(s) (at least 2)"));
+                    }
+                    if self.printer.matrix != MatrixUnit::MmaM16N8K16 {
+                        return bad(op, "loads are issued ahead only for tensor cores".into());
+                    }
+                    let ok = self
+                        .ahead_loop_of(kernel, op)
+                        .is_some_and(|(for_op, loads)| {
+                            let slots = self.resident(for_op);
+                            !slots.is_empty()
+                                && loads.iter().all(|l| {
+                                    self.ahead(l.load) == Some(*stages)
+                                        && matches!(
+                                            self.get(l.dot),
+                                            Some(Decision::Dot(DotLowering::Mma(_)))
+                                        )
+                                })
+                                && loads.iter().any(|l| l.load == op)
+                        });
+                    if !ok {
+                        return bad(
+                            op,
+                            "not a dot operand load that its loop can issue ahead (each operand load of the loop's dots, one ring size)".into(),
+                        );
                     }
                 }
                 (d, op_) => return bad(op, format!("{d:?} on a `{}`", op_.name())),
@@ -907,6 +1036,9 @@ impl KernelPlan {
                         .find(|x| x.name() == *r)
                         .ok_or_else(|| err(l, "reduction layout"))?,
                 ),
+                ["load", "ahead", st] => Decision::Ahead {
+                    stages: num(st, "stages=")?,
+                },
                 ["for", slots] => Decision::Resident(
                     slots
                         .strip_prefix("resident=")
@@ -941,6 +1073,7 @@ impl fmt::Display for Decision {
             Decision::Dot(DotLowering::Rows) => write!(f, "dot rows"),
             Decision::Dot(DotLowering::Fma) => write!(f, "dot fma"),
             Decision::Reduce(r) => write!(f, "reduce {}", r.name()),
+            Decision::Ahead { stages } => write!(f, "load ahead stages={stages}"),
             Decision::Resident(s) => write!(
                 f,
                 "for resident={}",

@@ -553,6 +553,7 @@ pub struct Launch<'k> {
     args: Vec<Arg>,
     constexprs: BTreeMap<String, ConstexprValue>,
     num_warps: usize,
+    num_stages: u32,
     target: Target,
     reduction_layout: Option<ReductionLayout>,
     passes: Option<PassOptions>,
@@ -569,6 +570,7 @@ impl JitKernel {
             args: Vec::new(),
             constexprs: BTreeMap::new(),
             num_warps: 4,
+            num_stages: LaunchOptions::default().num_stages,
             target: Target::Auto,
             reduction_layout: None,
             passes: None,
@@ -663,6 +665,16 @@ impl<'k> Launch<'k> {
     /// Warps (32 threads each) per program on GPUs; a power of two (default 4).
     pub fn num_warps(mut self, n: usize) -> Self {
         self.num_warps = n;
+        self
+    }
+
+    /// Triton's `num_stages` (default 3): on CUDA, the `tl.dot` operand loads of a `for`
+    /// loop are copied into shared memory this many minus one iterations ahead, through
+    /// `num_stages` buffers, where the loop has the shape that allows it (see
+    /// [`crate::opt::pipeline`]); 1 turns that off. The other targets compute the same
+    /// results without it.
+    pub fn num_stages(mut self, n: u32) -> Self {
+        self.num_stages = n.max(1);
         self
     }
 
@@ -927,6 +939,7 @@ impl<'k> Launch<'k> {
             num_warps: self.num_warps as u32,
             reduction_layout: self.reduction_layout,
             target,
+            num_stages: self.num_stages,
         };
         codegen::cuda_in_place(kernel, &opts, in_place)
     }
@@ -942,6 +955,7 @@ impl<'k> Launch<'k> {
             num_warps: self.num_warps as u32,
             reduction_layout: self.reduction_layout,
             target,
+            num_stages: self.num_stages,
         };
         codegen::msl_in_place(kernel, &opts, in_place)
     }
@@ -1914,11 +1928,12 @@ fn run_cuda(
         flag_dtype: prog.output_dtypes.get(n).copied().unwrap_or(DType::U8),
     };
     let dims = prog.launch_dims(grid)?;
-    // Shared arrays are static `__shared__` declarations in the source: no dynamic bytes.
+    // Scratch arrays are static `__shared__` declarations in the source; the rings of
+    // loads issued ahead are the block's dynamic shared memory.
     register_program(&prog.name, &kernel.name);
     let outs = CudaKernelCall {
         kernel: kernel_call(kernel, source, &inputs, plan, dims, init_value)?,
-        shared_memory: 0,
+        shared_memory: prog.dynamic_shared_mem_bytes,
     }
     .launch()
     .map_err(|e| from_program(e, kernel, &prog.name))?;

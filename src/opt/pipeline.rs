@@ -1,0 +1,200 @@
+//! Which loads of a `for` loop can be issued ahead of their iteration (Triton's
+//! `num_stages` software pipelining): a load whose only use is an operand of the loop's
+//! `tl.dot` can be copied asynchronously into one of `stages` shared-memory buffers,
+//! `stages - 1` iterations before the dot reads it.
+//!
+//! Issuing a load early is sound when its address and mask for a later iteration are
+//! known early and nothing in the loop writes memory. The analysis asks for the shape
+//! Triton's tutorials have:
+//! - the pointer is a loop-carried block advanced by a loop-invariant offset
+//!   (`ptrs += BLOCK_K * stride`), so iteration `t + d` reads `ptrs + d * offset`;
+//! - the mask (if any) is computed in the body from the induction variable and values
+//!   defined before the loop only, so it can be recomputed for `iv + d * step`;
+//! - `other` is absent or the constant 0 (the copy fills masked elements with zeros);
+//! - the loop body writes no memory and has no barrier, at any depth.
+
+use crate::ir::{Const, Kernel, Op, OpId, RegionId, Value, ValueDef};
+
+/// One load of a loop that can be issued ahead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AheadLoad {
+    /// The load op (in the loop body).
+    pub load: OpId,
+    /// The dot whose operand it is.
+    pub dot: OpId,
+    /// 0 for the dot's A operand, 1 for B.
+    pub operand: usize,
+    /// Index of the loop-carried value holding the pointers (into the loop's `init`).
+    pub carried: usize,
+    /// The offset the loop adds to those pointers each iteration.
+    pub step: Value,
+    /// Ops of the body that compute the mask, in program order (recomputed for a later
+    /// induction variable).
+    pub mask_ops: Vec<OpId>,
+    /// Ops of the body that compute `step`, in program order (loop-invariant).
+    pub step_ops: Vec<OpId>,
+}
+
+fn uses_in(k: &Kernel, r: RegionId, v: Value, out: &mut Vec<OpId>) {
+    for &id in &k.region(r).ops {
+        let mut hit = false;
+        k.op(id).op.for_each_operand(|x| hit |= x == v);
+        if hit {
+            out.push(id);
+        }
+        for sub in k.op(id).op.regions() {
+            uses_in(k, sub, v, out);
+        }
+    }
+}
+
+fn writes_or_syncs(k: &Kernel, r: RegionId) -> bool {
+    k.region(r).ops.iter().any(|&id| {
+        let op = &k.op(id).op;
+        op.props().writes_memory
+            || matches!(op, Op::DebugBarrier)
+            || op.regions().any(|sub| writes_or_syncs(k, sub))
+    })
+}
+
+/// The ops of region `r` (top level) that `v` depends on, in program order, when they are
+/// all pure, have no regions and reach no argument of `r` other than those in `allowed`;
+/// `None` otherwise.
+fn pure_slice(k: &Kernel, r: RegionId, v: Value, allowed: &[Value]) -> Option<Vec<OpId>> {
+    let args = &k.region(r).args;
+    let mut seen = Vec::new();
+    let mut stack = vec![v];
+    while let Some(x) = stack.pop() {
+        match k.value(x)?.def {
+            ValueDef::Param(_) => {}
+            ValueDef::RegionArg(reg, _) if reg == r => {
+                if !allowed.contains(&x) || !args.contains(&x) {
+                    return None;
+                }
+            }
+            ValueDef::RegionArg(..) => {}
+            ValueDef::OpResult(id, _) => {
+                let d = k.op(id);
+                if d.parent != r {
+                    // Defined outside the body: available before the loop.
+                    if !is_outside(k, d.parent, r) {
+                        return None;
+                    }
+                    continue;
+                }
+                if seen.contains(&id) {
+                    continue;
+                }
+                if !d.op.props().pure || d.op.regions().next().is_some() {
+                    return None;
+                }
+                seen.push(id);
+                d.op.for_each_operand(|o| stack.push(o));
+            }
+        }
+    }
+    let order = &k.region(r).ops;
+    seen.sort_by_key(|id| order.iter().position(|x| x == id));
+    Some(seen)
+}
+
+/// Whether region `def` (where a value is defined) encloses region `r`.
+fn is_outside(k: &Kernel, def: RegionId, mut r: RegionId) -> bool {
+    loop {
+        let Some(owner) = k.region(r).parent else {
+            return false;
+        };
+        r = k.op(owner).parent;
+        if r == def {
+            return true;
+        }
+    }
+}
+
+fn is_zero(k: &Kernel, v: Value) -> bool {
+    let Some(id) = k.def_op(v) else { return false };
+    match &k.op(id).op {
+        Op::Constant { value } => match value {
+            Const::Int(i) => *i == 0,
+            Const::Float(f) => *f == 0.0 && f.is_sign_positive(),
+        },
+        Op::Splat { src } => is_zero(k, *src),
+        _ => false,
+    }
+}
+
+/// The loads of `for` loop `id` that can be issued ahead, when both operands of every dot
+/// on a carried accumulator in `resident` qualify; `None` otherwise.
+pub fn ahead_loads(k: &Kernel, id: OpId, resident: &[usize]) -> Option<Vec<AheadLoad>> {
+    let Op::For { body, init, .. } = &k.op(id).op else {
+        return None;
+    };
+    let body = *body;
+    if resident.is_empty() || writes_or_syncs(k, body) {
+        return None;
+    }
+    let args = k.region(body).args.clone();
+    let iv = args[0];
+    let yields = match k.region(body).ops.last().map(|&y| &k.op(y).op) {
+        Some(Op::Yield { values }) => values.clone(),
+        _ => return None,
+    };
+    let mut out = Vec::new();
+    for &slot in resident {
+        let acc = *args.get(slot + 1)?;
+        let dots: Vec<OpId> = k
+            .region(body)
+            .ops
+            .iter()
+            .copied()
+            .filter(|&d| matches!(k.op(d).op, Op::Dot { acc: a, .. } if a == acc))
+            .collect();
+        if dots.len() != 1 {
+            return None;
+        }
+        let dot = dots[0];
+        let Op::Dot { a, b, .. } = k.op(dot).op else {
+            return None;
+        };
+        for (operand, v) in [a, b].into_iter().enumerate() {
+            let load = k.def_op(v)?;
+            let Op::Load { ptr, mask, other } = k.op(load).op else {
+                return None;
+            };
+            if k.op(load).parent != body || other.is_some_and(|o| !is_zero(k, o)) {
+                return None;
+            }
+            let mut uses = Vec::new();
+            uses_in(k, body, v, &mut uses);
+            if uses != [dot] {
+                return None;
+            }
+            let carried = args.iter().position(|&x| x == ptr)?.checked_sub(1)?;
+            if carried >= init.len() {
+                return None;
+            }
+            let next = k.def_op(*yields.get(carried)?)?;
+            let Op::AddPtr { ptr: p, offset } = k.op(next).op else {
+                return None;
+            };
+            if p != ptr || k.op(next).parent != body {
+                return None;
+            }
+            let step_ops = pure_slice(k, body, offset, &[])?;
+            let mask_ops = match mask {
+                Some(m) => pure_slice(k, body, m, &[iv])?,
+                None => Vec::new(),
+            };
+            out.push(AheadLoad {
+                load,
+                dot,
+                operand,
+                carried,
+                step: offset,
+                mask_ops,
+                step_ops,
+            });
+        }
+    }
+    Some(out)
+}
