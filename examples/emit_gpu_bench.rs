@@ -2,8 +2,9 @@
 //! `<case>.cu` (exactly the kernel MLX's `cuda_kernel` would compile, as an `extern "C"`
 //! entry) and one `manifest.json` with entry names, launch shapes and parameters.
 //!
-//! `cargo run --release --example emit_gpu_bench -- [dir] [--int-spec]` (default
-//! `benches/gpu/generated`; `--int-spec` applies the integer-argument specialisation).
+//! `cargo run --release --example emit_gpu_bench -- [dir] [--no-int-spec]` (default
+//! `benches/gpu/generated`; `--no-int-spec` leaves out the integer-argument
+//! specialisation, which a CUDA launch applies by default).
 //! The kernels are the examples' own, with constexprs and warps chosen for an sm_90 GPU.
 
 #[allow(dead_code)]
@@ -207,10 +208,10 @@ fn dtype_name(d: DType) -> Result<&'static str> {
     })
 }
 
-/// Every generated file, `(name, contents)`, manifest last; as a GPU launch prints them,
-/// without the integer-argument specialisation (`Launch::specialize_integers`).
+/// Every generated file, `(name, contents)`, manifest last; as a CUDA launch prints them,
+/// with the integer-argument specialisation (`Launch::specialize_integers`).
 pub fn generate() -> Result<Vec<(String, String)>> {
-    generate_with(false)
+    generate_with(true)
 }
 
 /// [`generate`], with or without the integer-argument specialisation (for A/B runs).
@@ -309,9 +310,9 @@ pub fn generate_with(int_spec: bool) -> Result<Vec<(String, String)>> {
 }
 
 fn main() -> Result<()> {
-    // `--int-spec` prints the kernels with the integer-argument specialisation.
+    // `--no-int-spec` prints the kernels without the integer-argument specialisation.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let int_spec = args.iter().any(|a| a == "--int-spec");
+    let int_spec = !args.iter().any(|a| a == "--no-int-spec");
     let dir = args
         .iter()
         .find(|a| !a.starts_with("--"))

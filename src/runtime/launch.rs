@@ -713,9 +713,11 @@ impl<'k> Launch<'k> {
     /// equal to 1 becomes a constant of the kernel that runs and one divisible by 16 a
     /// known fact ([`crate::passes::specialize_integers`]), so unit-stride accesses are
     /// proven contiguous and read as vectors; each combination of facts compiles once.
-    /// Results are the same either way. Default: on for [`Target::Cpu`] and
-    /// [`Target::CpuCompiled`]; off for the GPU targets and the emulator, whose vector
-    /// accesses made the tutorial matmul slower on an H100 (benches/README.md).
+    /// Results are the same either way. Default: on for [`Target::Cpu`],
+    /// [`Target::CpuCompiled`] and [`Target::Cuda`] (as Triton does; on an H100 it makes
+    /// the tutorial matmul faster once its operand loads are copied ahead, see
+    /// [`Launch::num_stages`] and benches/README.md); off for [`Target::Metal`] and the
+    /// emulator, where its effect on speed has not been measured.
     pub fn specialize_integers(mut self, on: bool) -> Self {
         self.int_spec = Some(on);
         self
@@ -762,17 +764,18 @@ impl<'k> Launch<'k> {
     /// of its integer arguments applied unless [`Launch::specialize_integers`] turned them
     /// off.
     pub fn specialize(&self) -> Result<Arc<Kernel>> {
-        self.specialize_for(false)
+        self.specialize_for(true)
     }
 
-    /// The specialisation for a GPU target (`gpu`) or a CPU one.
-    fn specialize_for(&self, gpu: bool) -> Result<Arc<Kernel>> {
+    /// The specialisation for a target whose default is to apply the integer facts
+    /// (`facts`: the CPU targets and CUDA) or not (Metal and the emulator).
+    fn specialize_for(&self, facts: bool) -> Result<Arc<Kernel>> {
         let sig = self.signature();
         let general = self.kernel.specialize(&sig)?;
         // `do_not_specialize`'s names are checked whether or not facts apply.
-        let facts = self.int_facts(&general)?;
-        let ints = if self.int_spec.unwrap_or(!gpu) {
-            facts
+        let found = self.int_facts(&general)?;
+        let ints = if self.int_spec.unwrap_or(facts) {
+            found
         } else {
             IntSpec::new()
         };
@@ -789,7 +792,7 @@ impl<'k> Launch<'k> {
                 self.num_warps
             )));
         }
-        let kernel = self.specialize_for(true)?;
+        let kernel = self.specialize_for(false)?;
         let grid = self.eval_grid()?;
         let plan = self.bind(&kernel)?;
         check_memory(&kernel, &plan)?;
@@ -817,14 +820,14 @@ impl<'k> Launch<'k> {
             t => t,
         };
         let kernel = match target {
-            Target::Auto | Target::Cpu | Target::CpuCompiled => self.specialize_for(false)?,
+            Target::Auto | Target::Cpu | Target::CpuCompiled => self.specialize_for(true)?,
             Target::Metal | Target::Emulated(_) => {
                 return_if_table(&kernel, &plan, "Metal")?;
                 kernel
             }
             Target::Cuda => {
                 return_if_table(&kernel, &plan, "CUDA")?;
-                kernel
+                self.specialize_for(true)?
             }
         };
         check_size(&kernel, target)?;
@@ -890,7 +893,7 @@ impl<'k> Launch<'k> {
     /// of parameters updated in place: those of [`inout`] arguments, and outputs whose fill
     /// MLX's float32 init value cannot carry, once the arguments are given).
     pub fn msl(&self) -> Result<Arc<MetalProgram>> {
-        let kernel = self.specialize_for(true)?;
+        let kernel = self.specialize_for(false)?;
         let in_place = self.gpu_in_place(&kernel, true)?;
         self.metal_program(&kernel, &in_place)
     }
@@ -910,7 +913,7 @@ impl<'k> Launch<'k> {
     /// and outputs described, to run under chosen schedules ([`emu::run_all_orders`]) or
     /// to inspect or edit before running ([`emu::run`]).
     pub fn emulated(&self) -> Result<emu::MetalLaunch> {
-        let kernel = self.specialize_for(true)?;
+        let kernel = self.specialize_for(false)?;
         let grid = self.eval_grid()?;
         let mut plan = self.bind(&kernel)?;
         return_if_table(&kernel, &plan, "Metal")?;
