@@ -300,7 +300,8 @@ fn mentions(text: &str, name: &str) -> usize {
 /// once), and nothing before it touches memory that the code from it to the next top-level
 /// barrier (or the end) touches: each threadgroup array used there is only declared before
 /// it, and each output is named on at most one side. Threadgroup memory is reached only
-/// through the arrays' names (no `threadgroup` pointer is declared anywhere), inputs are
+/// through the arrays' names (no `threadgroup` pointer is declared anywhere: a kernel whose
+/// buffers are views of one arena gets no proof from this rule), inputs are
 /// only read, and SIMD-group collectives exchange registers, not memory. A barrier orders
 /// a memory access before it against a conflicting one (one of them a write) after it,
 /// before the next barrier orders them anyway; here there is no such pair. (This covers a
@@ -317,13 +318,27 @@ fn barrier_separates_disjoint_accesses(source: &str, n: usize, outputs: &[String
         .find(|&i| top_level(i))
         .unwrap_or(source.len());
     let (before, between) = (&source[..at], &source[at..end]);
-    let only_by_name = source
-        .lines()
-        .all(|l| !l.contains("threadgroup ") || l.trim_start().starts_with("threadgroup "));
-    only_by_name
-        && threadgroup_arrays(source)
+    let decl = |l: &str| l.trim_start().starts_with("threadgroup ");
+    if source.lines().any(|l| l.contains("threadgroup ") && !decl(l)) {
+        return false;
+    }
+    let arrays = threadgroup_arrays(source);
+    // Views of one arena (`threadgroup T* const v = ... tm_arena + offset`) may share
+    // bytes, so their names do not tell memory apart: then the barrier is redundant only
+    // when one side uses none of them (declarations aside).
+    let disjoint = if source.lines().any(|l| decl(l) && l.contains('*')) {
+        let uses = |text: &str| {
+            text.lines()
+                .filter(|l| !decl(l))
+                .any(|l| arrays.iter().any(|a| mentions(l, a) > 0))
+        };
+        !(uses(before) && uses(between))
+    } else {
+        arrays
             .iter()
             .all(|a| mentions(between, a) == 0 || mentions(before, a) <= 1)
+    };
+    disjoint
         && outputs
             .iter()
             .all(|o| mentions(before, o) == 0 || mentions(between, o) == 0)
@@ -331,12 +346,12 @@ fn barrier_separates_disjoint_accesses(source: &str, n: usize, outputs: &[String
 
 const BARRIER: &str = "threadgroup_barrier(";
 
-/// The threadgroup arrays `source` declares.
+/// The threadgroup arrays (and views of the arena) `source` declares.
 fn threadgroup_arrays(source: &str) -> Vec<&str> {
     source
         .lines()
         .filter_map(|l| l.trim_start().strip_prefix("threadgroup "))
-        .filter_map(|decl| decl.split('[').next()?.split_whitespace().last())
+        .filter_map(|decl| decl.split(['[', '=']).next()?.split_whitespace().last())
         .collect()
 }
 

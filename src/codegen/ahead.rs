@@ -134,15 +134,7 @@ impl Lowering<'_> {
         let v = lay.vec;
         let bytes = v * dt.size_bytes();
         if matches!(bytes, 4 | 8 | 16) && row % v == 0 && !lay.has_idle_threads() {
-            self.open(format!(
-                "for (uint tm_c = 0; tm_c < {}u; ++tm_c)",
-                lay.regs() / v
-            ));
-            self.line(format!("const uint tm_i = tm_c * {v}u;"));
-            self.line(format!(
-                "const uint tm_l = {};",
-                lay.flat_expr("tm_i", "tm_lid")
-            ));
+            self.open_chunks(lay, true);
             self.line(format!(
                 "{ct}* const tm_d = tm_rb + (tm_l / {row}u) * {pitch}u + tm_l % {row}u;"
             ));

@@ -1975,13 +1975,16 @@ impl<'k> Lowering<'k> {
         }
     }
 
-    fn open_chunks(&mut self, lay: BlockedLayout) {
+    /// Opens `for (tm_c ...)` over the chunks of layout `lay`: `tm_i` is the chunk's first
+    /// register and, with `need_flat`, `tm_l` its first element's flat index; the caller
+    /// closes it.
+    pub(super) fn open_chunks(&mut self, lay: BlockedLayout, need_flat: bool) {
         self.open(format!(
             "for (uint tm_c = 0; tm_c < {}u; ++tm_c)",
             lay.regs() / lay.vec
         ));
         self.line(format!("const uint tm_i = tm_c * {}u;", lay.vec));
-        if lay.has_idle_threads() {
+        if need_flat {
             self.line(format!(
                 "const uint tm_l = {};",
                 lay.flat_expr("tm_i", "tm_lid")
@@ -2003,7 +2006,7 @@ impl<'k> Lowering<'k> {
         let p = self.param_name(ptr)?;
         let (whole, each) = self.chunk_conds(ptr, mask, lay)?;
         let v = lay.vec;
-        self.open_chunks(lay);
+        self.open_chunks(lay, lay.has_idle_threads());
         let off = self.el(ptr, "tm_i");
         let body = |me: &mut Self| {
             // `vector_type` admitted this width only if the dialect has a load for it.
@@ -2155,7 +2158,7 @@ impl<'k> Lowering<'k> {
         let p = self.param_name(ptr)?;
         let (whole, each) = self.chunk_conds(ptr, mask, lay)?;
         let v = lay.vec;
-        self.open_chunks(lay);
+        self.open_chunks(lay, lay.has_idle_threads());
         let off = self.el(ptr, "tm_i");
         let val = self.el(value, "tm_i + tm_e");
         let body = |me: &mut Self| {

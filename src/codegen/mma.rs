@@ -143,15 +143,7 @@ impl Lowering<'_> {
             .replace("{n}", &v.to_string());
         self.helpers.insert("packed");
         let x = self.el(src, "tm_i + tm_e");
-        self.open(format!(
-            "for (uint tm_c = 0; tm_c < {}u; ++tm_c)",
-            lay.regs() / v
-        ));
-        self.line(format!("const uint tm_i = tm_c * {v}u;"));
-        self.line(format!(
-            "const uint tm_l = {};",
-            lay.flat_expr("tm_i", "tm_lid")
-        ));
+        self.open_chunks(lay, true);
         self.line(format!("{vt} tm_v;"));
         self.line(format!(
             "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) tm_v[tm_e] = {x};"

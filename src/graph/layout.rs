@@ -188,19 +188,7 @@ pub fn plan_graph(graph: &Graph, hw: &HardwareProfile) -> Vec<(String, LayoutPla
 /// matmul of an epilogue or of attention's scores, the collapsed reduction, the
 /// elementwise result of a chain).
 pub fn plan_fused(graph: &FusedGraph, hw: &HardwareProfile) -> Vec<(String, LayoutPlan)> {
-    let mut types: HashMap<&str, &TensorType> = graph
-        .inputs
-        .iter()
-        .map(|i| (i.id.as_str(), &i.ty))
-        .collect();
-    for n in &graph.nodes {
-        types.insert(n.id(), n.ty());
-        if let Node::Group(g) = n {
-            for o in &g.ops {
-                types.insert(o.id.as_str(), &o.ty);
-            }
-        }
-    }
+    let types = super::lower::fused_types(graph);
     graph
         .nodes
         .iter()
