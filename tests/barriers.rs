@@ -319,7 +319,10 @@ fn barrier_separates_disjoint_accesses(source: &str, n: usize, outputs: &[String
         .unwrap_or(source.len());
     let (before, between) = (&source[..at], &source[at..end]);
     let decl = |l: &str| l.trim_start().starts_with("threadgroup ");
-    if source.lines().any(|l| l.contains("threadgroup ") && !decl(l)) {
+    if source
+        .lines()
+        .any(|l| l.contains("threadgroup ") && !decl(l))
+    {
         return false;
     }
     let arrays = threadgroup_arrays(source);
