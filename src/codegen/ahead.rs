@@ -19,9 +19,7 @@ use super::lower::{unsupported_on, Lowering, Repr};
 use crate::error::Result;
 use crate::ir::{Op, OpId, RegionId, Value};
 use crate::opt::pipeline::{ahead_loads, AheadLoad};
-
-/// Padding (elements) of a staged row, as `mma.rs` pads its staging buffer.
-const PAD: usize = 8;
+use crate::opt::plan::{dot_dims, mma_operand_tile};
 
 /// The ring of one loop.
 pub(super) struct Ring {
@@ -33,25 +31,7 @@ pub(super) struct Ring {
     stage_bytes: usize,
 }
 
-/// Where one dot operand sits in its buffer: elements of a row of the tile, and the
-/// staged row's pitch.
-fn rows_of(l: &AheadLoad, (_, n, k): (usize, usize, usize)) -> (usize, usize) {
-    if l.operand == 0 {
-        (k, k + PAD)
-    } else {
-        (n, n + PAD)
-    }
-}
-
 impl Lowering<'_> {
-    fn dot_mnk(&self, dot: OpId) -> Option<(usize, usize, usize)> {
-        let Op::Dot { a, b, .. } = self.k.op(dot).op else {
-            return None;
-        };
-        let (sa, sb) = (&self.ty(a).shape, &self.ty(b).shape);
-        (sa.len() == 2 && sb.len() == 2).then(|| (sa[0], sb[1], sa[1]))
-    }
-
     /// The ring of `for` loop `id`, when the plan issues its dot operand loads ahead.
     pub(super) fn ring_of(&self, id: OpId) -> Option<Ring> {
         let mut loads = ahead_loads(self.k, id, self.plan.resident(id))?;
@@ -66,13 +46,8 @@ impl Lowering<'_> {
         let mut off = 0usize;
         let mut out = Vec::new();
         for l in loads {
-            let (m, n, k) = self.dot_mnk(l.dot)?;
-            let elems = if l.operand == 0 {
-                m * (k + PAD)
-            } else {
-                k * (n + PAD)
-            };
-            let bytes = elems * self.edt(self.k.op(l.load).result()?).size_bytes();
+            let (rows, _, pitch) = mma_operand_tile(dot_dims(self.k, l.dot)?, l.operand);
+            let bytes = rows * pitch * self.edt(self.k.op(l.load).result()?).size_bytes();
             out.push((l, off));
             off += bytes.next_multiple_of(16);
         }
@@ -104,10 +79,9 @@ impl Lowering<'_> {
             return Ok(());
         };
         let (ptr, mask) = (*ptr, *mask);
-        let dims = self
-            .dot_mnk(l.dot)
+        let dims = dot_dims(self.k, l.dot)
             .ok_or_else(|| unsupported_on(self.d, self.k, "a batched dot issued ahead"))?;
-        let (row, pitch) = rows_of(l, dims);
+        let (_, row, pitch) = mma_operand_tile(dims, l.operand);
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
         let base = self.param_name(ptr)?;

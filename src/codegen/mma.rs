@@ -18,11 +18,11 @@ use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Value;
-use crate::opt::plan::{WarpGrid, MMA_C_PAD};
+use crate::opt::plan::{WarpGrid, MMA_C_PAD, MMA_OPERAND_PAD};
 use crate::opt::smem::Role;
 
-/// Elements of padding per shared-memory row (16 bytes of 16-bit elements).
-const PAD: usize = 8;
+/// Elements of padding per shared-memory operand row (see [`MMA_OPERAND_PAD`]).
+const PAD: usize = MMA_OPERAND_PAD;
 
 /// Padding (floats) of a banded accumulator row (see [`MMA_C_PAD`]).
 const C_PAD: usize = MMA_C_PAD;

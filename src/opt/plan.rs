@@ -237,6 +237,27 @@ pub const MMA_BAND_BYTES: usize = 16 * 1024;
 /// rows one fragment store touches collide at most 2-way.
 pub const MMA_C_PAD: usize = 4;
 
+/// Padding (elements) of a row of an `mma.sync` operand tile in shared memory: 16 bytes of
+/// 16-bit elements, so the 8 row addresses of an `ldmatrix` fall in distinct banks.
+pub const MMA_OPERAND_PAD: usize = 8;
+
+/// How `mma.sync` stages operand `operand` (0: A `[m, k]`, 1: B `[k, n]`) of an `m x n x k`
+/// dot in shared memory: `(rows, elements per row, pitch)`, rows padded by
+/// [`MMA_OPERAND_PAD`].
+pub fn mma_operand_tile((m, n, k): (usize, usize, usize), operand: usize) -> (usize, usize, usize) {
+    if operand == 0 {
+        (m, k, k + MMA_OPERAND_PAD)
+    } else {
+        (k, n, n + MMA_OPERAND_PAD)
+    }
+}
+
+/// Elements of an operand tile staged as [`mma_operand_tile`] says.
+fn mma_operand_elems(mnk: (usize, usize, usize), operand: usize) -> usize {
+    let (rows, _, pitch) = mma_operand_tile(mnk, operand);
+    rows * pitch
+}
+
 /// The threadgroup-memory budget of one program, and the profile field that set it.
 fn budget(opts: &LaunchOptions, printer: Printer) -> (usize, String) {
     let p = opts.target.threadgroup_memory_bytes as usize;
@@ -271,7 +292,9 @@ fn budget(opts: &LaunchOptions, printer: Printer) -> (usize, String) {
 fn staging_bytes(m: usize, n: usize, kc: usize, l: DotLowering, din: DType) -> usize {
     match l {
         DotLowering::Simdgroup { stage } => (m + n) * kc * stage.size_bytes(),
-        DotLowering::Mma(_) => (m * (kc + 8) + kc * (n + 8)) * din.size_bytes(),
+        DotLowering::Mma(_) => {
+            (mma_operand_elems((m, n, kc), 0) + mma_operand_elems((m, n, kc), 1)) * din.size_bytes()
+        }
         _ => 0,
     }
 }
@@ -366,6 +389,14 @@ fn chunk_elems(k: &Kernel, opts: &LaunchOptions, printer: Printer) -> (usize, St
 fn dims(k: &Kernel, a: Value, b: Value) -> Option<(usize, usize, usize)> {
     let (sa, sb) = (&k.ty(a).shape, &k.ty(b).shape);
     (sa.len() == 2 && sb.len() == 2).then(|| (sa[0], sb[1], sa[1]))
+}
+
+/// The `(m, n, k)` of `tl.dot` op `dot` when its operands are 2-D.
+pub fn dot_dims(k: &Kernel, dot: OpId) -> Option<(usize, usize, usize)> {
+    match k.ops.get(dot.index())?.op {
+        Op::Dot { a, b, .. } => dims(k, a, b),
+        _ => None,
+    }
 }
 
 /// Why `dot(a, b, acc)` cannot take `unit`'s tiles, or `Ok` with the lowering it takes.
@@ -491,25 +522,12 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
     p
 }
 
-/// Bytes of one stage of the ring for the dots of `loads`: A as `[m][k + 8]` and B as
-/// `[k][n + 8]` 16-bit elements (the tensor-core staging layout).
+/// Bytes of one stage of the ring for the dots of `loads`: each operand as
+/// [`mma_operand_tile`] stages it, 16-bit elements.
 fn stage_bytes(k: &Kernel, loads: &[super::pipeline::AheadLoad]) -> u64 {
     loads
         .iter()
-        .map(|l| {
-            let Op::Dot { a, b, .. } = k.op(l.dot).op else {
-                return 0;
-            };
-            let Some((m, n, kk)) = dims(k, a, b) else {
-                return 0;
-            };
-            let elems = if l.operand == 0 {
-                m * (kk + 8)
-            } else {
-                kk * (n + 8)
-            };
-            elems as u64 * 2
-        })
+        .map(|l| dot_dims(k, l.dot).map_or(0, |mnk| mma_operand_elems(mnk, l.operand) as u64 * 2))
         .sum()
 }
 
