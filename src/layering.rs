@@ -47,7 +47,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "native",
         &[
-            "cache", "clang", "codegen", "dtype", "error", "exec", "ir", "settings",
+            "cache", "clang", "codegen", "dtype", "error", "exec", "ir", "opt", "settings",
         ],
     ),
     (

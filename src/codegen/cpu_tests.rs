@@ -1,5 +1,6 @@
-//! What the CPU dialect computes where it is read instead of storing (`fusable_values`):
-//! the printed C++ of small kernels. Results are covered on every target by tests/ops.rs.
+//! What the CPU dialect computes where it is read instead of storing
+//! (`opt::cpu::lazy_values`): the printed C++ of small kernels. Results are covered on every
+//! target by tests/ops.rs.
 
 use std::collections::BTreeMap;
 

@@ -128,21 +128,6 @@ pub struct Dialect {
     pub uint4: &'static str,
     /// Threads of a SIMD-group (warp): a program has `num_warps x simd_width` threads.
     pub simd_width: usize,
-    /// Blocks that are pure functions of the element index (`arange`, index arithmetic,
-    /// masks) are printed as `tm_lazy` objects computing each element where it is read,
-    /// instead of register arrays (one-thread programs only: the CPU).
-    pub lazy_recipes: bool,
-    /// Masks computed from index arithmetic are checked once per block and the code after
-    /// them printed twice, once with the mask known to be all true (one-thread programs
-    /// only: see `codegen::unswitch`).
-    pub unswitch_masks: bool,
-    /// `for` loops whose carried blocks start uniform (`tl.zeros` accumulators) print
-    /// their first iteration apart, with those blocks still uniform (one-thread programs
-    /// only: see `codegen::peel`).
-    pub peel_uniform_inits: bool,
-    /// Independent accumulators of a thread's own fold over a reduced axis (the lowest
-    /// reduced register bits run side by side, so a CPU compiler can vectorise the fold).
-    pub reduce_lanes: usize,
     /// Statement printed before every memory op (`{id}`: the op's index), so a failing
     /// access can name its op.
     pub op_marker: Option<&'static str>,
@@ -337,10 +322,6 @@ pub const METAL: Dialect = Dialect {
     vector_store: "*((device {vt}*)({p})) = {v};",
     uint4: "uint4",
     simd_width: super::layout::SIMD_WIDTH,
-    lazy_recipes: false,
-    unswitch_masks: false,
-    peel_uniform_inits: false,
-    reduce_lanes: 1,
     op_marker: None,
     zero_step: None,
 };
@@ -421,10 +402,6 @@ pub const CUDA: Dialect = Dialect {
     vector_store: "tm_vstore({p}, {v});",
     uint4: "tm_uint4",
     simd_width: super::layout::SIMD_WIDTH,
-    lazy_recipes: false,
-    unswitch_masks: false,
-    peel_uniform_inits: false,
-    reduce_lanes: 1,
     op_marker: None,
     zero_step: None,
 };
@@ -505,10 +482,6 @@ pub const CPU: Dialect = Dialect {
     vector_store: "tm_vstore({p}, {v});",
     uint4: "tm_uint4",
     simd_width: 1,
-    lazy_recipes: true,
-    unswitch_masks: true,
-    peel_uniform_inits: true,
-    reduce_lanes: 32,
     op_marker: Some("tm_status->op = {id};"),
     zero_step: Some("tm_zero_step(tm_status, {id});"),
 };

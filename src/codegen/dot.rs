@@ -230,7 +230,7 @@ impl Lowering<'_> {
             return None;
         }
         match self.repr(acc) {
-            Repr::Block(a) if !self.lazy_reads.contains_key(a) => Some(a.clone()),
+            Repr::Block(a) if self.lazy_reads_of(a).is_none() => Some(a.clone()),
             _ => None,
         }
     }

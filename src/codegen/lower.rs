@@ -23,7 +23,7 @@ use crate::ir::{
     Type, UnaryOp, Value,
 };
 use crate::opt::axis::AxisInfo;
-use crate::opt::plan::{plan, KernelPlan, MatrixUnit, Printer};
+use crate::opt::plan::{KernelPlan, MatrixUnit, Printer};
 
 /// How a value is held by each thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,28 +86,14 @@ pub(super) struct Lowering<'k> {
     pub axis_unchecked: Vec<AxisInfo>,
     /// Accumulators held in `simdgroup_matrix` fragments across a loop: value -> array.
     pub frags: HashMap<Value, String>,
-    /// Per value, for dialects with [`Dialect::lazy_recipes`]: it has one use, by an op
-    /// of its own region that reads each element once, so it may be computed where that
-    /// op reads it instead of stored (see [`Lowering::elementwise`]).
-    pub fusable: Vec<bool>,
-    /// Per lazy block computed from other variables: every variable it reads, directly or
-    /// through other lazy blocks (a parallel assignment must not overwrite them first).
-    pub lazy_reads: HashMap<String, BTreeSet<String>>,
-    /// Per lazy block: how many lazy blocks deep its evaluation goes (1: it reads only
-    /// stored variables). Capped at [`MAX_LAZY_DEPTH`].
-    pub lazy_depth: HashMap<String, usize>,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
-    /// Per value: a mask [`super::unswitch`] may unswitch (dialects with
-    /// [`Dialect::unswitch_masks`]).
-    pub unswitchable: Vec<bool>,
-    /// Open splits, one frame per region being lowered with [`Lowering::region_split`].
-    pub splits: Vec<Vec<super::unswitch::Split>>,
-    /// Masks whose reads go through a split's compile-time flag (`flag || mask[i]`).
-    pub flags: HashMap<Value, String>,
     /// The decisions this printer spells.
     pub plan: KernelPlan,
+    /// The compiled CPU executor's state, when the plan has its decisions
+    /// ([`KernelPlan::cpu`]); the GPU printers carry none.
+    pub cpu: Option<super::cpu::CpuStage>,
     /// Per parameter: updated in place through a GPU dialect ([`in_place_names`]): the
     /// program reads the argument's contents from an extra input and flags each element it
     /// writes in an extra output.
@@ -152,12 +138,6 @@ pub(super) const FLAT: &str = "{L}";
 
 /// Longest recipe kept; longer ones are cheaper to move than to recompute.
 const MAX_RECIPE: usize = 400;
-
-/// Longest chain of lazy blocks reading one another; the next value of a longer chain is
-/// stored. Keeps what each lazy block reads small (printing stays linear in the kernel)
-/// and the nesting clang must inline shallow (a chain of thousands of lambdas takes it
-/// minutes per thousand ops).
-const MAX_LAZY_DEPTH: usize = 16;
 
 pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
     unsupported_on(&super::dialect::METAL, k, what)
@@ -245,12 +225,6 @@ pub(super) fn unsupported_on(d: &Dialect, k: &Kernel, what: impl std::fmt::Displ
 }
 
 impl<'k> Lowering<'k> {
-    /// The printer for `k` with the planner's default plan.
-    pub fn new(k: &'k Kernel, d: &'static Dialect, opts: &'k LaunchOptions) -> Lowering<'k> {
-        let p = plan(k, opts, printer_of(d, opts));
-        Lowering::with_plan(k, d, opts, p)
-    }
-
     /// The printer for `k` spelling `plan` (verified by the caller).
     pub fn with_plan(
         k: &'k Kernel,
@@ -304,20 +278,7 @@ impl<'k> Lowering<'k> {
             axis_unchecked,
             frags: HashMap::new(),
             local_bytes: 0,
-            fusable: if d.lazy_recipes {
-                fusable_values(k)
-            } else {
-                Vec::new()
-            },
-            lazy_reads: HashMap::new(),
-            lazy_depth: HashMap::new(),
-            unswitchable: if d.unswitch_masks {
-                super::unswitch::unswitchable_masks(k)
-            } else {
-                Vec::new()
-            },
-            splits: Vec::new(),
-            flags: HashMap::new(),
+            cpu: plan.cpu.clone().map(super::cpu::CpuStage::new),
             plan,
             in_place: vec![false; k.params.len()],
             dynamic: vec![false; k.values.len()],
@@ -473,7 +434,7 @@ impl<'k> Lowering<'k> {
     pub fn el(&self, v: Value, i: &str) -> String {
         match self.repr(v) {
             Repr::Scalar(s) | Repr::Splat(s) => s.clone(),
-            Repr::Block(a) => match self.flags.get(&v) {
+            Repr::Block(a) => match self.flag(v) {
                 Some(f) => format!("({f} || {a}[{i}])"),
                 None => format!("{a}[{i}]"),
             },
@@ -486,7 +447,7 @@ impl<'k> Lowering<'k> {
             Repr::Scalar(s) | Repr::Splat(s) => Some(s.clone()),
             Repr::Block(_) => {
                 let r = self.recipes[v.index()].clone()?;
-                Some(match self.flags.get(&v) {
+                Some(match self.flag(v) {
                     Some(f) => format!("({f} || {r})"),
                     None => r,
                 })
@@ -1136,7 +1097,7 @@ impl<'k> Lowering<'k> {
                     self.set(res, Repr::Scalar(lit));
                 }
             }
-            Op::Arange { start, .. } if self.d.lazy_recipes => {
+            Op::Arange { start, .. } if self.lazy_recipes() => {
                 let r = format!("({start} + int({FLAT}))");
                 let n = self.lazy_block("arange", DType::I32, &r)?;
                 self.set(res, Repr::Block(n));
@@ -1415,29 +1376,14 @@ impl<'k> Lowering<'k> {
         let rs: Option<Vec<String>> = args.iter().map(|a| self.recipe(*a)).collect();
         let recipe = rs.map(|rs| f(&rs)).filter(|r| r.len() <= MAX_RECIPE);
         if let Some(r) = &recipe {
-            if self.d.lazy_recipes {
+            if self.lazy_recipes() {
                 let name = self.lazy_block(base, dt, r)?;
                 self.set(res, Repr::Block(name));
                 self.recipes[res.index()] = recipe;
                 return Ok(());
             }
         }
-        let depth = self.lazy_depth_of(args);
-        if self.fusable.get(res.index()).copied().unwrap_or(false) && depth <= MAX_LAZY_DEPTH {
-            // Computed inside its one consumer's loop: no array, no extra pass over the
-            // block. The consumer comes later in this region and nothing is assigned in
-            // between (variables change only in `assign_carried`, which sees what each lazy
-            // value reads), so capturing the operands by reference reads their values now.
-            let name = self.fresh(base);
-            let xs: Vec<String> = args.iter().map(|a| self.el(*a, "tm_k")).collect();
-            let reads = self.reads_of(args);
-            self.line(format!(
-                "const auto {name} = tm_lazy<{ct}>([&](uint tm_k) {{ return {ct}({}); }});",
-                f(&xs)
-            ));
-            self.lazy_reads.insert(name.clone(), reads);
-            self.lazy_depth.insert(name.clone(), depth);
-            self.set(res, Repr::Block(name));
+        if self.lazy_elementwise(res, args, base, ct, f) {
             return Ok(());
         }
         let lay = self.layout(res);
@@ -1449,25 +1395,6 @@ impl<'k> Lowering<'k> {
         self.set(res, Repr::Block(name));
         self.recipes[res.index()] = recipe;
         Ok(())
-    }
-
-    /// A block computed element by element where it is read (`name[i]` evaluates `recipe`
-    /// at flat index `i`), for dialects with [`Dialect::lazy_recipes`]: index arithmetic
-    /// and masks then cost nothing until they are used, and fold into their uses. Only
-    /// where the flat index is the register index (one thread per program).
-    fn lazy_block(&mut self, base: &str, dt: DType, recipe: &str) -> Result<String> {
-        debug_assert_eq!(
-            self.threads, 1,
-            "lazy blocks need flat index == register index"
-        );
-        let name = self.fresh(base);
-        let ct = self.cty(dt)?;
-        // Recipes read uniform scalars only, so capturing by value snapshots them.
-        self.line(format!(
-            "const auto {name} = tm_lazy<{ct}>([=](uint tm_k) {{ return {ct}({}); }});",
-            recipe.replace(FLAT, "tm_k")
-        ));
-        Ok(name)
     }
 
     fn unary_expr(&mut self, kind: UnaryOp, dt: DType) -> Result<String> {
@@ -1788,95 +1715,6 @@ impl<'k> Lowering<'k> {
             && self.in_place_param(ptr).is_none()
             && self.axis[ptr.index()].contig >= lay.n as u64
             && matches!(self.repr(ptr), Repr::Block(_))
-    }
-
-    /// Whether a block load may be read where it is used ([`Self::lazy_load`]): a dialect
-    /// with lazy blocks, one consumer that reads each element once, a read-only argument
-    /// (nothing can change it in between) and offsets consecutive over the whole block.
-    fn lazy_load_ok(&self, res: Value, ptr: Value, lay: BlockedLayout) -> bool {
-        self.d.lazy_recipes
-            && self.fusable.get(res.index()).copied().unwrap_or(false)
-            && self.prov[ptr.index()].is_some_and(|p| !self.k.params[p].stored)
-            && self.axis[ptr.index()].contig >= lay.n as u64
-            && matches!(self.repr(ptr), Repr::Block(_))
-    }
-
-    /// The block of an in-bounds load read straight from the argument where its consumer
-    /// reads it (masked lanes still give `other`, as branch-free selects); `eager` holds the
-    /// checked load's result when the block was not all in bounds (its masked lanes already
-    /// hold `other`, so selecting again changes nothing).
-    #[allow(clippy::too_many_arguments)]
-    fn lazy_load(
-        &mut self,
-        res: Value,
-        ptr: Value,
-        mask: Option<Value>,
-        other: Option<Value>,
-        eager: &str,
-        fast: &str,
-        zero: &str,
-    ) -> Result<()> {
-        let dt = self.edt(res);
-        let ct = self.cty(dt)?;
-        let p = self.param_name(ptr)?;
-        let src = self.fresh(&format!("{eager}_src"));
-        self.line(format!(
-            "const {ct}* {src} = {fast} ? {p}.base + {} : {eager};",
-            self.el(ptr, "0u")
-        ));
-        // Every element of `src` may be read (in bounds, or the eager copy), so the read
-        // comes first and unconditionally: a select, not a branch around a load.
-        let e = match mask {
-            Some(m) => {
-                let m = self.el(m, "tm_k");
-                let o = other.map_or(zero.to_string(), |o| self.el(o, "tm_k"));
-                format!("const {ct} tm_x = {src}[tm_k]; return {ct}({m} ? tm_x : {o});")
-            }
-            None => format!("return {ct}({src}[tm_k]);"),
-        };
-        let mut args = vec![ptr];
-        args.extend(mask);
-        args.extend(other);
-        let reads = self.reads_of(&args);
-        let depth = self.lazy_depth_of(&args);
-        let name = self.fresh(eager);
-        self.line(format!(
-            "const auto {name} = tm_lazy<{ct}>([&](uint tm_k) {{ {e} }});"
-        ));
-        self.lazy_reads.insert(name.clone(), reads);
-        self.lazy_depth.insert(name.clone(), depth);
-        self.layouts.push(LayoutChoice {
-            op: format!("load {name}: {}", self.ty(res)),
-            layout: "read where it is used when the whole block is in bounds".into(),
-        });
-        self.set(res, Repr::Block(name));
-        Ok(())
-    }
-
-    /// The depth of a lazy block reading `args` (see [`Lowering::lazy_depth`]).
-    fn lazy_depth_of(&self, args: &[Value]) -> usize {
-        1 + args
-            .iter()
-            .filter_map(|a| match self.reprs.get(a.index()) {
-                Some(Some(Repr::Block(n))) => self.lazy_depth.get(n).copied(),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Every variable that lazy blocks built from `args` read, directly or through other
-    /// lazy blocks.
-    fn reads_of(&self, args: &[Value]) -> BTreeSet<String> {
-        let mut reads = BTreeSet::new();
-        for a in args {
-            let (Repr::Block(n) | Repr::Scalar(n) | Repr::Splat(n)) = self.repr(*a);
-            reads.insert(n.clone());
-            if let Some(r) = self.lazy_reads.get(n) {
-                reads.extend(r.iter().cloned());
-            }
-        }
-        reads
     }
 
     /// The packed vector type for a chunk-wide access through `ptr`, when the offsets are
@@ -2679,7 +2517,7 @@ impl<'k> Lowering<'k> {
             let src_name = match self.repr(*v) {
                 Repr::Scalar(s) | Repr::Block(s) | Repr::Splat(s) => s.clone(),
             };
-            let lazy = self.lazy_reads.get(&src_name);
+            let lazy = self.lazy_reads_of(&src_name);
             let clobbered = var_names
                 .iter()
                 .enumerate()
@@ -2806,7 +2644,7 @@ impl<'k> Lowering<'k> {
                 z.replace("{id}", &id.index().to_string())
             ));
         }
-        let peel = self.uniform_inits_to_peel(body, init, &frag_of);
+        let peel = self.uniform_inits_to_peel(id, init, &frag_of);
         let start = match &peel {
             Some(uniform) => {
                 let cond = format!("{trips} > 0");
@@ -2928,93 +2766,6 @@ impl<'k> Lowering<'k> {
         }
         Ok(())
     }
-}
-
-/// Values computed where they are read instead of stored, for one-thread dialects: each
-/// reader is an op of the region that defines the value and reads each element once
-/// (elementwise ops, loads, stores, atomics, builtin reductions, the `yield` of a `for`
-/// body, which assigns it to a loop variable element by element), and either
-/// - the value has one use;
-/// - it has one reader, an elementwise op reading it more than once at the same index
-///   (`d * d`: the compiler evaluates it once);
-/// - it is a load read by several such ops (other than `yield`): each re-reads the
-///   argument, which is cheaper than storing the block and reading it back (whether the
-///   argument may be re-read, being read-only, is [`Lowering::lazy_load`]'s own check).
-///
-/// Loop and `if` operands are excluded: they are copied into variables before the region
-/// runs.
-fn fusable_values(k: &Kernel) -> Vec<bool> {
-    let n = k.values.len();
-    let mut uses = vec![0u32; n];
-    // Distinct readers of each value, in program order.
-    let mut users: Vec<Vec<(usize, OpId)>> = vec![Vec::new(); n];
-    let mut home: Vec<Option<usize>> = vec![None; n];
-    for (ri, r) in k.regions.iter().enumerate() {
-        for &id in &r.ops {
-            let data = k.op(id);
-            for v in data.results.iter() {
-                home[v.index()] = Some(ri);
-            }
-            data.op.for_each_operand(|v| {
-                uses[v.index()] += 1;
-                if users[v.index()].last() != Some(&(ri, id)) {
-                    users[v.index()].push((ri, id));
-                }
-            });
-        }
-    }
-    let elementwise = |op: &Op| {
-        matches!(
-            op,
-            Op::Unary { .. }
-                | Op::Binary { .. }
-                | Op::Cmp { .. }
-                | Op::Select { .. }
-                | Op::Fma { .. }
-                | Op::Clamp { .. }
-                | Op::Cast { .. }
-                | Op::Bitcast { .. }
-        )
-    };
-    (0..n)
-        .map(|v| {
-            let reads_once = |&(ri, id): &(usize, OpId)| {
-                let for_body = || {
-                    k.regions[ri]
-                        .parent
-                        .is_some_and(|p| matches!(k.op(p).op, Op::For { .. }))
-                };
-                home[v] == Some(ri)
-                    && match &k.op(id).op {
-                        // Assigned to the loop's variables, element by element.
-                        Op::Yield { .. } => for_body(),
-                        op if elementwise(op) => true,
-                        Op::AddPtr { .. }
-                        | Op::Load { .. }
-                        | Op::Store { .. }
-                        | Op::AtomicRmw { .. } => true,
-                        Op::Reduce { kind, .. } => *kind != crate::ir::ReduceKind::Custom,
-                        _ => false,
-                    }
-            };
-            let is_load = || {
-                k.def_op(Value(v as u32))
-                    .is_some_and(|d| matches!(k.op(d).op, Op::Load { .. }))
-            };
-            match users[v].as_slice() {
-                [] => false,
-                [one] => {
-                    reads_once(one) && (uses[v] == 1 || elementwise(&k.op(one.1).op) || is_load())
-                }
-                many => {
-                    is_load()
-                        && many
-                            .iter()
-                            .all(|u| reads_once(u) && !matches!(k.op(u.1).op, Op::Yield { .. }))
-                }
-            }
-        })
-        .collect()
 }
 
 /// `(bit position, width)` of each dim of a row-major power-of-two shape.

@@ -48,9 +48,7 @@ mod math;
 pub mod metal;
 mod mma;
 pub mod nvrtc;
-mod peel;
 mod reduce;
-mod unswitch;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -234,6 +232,8 @@ fn poisoned() -> crate::Error {
     }
 }
 
+#[cfg(test)]
+mod cpu_plan_tests;
 #[cfg(test)]
 mod cpu_tests;
 #[cfg(test)]

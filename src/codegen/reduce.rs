@@ -256,7 +256,11 @@ impl Lowering<'_> {
             let l = lay.flat_expr("tm_i0", "tm_lid");
             self.line(format!("{acci}[tm_j] = {};", geo.kidx(&format!("({l})"))));
         }
-        let lane_bits = self.d.reduce_lanes.trailing_zeros() as usize;
+        let lanes = match (self.cpu.as_ref(), self.cur_op) {
+            (Some(c), Some(op)) => c.plan.lanes(op),
+            _ => 1,
+        };
+        let lane_bits = lanes.trailing_zeros() as usize;
         if lane_bits > 0 && ra.len() > lane_bits {
             self.fold_in_lanes(kind, dt, &xs, &acc, &acci, &ra, lane_bits, geo)?;
         } else if !ra.is_empty() {

@@ -1,5 +1,6 @@
-//! Mask unswitching (`unswitch.rs`): which masks are split, and that both paths compute
-//! exactly what the interpreter does, including blocks whose offsets wrap around `i32`.
+//! Mask unswitching (decided by `opt::cpu`, spelled by `cpu/unswitch.rs`): which masks are
+//! split, and that both paths compute exactly what the interpreter does, including blocks
+//! whose offsets wrap around `i32`.
 
 use std::collections::BTreeMap;
 

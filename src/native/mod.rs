@@ -30,6 +30,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::exec::{bind, launch_err, parallel, Bound, Data, ExecArg};
 use crate::ir::{Kernel, Op, OpId, ParamKind, UnaryOp};
+use crate::opt::plan::KernelPlan;
 
 /// The program-range status the generated code fills (`tm_ctx` in `cpu_runtime.h`).
 #[repr(C, align(64))]
@@ -182,26 +183,37 @@ fn programs() -> &'static Mutex<Programs> {
 #[derive(Clone, Copy)]
 struct RunFnPtr(RunFn);
 
-/// The compiled program of `k` (`shared`: atomic output accesses), built on first use.
-fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
+/// The compiled program of `k` (`shared`: atomic output accesses), built on first use;
+/// spelling `plan` when given (programs of given plans are found by their text only).
+fn program(k: &Kernel, shared: bool, plan: Option<&KernelPlan>) -> Result<RunFn> {
     let lock = || {
         programs().lock().map_err(|_| Error::Runtime {
             kernel: k.name.clone(),
             msg: "compiled-kernel cache lock poisoned by a panic".into(),
         })
     };
-    if let Some(f) = lock()?.find(k, shared) {
-        return Ok(f);
-    }
-    let key = (k.ir(), shared);
-    {
-        let mut p = lock()?;
-        if let Some(f) = p.by_text.get(&key).map(|f| f.0) {
-            p.remember(k, shared, f);
+    if plan.is_none() {
+        if let Some(f) = lock()?.find(k, shared) {
             return Ok(f);
         }
     }
-    let prog = cpu::compile(k, shared)?;
+    let key = match plan {
+        None => (k.ir(), shared),
+        Some(p) => (format!("{}\n{p}", k.ir()), shared),
+    };
+    {
+        let mut p = lock()?;
+        if let Some(f) = p.by_text.get(&key).map(|f| f.0) {
+            if plan.is_none() {
+                p.remember(k, shared, f);
+            }
+            return Ok(f);
+        }
+    }
+    let prog = match plan {
+        None => cpu::compile(k, shared)?,
+        Some(p) => cpu::compile_with(k, shared, p)?,
+    };
     let body = prog
         .source
         .split("#line 1 \"kernel.cpp\"\n")
@@ -209,7 +221,8 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
         .unwrap_or_default();
     // The same inspection hooks as the GPU back ends (`codegen::msl`).
     if crate::settings::debug_enabled() {
-        eprintln!("[triton-metal] IR before lowering:\n{}", key.0);
+        eprintln!("[triton-metal] IR before lowering:\n{}", k.ir());
+        eprintln!("[triton-metal] layout plan:\n{}", prog.plan);
         for l in &prog.layouts {
             eprintln!("[triton-metal]   layout: {} -> {}", l.op, l.layout);
         }
@@ -237,7 +250,9 @@ fn program(k: &Kernel, shared: bool) -> Result<RunFn> {
     let f = unsafe { std::mem::transmute::<*const c_void, RunFn>(addr) };
     let mut p = lock()?;
     p.by_text.insert(key, RunFnPtr(f));
-    p.remember(k, shared, f);
+    if plan.is_none() {
+        p.remember(k, shared, f);
+    }
     Ok(f)
 }
 
@@ -276,6 +291,28 @@ unsafe impl Sync for Args {}
 /// compiled back end lacks (blocks too large for a worker's stack), and
 /// [`Error::Compile`] if clang fails.
 pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>]) -> Result<()> {
+    execute(kernel, None, grid, args)
+}
+
+/// [`execute_native`] with the program printed from `plan` (`codegen::cpu::plan`, its
+/// decisions possibly overridden) instead of the default plan. Errors as there, plus
+/// [`Error::InvalidArgument`] when the plan does not fit the kernel
+/// (`codegen::cpu::compile_with`).
+pub fn execute_native_with(
+    kernel: &Kernel,
+    plan: &KernelPlan,
+    grid: [usize; 3],
+    args: &mut [ExecArg<'_>],
+) -> Result<()> {
+    execute(kernel, Some(plan), grid, args)
+}
+
+fn execute(
+    kernel: &Kernel,
+    plan: Option<&KernelPlan>,
+    grid: [usize; 3],
+    args: &mut [ExecArg<'_>],
+) -> Result<()> {
     let k = kernel;
     let Bound {
         mems,
@@ -292,7 +329,7 @@ pub fn execute_native(kernel: &Kernel, grid: [usize; 3], args: &mut [ExecArg<'_>
         .iter()
         .zip(&mems)
         .any(|(p, m)| p.stored && m.as_ref().is_some_and(|m| !m.is_plain()));
-    let run = program(k, shared)?;
+    let run = program(k, shared, plan)?;
     let mut scalar_store: Vec<[u8; 8]> = Vec::with_capacity(k.params.len());
     for (p, s) in k.params.iter().zip(&scalars) {
         let b = match (p.kind, s) {

@@ -16,6 +16,7 @@
 //! ```
 
 pub(crate) mod axis;
+pub mod cpu;
 pub mod hardware;
 pub mod layout;
 pub mod options;

@@ -18,6 +18,8 @@
 //! - threadgroup memory: the byte budget and its one arena ([`KernelPlan::arena`], see
 //!   [`super::smem`]): every buffer a conversion goes through, with its live range and
 //!   offset, buffers that are never live together sharing bytes.
+//! - one-thread programs (the compiled CPU executor): index recipes, lazy values, unswitched
+//!   masks, peeled loops and reduction lanes ([`KernelPlan::cpu`], see [`super::cpu`]).
 //!
 //! A user override changes the plan, never the printer: [`LaunchOptions::reduction_layout`],
 //! or [`KernelPlan::set`] on a plan given to `codegen::metal::compile_with` (or the CUDA
@@ -49,6 +51,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::cpu::CpuPlan;
 use super::options::{LaunchOptions, ReductionLayout};
 use super::smem::{parse_arena, parse_buffer, parse_convert, Arena, Request, Role};
 use crate::dtype::DType;
@@ -220,6 +223,9 @@ pub struct KernelPlan {
     /// Threadgroup memory: budget and buffers. [`plan`] sets the budget; the printer's
     /// conversions fill in the buffers when they are empty (see `codegen::metal::plan`).
     pub arena: Arena,
+    /// The one-thread specialisations of the compiled CPU executor's printer (programs of
+    /// one thread only; see [`super::cpu`]).
+    pub cpu: Option<CpuPlan>,
 }
 
 /// Bytes a float accumulator band of a `simdgroup_matrix` dot may always take (more when
@@ -470,6 +476,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
             let (limit, why) = budget(opts, printer);
             Arena::new(limit, why)
         },
+        cpu: None,
     };
     let warps = (printer.threads / 32).max(1);
     for (i, o) in kernel.ops.iter().enumerate() {
@@ -519,6 +526,9 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
         }
     }
     p.plan_tiling(kernel);
+    if printer.threads == 1 {
+        p.cpu = Some(super::cpu::plan(kernel, |op| !p.resident(op).is_empty()));
+    }
     p
 }
 
@@ -934,6 +944,18 @@ impl KernelPlan {
                 return bad(op, format!("bands of {rows} rows of {m}"));
             }
         }
+        if let Some(cpu) = &self.cpu {
+            cpu.verify(kernel, self.printer.threads, &self.kernel)?;
+            for (i, o) in kernel.ops.iter().enumerate() {
+                let op = OpId(i as u32);
+                if matches!(o.op, Op::For { .. })
+                    && !cpu.peeled(op).is_empty()
+                    && !self.resident(op).is_empty()
+                {
+                    return bad(op, "peeled while its accumulators stay in fragments".into());
+                }
+            }
+        }
         self.arena.verify(kernel, &self.kernel)
     }
 
@@ -988,6 +1010,7 @@ impl KernelPlan {
             k_slices: BTreeMap::new(),
             bands: BTreeMap::new(),
             arena: Arena::new(0, String::new()),
+            cpu: None,
         };
         for l in lines {
             match l.split_whitespace().next() {
@@ -1002,6 +1025,13 @@ impl KernelPlan {
                 }
                 Some("convert") => {
                     parse_convert(l, &mut p.arena.buffers).ok_or_else(|| err(l, "conversion"))?;
+                    continue;
+                }
+                Some("cpu") => {
+                    p.cpu
+                        .get_or_insert_with(CpuPlan::empty)
+                        .parse_line(l)
+                        .ok_or_else(|| err(l, "CPU decision"))?;
                     continue;
                 }
                 _ => {}
@@ -1107,7 +1137,8 @@ impl fmt::Display for Decision {
 impl fmt::Display for KernelPlan {
     /// `plan @name threads=T matrix=U widest_vector=W static_shared=S`, the kernel's chunk
     /// width (`kernel vec=V ; why`), one line per decision (`opN what ; why`), per K slice
-    /// (`opN kslice=K ; why`) and per accumulator band (`opN band MxN rows=R ; why`), then
+    /// (`opN kslice=K ; why`) and per accumulator band (`opN band MxN rows=R ; why`), the
+    /// CPU decisions (`cpu ...`, see [`CpuPlan`]), then
     /// the arena (`arena ...`) and its buffers (`buf ...`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -1131,6 +1162,9 @@ impl fmt::Display for KernelPlan {
         }
         for ((op, m, n), (rows, why)) in &self.bands {
             writeln!(f, "  {op} band {m}x{n} rows={rows} ; {why}")?;
+        }
+        if let Some(cpu) = &self.cpu {
+            write!(f, "{cpu}")?;
         }
         write!(f, "{}", self.arena)
     }

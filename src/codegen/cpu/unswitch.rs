@@ -1,4 +1,5 @@
-//! Mask unswitching for one-thread dialects (the compiled CPU executor).
+//! Mask unswitching for the compiled CPU executor: the masks the plan unswitches
+//! ([`crate::opt::cpu::CpuPlan::unswitched`]), spelled.
 //!
 //! Triton kernels mask every access (`offs < n`), yet in all blocks but the last of a row
 //! or a tensor every lane is active. A one-thread program evaluates the mask per element
@@ -10,26 +11,21 @@
 //! where it reads the mask as before. Both paths compute the same values by construction.
 //!
 //! The check must cost far less than a pass over the mask (a full pass costs what one
-//! masked use does, measured), so only masks that [`Lowering::all_true`] decides from a few
-//! elements qualify: comparisons of a run-contiguous or run-constant integer block with a
-//! uniform bound (`offs < n`, `rows[:, None] < m`), their broadcasts, and `&` of such
-//! masks. At most [`MAX_OPEN`] are open at once, since each doubles the code after it.
+//! masked use does, measured), so the plan unswitches only masks whose check reads a few
+//! elements ([`Lowering::all_true`] prints it): comparisons of a run-contiguous or
+//! run-constant integer block with a uniform bound (`offs < n`, `rows[:, None] < m`), their
+//! broadcasts, and `&` of such masks; at most [`crate::opt::cpu::MAX_OPEN`] at once, since
+//! each doubles the code after it.
 
-use super::lower::{Lowering, Repr};
+use crate::codegen::lower::{Lowering, Repr};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::{BinaryOp, CmpPred, Kernel, Op, RegionId, Value};
-
-/// Shortest run of consecutive or equal elements checked by its ends (shorter runs would
-/// make the check cost about as much as a masked pass).
-const MIN_RUN: u64 = 16;
-
-/// Unswitched masks open at once (the code after the last one is printed 2^n times).
-const MAX_OPEN: usize = 2;
+use crate::ir::{BinaryOp, CmpPred, Op, RegionId, Value};
+use crate::opt::cpu::MIN_RUN;
 
 /// One unswitched mask: the lambda holding the rest of its region.
 #[derive(Clone, Debug)]
-pub(super) struct Split {
+pub(in crate::codegen) struct Split {
     /// The mask's value (its reads go through the flag while the split is open).
     mask: Value,
     /// `const bool` that is true when every element of the mask is.
@@ -38,82 +34,28 @@ pub(super) struct Split {
     rest: String,
 }
 
-/// Per value: a block `bool` used as a load/store/atomic mask or a `where` condition and
-/// computed from index arithmetic only.
-pub(super) fn unswitchable_masks(k: &Kernel) -> Vec<bool> {
-    let n = k.values.len();
-    let mut used_as_mask = vec![false; n];
-    for o in &k.ops {
-        let m = match &o.op {
-            Op::Load { mask, .. } | Op::Store { mask, .. } | Op::AtomicRmw { mask, .. } => *mask,
-            Op::Select { cond, .. } => Some(*cond),
-            _ => None,
-        };
-        if let Some(m) = m {
-            used_as_mask[m.index()] = true;
-        }
-    }
-    let mut memo: Vec<Option<bool>> = vec![None; n];
-    (0..n)
-        .map(|i| {
-            let ty = &k.values[i].ty;
-            used_as_mask[i]
-                && ty.is_block()
-                && ty.dtype == DType::Bool
-                && index_only(k, Value(i as u32), &mut memo)
-        })
-        .collect()
-}
-
-/// Whether `v` is a uniform scalar or a block built from index arithmetic alone.
-fn index_only(k: &Kernel, v: Value, memo: &mut Vec<Option<bool>>) -> bool {
-    if let Some(r) = memo[v.index()] {
-        return r;
-    }
-    // Cycles cannot occur (SSA), but a loop-carried block has no defining op: not indexed.
-    memo[v.index()] = Some(false);
-    let r = k.ty(v).is_scalar()
-        || match k.def_op(v).map(|id| &k.op(id).op) {
-            Some(Op::ProgramId { .. } | Op::NumPrograms { .. })
-            | Some(Op::Constant { .. } | Op::Arange { .. }) => true,
-            Some(
-                Op::Splat { src }
-                | Op::Broadcast { src }
-                | Op::ExpandDims { src, .. }
-                | Op::Reshape { src }
-                | Op::Cast { src },
-            ) => index_only(k, *src, memo),
-            Some(Op::Binary { lhs, rhs, .. } | Op::Cmp { lhs, rhs, .. }) => {
-                index_only(k, *lhs, memo) && index_only(k, *rhs, memo)
-            }
-            Some(Op::Select {
-                cond,
-                on_true,
-                on_false,
-            }) => {
-                index_only(k, *cond, memo)
-                    && index_only(k, *on_true, memo)
-                    && index_only(k, *on_false, memo)
-            }
-            _ => false,
-        };
-    memo[v.index()] = Some(r);
-    r
-}
-
 impl Lowering<'_> {
     /// Lowers region `r` like [`Lowering::region`], unswitching its masks; the caller
     /// prints what uses the yielded values, then calls [`Lowering::end_splits`].
     pub fn region_split(&mut self, r: RegionId) -> Result<Vec<Value>> {
-        self.splits.push(Vec::new());
+        let Some(cpu) = self.cpu.as_mut() else {
+            return self.region_ops(r, false);
+        };
+        cpu.splits.push(Vec::new());
         self.region_ops(r, true)
     }
 
     /// Closes the splits [`Lowering::region_split`] opened and calls each lambda on its
     /// two paths.
     pub fn end_splits(&mut self) {
-        for s in self.splits.pop().unwrap_or_default().into_iter().rev() {
-            self.flags.remove(&s.mask);
+        let Some(cpu) = self.cpu.as_mut() else {
+            return;
+        };
+        let frame = cpu.splits.pop().unwrap_or_default();
+        for s in frame.into_iter().rev() {
+            if let Some(cpu) = self.cpu.as_mut() {
+                cpu.flags.remove(&s.mask);
+            }
             self.indent -= 1;
             self.line("};");
             self.line(format!(
@@ -123,13 +65,9 @@ impl Lowering<'_> {
         }
     }
 
-    /// Opens a split after `v`'s definition when `v` is a mask worth unswitching.
-    pub(super) fn maybe_split(&mut self, v: Value) {
-        let open: usize = self.splits.iter().map(Vec::len).sum();
-        if !self.d.unswitch_masks
-            || open >= MAX_OPEN
-            || !self.unswitchable.get(v.index()).copied().unwrap_or(false)
-        {
+    /// Opens a split after `v`'s definition when the plan unswitches mask `v`.
+    pub(in crate::codegen) fn maybe_split(&mut self, v: Value) {
+        if !self.cpu.as_ref().is_some_and(|c| c.plan.unswitched(v)) {
             return;
         }
         let Repr::Block(name) = self.repr(v).clone() else {
@@ -144,9 +82,11 @@ impl Lowering<'_> {
         self.line(format!("const bool {all} = {check};"));
         self.line(format!("const auto {rest} = [&](auto {flag}) {{"));
         self.indent += 1;
-        self.flags.insert(v, flag);
-        if let Some(frame) = self.splits.last_mut() {
-            frame.push(Split { mask: v, all, rest });
+        if let Some(cpu) = self.cpu.as_mut() {
+            cpu.flags.insert(v, flag);
+            if let Some(frame) = cpu.splits.last_mut() {
+                frame.push(Split { mask: v, all, rest });
+            }
         }
     }
 

@@ -3,8 +3,12 @@
 //!
 //! The body is printed by the shared printer with the [`CPU`] dialect: one thread per
 //! program, so each block is a local array and each op a loop over it, which clang
-//! vectorises (`-O2 -march=native`). The function reads its arguments from arrays the host
-//! fills:
+//! vectorises (`-O2 -march=native`). The one-thread specialisations (index recipes and
+//! lazy values, unswitched masks, peeled loops, reduction lanes) are decided by the plan
+//! ([`crate::opt::cpu`]) and spelled by this module's lowering stage (`CpuStage` and
+//! its `lazy`, `unswitch` and `peel` parts), which the GPU printers never carry.
+//!
+//! The function reads its arguments from arrays the host fills:
 //!
 //! ```text
 //! extern "C" void tm_run(void* const* tm_args,   // per parameter: buffer, or the scalar's bytes
@@ -22,13 +26,52 @@
 //! Program `p` has ids `(p % g0, p / g0 % g1, p / (g0 g1))`, as in the interpreter. The run
 //! stops after the first program that made an out-of-bounds access.
 
+use std::collections::{BTreeSet, HashMap};
+
 use super::dialect::CPU;
-use super::lower::{check_block_shapes, unsupported_on, Lowering};
+use super::lower::{check_block_shapes, printer_of, unsupported_on, Lowering};
 use super::{abi, LaunchOptions, LayoutChoice};
 use crate::dtype::DType;
-use crate::error::Result;
-use crate::ir::{Kernel, Op, ParamKind};
+use crate::error::{Error, Result};
+use crate::ir::{Kernel, Op, ParamKind, Value};
+use crate::opt::cpu::CpuPlan;
+use crate::opt::plan::KernelPlan;
 use crate::opt::{Chip, HardwareProfile};
+
+mod lazy;
+mod peel;
+mod unswitch;
+
+/// What the one-thread specialisations need while the shared printer runs: the plan's
+/// decisions ([`KernelPlan::cpu`]) and what spelling them has printed so far. Only the
+/// compiled CPU executor's printer carries one.
+pub(super) struct CpuStage {
+    /// The decisions spelled.
+    pub plan: CpuPlan,
+    /// Per lazy block computed from other variables: every variable it reads, directly or
+    /// through other lazy blocks (a parallel assignment must not overwrite them first).
+    pub lazy_reads: HashMap<String, BTreeSet<String>>,
+    /// Per lazy block: how many lazy blocks deep its evaluation goes (1: it reads only
+    /// stored variables), at most the plan's [`CpuPlan::lazy_depth`].
+    pub lazy_depth: HashMap<String, usize>,
+    /// Open splits, one frame per region being lowered with [`Lowering::region_split`].
+    pub splits: Vec<Vec<unswitch::Split>>,
+    /// Masks whose reads go through a split's compile-time flag (`flag || mask[i]`).
+    pub flags: HashMap<Value, String>,
+}
+
+impl CpuStage {
+    /// The state for spelling `plan`, before anything is printed.
+    pub fn new(plan: CpuPlan) -> CpuStage {
+        CpuStage {
+            plan,
+            lazy_reads: HashMap::new(),
+            lazy_depth: HashMap::new(),
+            splits: Vec::new(),
+            flags: HashMap::new(),
+        }
+    }
+}
 
 /// Philox-4x32 as Triton computes it (`philox_impl`); an aggregate result, since Metal's
 /// `uint4(a, b, c, d)` constructor has no C++ spelling for clang's vector types.
@@ -62,6 +105,27 @@ pub struct CpuProgram {
     pub local_bytes: usize,
     /// Layout decisions, for debugging.
     pub layouts: Vec<LayoutChoice>,
+    /// The plan the printer spelled.
+    pub plan: KernelPlan,
+}
+
+/// The launch options the compiled CPU executor plans with: one thread per program, the
+/// CPU profile.
+fn cpu_options() -> LaunchOptions {
+    LaunchOptions {
+        num_warps: 1,
+        reduction_layout: None,
+        target: HardwareProfile::of(Chip::Cpu),
+        num_stages: 1,
+    }
+}
+
+/// The plan [`compile`] spells for `kernel`: the shared decisions of a one-thread program
+/// and the compiled CPU executor's own ([`KernelPlan::cpu`]), for inspection or to
+/// override and pass to [`compile_with`].
+pub fn plan(kernel: &Kernel) -> KernelPlan {
+    let opts = cpu_options();
+    crate::opt::plan::plan(kernel, &opts, printer_of(&CPU, &opts))
 }
 
 /// Prints `kernel` for the compiled CPU executor. With `shared_outputs`, loads from and
@@ -70,16 +134,42 @@ pub struct CpuProgram {
 /// or construct the dialect lacks ([`crate::Error::Unsupported`]), blocks whose arrays
 /// would not fit on a worker's stack, parameter names that clash with generated code.
 pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
+    print(kernel, shared_outputs, plan(kernel))
+}
+
+/// [`compile`] spelling `plan` (from [`plan`], possibly overridden) instead of the default
+/// plan. Errors as [`compile`], and `InvalidArgument` when the plan was made for another
+/// kernel or printer, has no CPU decisions, or fails [`KernelPlan::verify`].
+pub fn compile_with(
+    kernel: &Kernel,
+    shared_outputs: bool,
+    plan: &KernelPlan,
+) -> Result<CpuProgram> {
+    let want = printer_of(&CPU, &cpu_options());
+    if plan.kernel != kernel.name || plan.printer != want || plan.cpu.is_none() {
+        return Err(Error::InvalidArgument(format!(
+            "layout plan given for kernel `{}` on {:?}{}; compiling `{}` for {} needs {want:?}              and CPU decisions (see codegen::cpu::plan)",
+            plan.kernel,
+            plan.printer,
+            if plan.cpu.is_none() {
+                " without CPU decisions"
+            } else {
+                ""
+            },
+            kernel.name,
+            CPU.title
+        )));
+    }
+    plan.verify(kernel)?;
+    print(kernel, shared_outputs, plan.clone())
+}
+
+fn print(kernel: &Kernel, shared_outputs: bool, plan: KernelPlan) -> Result<CpuProgram> {
     check_block_shapes(&CPU, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     let idents = abi::param_idents(&kernel.name, &names)?;
-    let opts = LaunchOptions {
-        num_warps: 1,
-        reduction_layout: None,
-        target: HardwareProfile::of(Chip::Cpu),
-        num_stages: 1,
-    };
-    let mut lw = Lowering::new(kernel, &CPU, &opts);
+    let opts = cpu_options();
+    let mut lw = Lowering::with_plan(kernel, &CPU, &opts, plan);
     lw.atomic_outputs |= shared_outputs;
     lw.compute_provenance()?;
     lw.region_split(kernel.body)?;
@@ -178,5 +268,6 @@ pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
         shared_outputs,
         local_bytes,
         layouts: lw.layouts,
+        plan: lw.plan,
     })
 }

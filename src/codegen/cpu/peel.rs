@@ -1,5 +1,5 @@
-//! First-iteration peeling of `for` loops whose carried blocks start uniform, for
-//! one-thread dialects (the compiled CPU executor).
+//! First-iteration peeling of `for` loops whose carried blocks start uniform, as the plan
+//! decides ([`crate::opt::cpu::CpuPlan::peeled`]), for the compiled CPU executor.
 //!
 //! Triton's blocked reductions start from `tl.zeros` (`acc = tl.zeros(...)`, then
 //! `acc += x` per block). Printed as written, every program fills the accumulator array
@@ -12,45 +12,33 @@
 //! when `lo < hi`, the loop goes on from `lo + step` (the same wrapping addition the loop
 //! makes), and when no iteration runs the variables take their initial values.
 
-use super::lower::{Lowering, Repr};
+use crate::codegen::lower::{Lowering, Repr};
 use crate::error::Result;
-use crate::ir::{Op, RegionId, Value};
-
-/// Largest body peeled (ops), since peeling prints the body twice.
-const MAX_BODY_OPS: usize = 64;
+use crate::ir::{OpId, RegionId, Value};
 
 impl Lowering<'_> {
-    /// For a `for` over `body` with initial values `init`: which carried values start as
-    /// uniform blocks, when peeling pays (one does) and is allowed (the dialect peels, no
-    /// carried value lives in matrix fragments, and the body is small and straight-line:
-    /// no nested region, no `tl.dot`); else `None`.
-    pub(super) fn uniform_inits_to_peel(
+    /// For `for` loop `id` with initial values `init`: per carried value, whether its
+    /// first iteration sees it still uniform, when the plan peels the loop
+    /// ([`crate::opt::cpu::CpuPlan::peeled`]) and no carried value lives in matrix
+    /// fragments; else `None`.
+    pub(in crate::codegen) fn uniform_inits_to_peel(
         &self,
-        body: RegionId,
+        id: OpId,
         init: &[Value],
         frag_of: &[Option<(String, usize, usize)>],
     ) -> Option<Vec<bool>> {
-        if !self.d.peel_uniform_inits || frag_of.iter().any(Option::is_some) {
+        let slots = self.cpu.as_ref()?.plan.peeled(id);
+        if slots.is_empty() || frag_of.iter().any(Option::is_some) {
             return None;
         }
-        let ops = &self.k.region(body).ops;
-        let straight = ops.len() <= MAX_BODY_OPS
-            && ops.iter().all(|&id| {
-                let op = &self.k.op(id).op;
-                op.regions().next().is_none() && !matches!(op, Op::Dot { .. })
-            });
-        let uniform: Vec<bool> = init
-            .iter()
-            .map(|v| self.ty(*v).is_block() && self.is_uniform(*v))
-            .collect();
-        (straight && uniform.contains(&true)).then_some(uniform)
+        Some((0..init.len()).map(|s| slots.contains(&s)).collect())
     }
 
     /// Prints `if (runs) {` (the loop runs at least once) and the first iteration
     /// (induction variable `lo`, carried values that start uniform still uniform), after
     /// giving the other carried variables their initial values. The caller prints the loop
     /// from the second iteration, then calls [`Lowering::end_peel`].
-    pub(super) fn peel_first_iteration(
+    pub(in crate::codegen) fn peel_first_iteration(
         &mut self,
         body: RegionId,
         init: &[Value],
@@ -87,7 +75,7 @@ impl Lowering<'_> {
 
     /// Closes [`Lowering::peel_first_iteration`]'s `if`: when the loop runs no iteration,
     /// the carried variables that started uniform take their initial values.
-    pub(super) fn end_peel(
+    pub(in crate::codegen) fn end_peel(
         &mut self,
         init: &[Value],
         vars: &[Repr],

@@ -1,0 +1,398 @@
+//! The compiled CPU executor's decisions as the plan holds them (`opt::cpu`): each names
+//! the fact that drove it, the text round-trips, the verifier refuses what the kernel
+//! cannot take, and for each kind of decision an override changes the printed C++ but not
+//! the results (the interpreter and the compiled executor against an f64 reference, edge
+//! values, ragged rows, poisoned outputs).
+
+use super::tests::{build, rnd};
+use crate::dtype::DType::F32;
+use crate::emu::Emulator;
+use crate::exec::test_support::bytes_mut;
+use crate::exec::ExecArg;
+use crate::ir::{Kernel, Op, OpId, Value};
+use crate::opt::plan::KernelPlan;
+use crate::tl::{self, KernelBuilder, Tensor};
+
+const BLOCK: i64 = 128;
+
+/// Per row `pid` of `n` elements, in blocks of `BLOCK` columns: the row sum (a loop from
+/// `tl.zeros`), then `y = 2x - sum` stored per block and the row maximum of `y` (a loop from
+/// `-inf`).
+fn row_stats(k: &mut KernelBuilder) {
+    let (x, y, sums, maxs) = (
+        k.ptr(F32, "x_ptr"),
+        k.ptr(F32, "y_ptr"),
+        k.ptr(F32, "sum_ptr"),
+        k.ptr(F32, "max_ptr"),
+    );
+    let n = k.scalar(crate::DType::I32, "n");
+    let block = k.constexpr("BLOCK");
+    let pid = tl::program_id(0);
+    let cols = tl::arange(0, block);
+    let acc: Tensor = tl::range(0, n, block).fold(tl::zeros([block], F32), |off, acc| {
+        let c = off + cols;
+        acc + tl::load(x + pid * n + c).mask(c.lt(n)).other(0.0f32)
+    });
+    let s = acc.sum(0);
+    tl::store(sums + pid, s);
+    let m: Tensor =
+        tl::range(0, n, block).fold(tl::full([block], f32::NEG_INFINITY, F32), |off, m| {
+            let c = off + cols;
+            let v = tl::load(x + pid * n + c).mask(c.lt(n)).other(0.0f32);
+            let out = v * 2.0f32 - s;
+            tl::store(y + pid * n + c, out).mask(c.lt(n));
+            tl::maximum(m, tl::where_(c.lt(n), out, f32::NEG_INFINITY))
+        });
+    tl::store(maxs + pid, m.max(0));
+}
+
+fn kernel() -> Kernel {
+    build("row_stats", &[("BLOCK", BLOCK)], row_stats)
+}
+
+/// The printed C++ of `k` under `plan` (the part after the runtime header).
+fn body(k: &Kernel, plan: &KernelPlan) -> String {
+    let p = super::cpu::compile_with(k, false, plan).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&p.plan, plan);
+    p.source
+        .split("#line 1 \"kernel.cpp\"")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The kernel's plan with one kind of CPU decision overridden everywhere.
+fn overridden(k: &Kernel, kind: &str) -> KernelPlan {
+    let mut p = super::cpu::plan(k);
+    let cpu = p.cpu.as_mut().expect("CPU decisions");
+    match kind {
+        "recipes" => {
+            cpu.recipes = false;
+            cpu.recipes_why = "override".into();
+        }
+        "lazy" => {
+            let vs: Vec<Value> = cpu.lazy_decisions().filter(|d| d.1).map(|d| d.0).collect();
+            assert!(!vs.is_empty());
+            for v in vs {
+                cpu.set_lazy(v, false, "override");
+            }
+        }
+        "unswitch" => {
+            let vs: Vec<Value> = cpu
+                .unswitch_decisions()
+                .filter(|d| d.1)
+                .map(|d| d.0)
+                .collect();
+            assert!(!vs.is_empty());
+            for v in vs {
+                cpu.set_unswitched(v, false, "override");
+            }
+        }
+        "peel" => {
+            for op in loops(k) {
+                cpu.set_peeled(op, Vec::new(), "override");
+            }
+        }
+        "lanes1" | "lanes8" => {
+            let lanes = if kind == "lanes1" { 1 } else { 8 };
+            for op in reductions(k) {
+                cpu.set_lanes(op, lanes, "override");
+            }
+        }
+        _ => unreachable!("{kind}"),
+    }
+    p
+}
+
+fn ops_where(k: &Kernel, f: impl Fn(&Op) -> bool) -> Vec<OpId> {
+    (0..k.ops.len())
+        .map(|i| OpId(i as u32))
+        .filter(|&o| f(&k.op(o).op))
+        .collect()
+}
+
+fn loops(k: &Kernel) -> Vec<OpId> {
+    ops_where(k, |o| matches!(o, Op::For { .. }))
+}
+
+fn reductions(k: &Kernel) -> Vec<OpId> {
+    ops_where(k, |o| matches!(o, Op::Reduce { .. }))
+}
+
+const KINDS: [&str; 6] = ["recipes", "lazy", "unswitch", "peel", "lanes1", "lanes8"];
+
+#[test]
+fn every_cpu_decision_names_its_reason_and_the_text_round_trips() {
+    let k = kernel();
+    let p = super::cpu::plan(&k);
+    let text = p.to_string();
+    let cpu = p.cpu.as_ref().expect("a one-thread plan has CPU decisions");
+    assert!(cpu.recipes, "{text}");
+    assert!(
+        text.contains("cpu recipes=on ; one thread per program"),
+        "{text}"
+    );
+    assert!(text.contains("cpu lazy_depth=16 ;"), "{text}");
+    // The first loop starts from `tl.zeros`, the second from `tl.full(-inf)`: both peeled,
+    // their one carried block uniform.
+    for op in loops(&k) {
+        assert_eq!(cpu.peeled(op), &[0], "{text}");
+        assert!(
+            text.contains(&format!("cpu {op} peel=0 ; ")) && text.contains("start uniform"),
+            "{text}"
+        );
+    }
+    // Both reductions fold 128 elements in 32 lanes; the reason says it is not the host's
+    // vector width.
+    for op in reductions(&k) {
+        assert_eq!(cpu.lanes(op), 32);
+        assert!(
+            text.contains(&format!("cpu {op} lanes=32 ; 128 elements per output")),
+            "{text}"
+        );
+    }
+    assert!(text.contains("the same on every host"), "{text}");
+    // The masks `c < n` are unswitched, tested on their runs of 128 consecutive indices:
+    // the first loop's, and the first two of the second loop's three (the third would open
+    // a third split at once, more than MAX_OPEN).
+    assert_eq!(crate::opt::cpu::MAX_OPEN, 2);
+    assert_eq!(
+        cpu.unswitch_decisions().filter(|d| d.1).count(),
+        3,
+        "{text}"
+    );
+    assert!(
+        text.contains("unswitch ; index-only mask; all true when `lt` of"),
+        "{text}"
+    );
+    assert!(text.contains("runs of 128 consecutive i32"), "{text}");
+    // The loads: read by one op each, computed where they are read.
+    assert!(text.contains(" lazy ; one use, by `"), "{text}");
+    assert_eq!(KernelPlan::parse(&text).unwrap(), p, "{text}");
+    for kind in KINDS {
+        let o = overridden(&k, kind);
+        let t = o.to_string();
+        assert!(t.contains("; override"), "{kind}: {t}");
+        assert_eq!(KernelPlan::parse(&t).unwrap(), o, "{t}");
+        o.verify(&k).unwrap();
+    }
+    // GPU plans have no CPU decisions.
+    let metal = super::metal::plan(&k, &super::LaunchOptions::default());
+    assert!(metal.cpu.is_none());
+    assert!(!metal.to_string().contains("cpu "));
+}
+
+#[test]
+fn the_verifier_refuses_cpu_decisions_the_kernel_cannot_take() {
+    let k = kernel();
+    let refuse = |p: &KernelPlan, what: &str| {
+        let e = super::cpu::compile_with(&k, false, p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(what), "{e}");
+    };
+    let default = super::cpu::plan(&k);
+    let for_ = loops(&k)[0];
+    let red = reductions(&k)[0];
+    // The reduction's result is stored as a scalar: nothing to compute where read.
+    let sum = k.op(red).result().unwrap();
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_lazy(sum, true, "test");
+    refuse(&p, "do not each read it once");
+    // A loaded block is no mask built from index arithmetic.
+    let load = ops_where(&k, |o| matches!(o, Op::Load { .. }))[0];
+    let mut p = default.clone();
+    p.cpu
+        .as_mut()
+        .unwrap()
+        .set_unswitched(k.op(load).result().unwrap(), true, "test");
+    refuse(&p, "not a block mask built from index arithmetic");
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_peeled(red, vec![0], "test");
+    refuse(&p, "not a `for`");
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_peeled(for_, vec![3], "test");
+    refuse(&p, "carried slot 3 does not start as a uniform block");
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_lanes(red, 3, "test");
+    refuse(&p, "3 reduction lanes");
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_lanes(for_, 8, "test");
+    refuse(&p, "not a builtin reduction");
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().lazy_depth = 0;
+    refuse(&p, "depth 0");
+    // A plan without CPU decisions, or CPU decisions on a program of many threads.
+    let mut p = default.clone();
+    p.cpu = None;
+    refuse(&p, "without CPU decisions");
+    let mut metal = super::metal::plan(&k, &super::LaunchOptions::default());
+    metal.cpu = default.cpu.clone();
+    let e = metal.verify(&k).unwrap_err().to_string();
+    assert!(e.contains("program of 128 threads"), "{e}");
+}
+
+#[test]
+fn each_cpu_decision_changes_the_code_not_the_result() {
+    let k = kernel();
+    let default = super::cpu::plan(&k);
+    let base = body(&k, &default);
+    // What each override takes out of the default code, and what it puts in.
+    let lane_decl = |src: &str, n: usize| {
+        src.lines()
+            .any(|l| l.trim_start().starts_with("float lane") && l.contains(&format!("[{n}];")))
+    };
+    assert!(base.contains("tm_lazy<int>([=]"), "{base}");
+    assert!(base.contains("tm_lazy<float>([&]"), "{base}");
+    assert!(base.contains("std::true_type"), "{base}");
+    assert!(
+        base.lines()
+            .any(|l| l.trim_start().starts_with("if (trips") && l.contains(" > 0) {")),
+        "{base}"
+    );
+    assert!(lane_decl(&base, 32), "{base}");
+    let mut srcs = vec![base.clone()];
+    for kind in KINDS {
+        let src = body(&k, &overridden(&k, kind));
+        match kind {
+            "recipes" => assert!(!src.contains("tm_lazy<int>([=]"), "{src}"),
+            "lazy" => assert!(!src.contains("tm_lazy<float>([&]"), "{src}"),
+            "unswitch" => assert!(!src.contains("std::true_type"), "{src}"),
+            "peel" => assert!(
+                !src.lines().any(|l| l.trim_start().starts_with("if (trips")),
+                "{src}"
+            ),
+            "lanes1" => assert!(!src.contains("float lane"), "{src}"),
+            _ => assert!(lane_decl(&src, 8) && !lane_decl(&src, 32), "{src}"),
+        }
+        assert!(
+            !srcs.contains(&src),
+            "{kind} printed the same code as another plan"
+        );
+        srcs.push(src);
+    }
+    if !Emulator::should_run("compiled CPU executor").expect("clang check") {
+        return;
+    }
+    let mut plans = vec![default];
+    plans.extend(KINDS.map(|kind| overridden(&k, kind)));
+    for n in [300usize, 128, 37] {
+        let rows = 6usize;
+        let mut x = rnd(rows * n, n as u64, -4.0, 4.0);
+        x[5] = f32::NAN;
+        x[n + 7] = f32::INFINITY;
+        x[2 * n + 3] = f32::NEG_INFINITY;
+        x[2 * n + 30] = f32::INFINITY;
+        for (j, v) in x[3 * n..4 * n].iter_mut().enumerate() {
+            *v = if j % 2 == 0 { -0.0 } else { 0.0 };
+        }
+        x[4 * n..5 * n].iter_mut().for_each(|v| *v = -0.0);
+        x[5 * n + 1] = 1e30;
+        x[5 * n + 2] = -3e29;
+        let want = reference(&x, rows, n);
+        let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let run = |plan: Option<&KernelPlan>| -> [Vec<u32>; 3] {
+            let mut y = vec![POISON; rows * n];
+            let mut s = vec![POISON; rows];
+            let mut m = vec![POISON; rows];
+            let mut args = [
+                ExecArg::from(&xb[..]),
+                ExecArg::from(bytes_mut(&mut y)),
+                ExecArg::from(bytes_mut(&mut s)),
+                ExecArg::from(bytes_mut(&mut m)),
+                ExecArg::from(n as i32),
+            ];
+            let grid = [rows, 1, 1];
+            match plan {
+                None => crate::exec::execute(&k, grid, &mut args),
+                Some(p) => crate::native::execute_native_with(&k, p, grid, &mut args),
+            }
+            .unwrap_or_else(|e| panic!("{e}"));
+            [y, s, m]
+        };
+        let interp = run(None);
+        check(&interp, &want, &format!("interpreter, n={n}"));
+        for (i, p) in plans.iter().enumerate() {
+            let got = run(Some(p));
+            let what = format!(
+                "compiled, {} plan, n={n}",
+                ["default"].iter().chain(&KINDS).nth(i).unwrap()
+            );
+            check(&got, &want, &what);
+            // The maxima are exact: every plan gives the interpreter's.
+            for (r, (g, w)) in got[2].iter().zip(&interp[2]).enumerate() {
+                let (g, w) = (f32::from_bits(*g), f32::from_bits(*w));
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{what}: max of row {r}: {g} vs the interpreter's {w}"
+                );
+            }
+        }
+    }
+}
+
+/// An output element no kernel writes (a NaN with a payload the kernel never makes).
+const POISON: u32 = 0x7fa5_a5a5;
+
+/// [`row_stats`] in f64: per row the outputs `y`, the sum, the maximum of `y` (`None`
+/// where a NaN in `y` leaves it to the NaN rules of `tl.maximum`; -0 below +0), and the
+/// row's sum of magnitudes (the scale of the sum's rounding).
+struct Reference {
+    y: Vec<f64>,
+    sum: Vec<f64>,
+    max: Vec<Option<f64>>,
+    scale: Vec<f64>,
+}
+
+fn reference(x: &[f32], rows: usize, n: usize) -> Reference {
+    let mut r = Reference {
+        y: Vec::new(),
+        sum: Vec::new(),
+        max: Vec::new(),
+        scale: Vec::new(),
+    };
+    for row in x.chunks(n).take(rows) {
+        let sum = row.iter().fold(0.0f64, |a, v| a + *v as f64);
+        let ys: Vec<f64> = row.iter().map(|v| 2.0 * *v as f64 - sum).collect();
+        let above = |v: f64, m: f64| v > m || (v == 0.0 && m == 0.0 && m.is_sign_negative());
+        r.max.push((!ys.iter().any(|v| v.is_nan())).then(|| {
+            ys.iter()
+                .fold(f64::NEG_INFINITY, |m, &v| if above(v, m) { v } else { m })
+        }));
+        r.y.extend(ys);
+        r.sum.push(sum);
+        let scale: f64 = row.iter().map(|v| (*v as f64).abs()).sum();
+        r.scale.push(if scale.is_finite() { scale } else { 0.0 });
+    }
+    r
+}
+
+/// Checks `got` (y, sums, maxima) against the f64 reference: NaN where it is NaN, the same
+/// infinity, the same signed zero, else within the sum's rounding; every element written.
+fn check(got: &[Vec<u32>; 3], want: &Reference, what: &str) {
+    let n = got[0].len() / got[1].len();
+    let close = |g: u32, w: f64, row: usize, at: String| {
+        assert_ne!(g, POISON, "{what}: {at} was not written");
+        let g = f32::from_bits(g);
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() || w == 0.0 {
+            (g as f64) == w && g.is_sign_negative() == w.is_sign_negative()
+        } else {
+            (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs() + 2.0 * want.scale[row])
+        };
+        assert!(ok, "{what}: {at}: got {g}, want {w}");
+    };
+    for (i, (&g, &w)) in got[0].iter().zip(&want.y).enumerate() {
+        close(g, w, i / n, format!("y[{}][{}]", i / n, i % n));
+    }
+    for (r, (&g, &w)) in got[1].iter().zip(&want.sum).enumerate() {
+        close(g, w, r, format!("sum[{r}]"));
+    }
+    for (r, (&g, w)) in got[2].iter().zip(&want.max).enumerate() {
+        assert_ne!(g, POISON, "{what}: max[{r}] was not written");
+        if let Some(w) = w {
+            close(g, *w, r, format!("max[{r}]"));
+        }
+    }
+}

@@ -1,0 +1,778 @@
+//! The one-thread specialisations of the compiled CPU executor's C++, decided from the
+//! kernel IR and its integer facts, each with the fact that drove it.
+//!
+//! A program of the compiled CPU executor is one thread, so every block is a local array
+//! the printer loops over, and a block's flat index is its register index. [`plan`]
+//! decides, for the printer (`codegen::cpu`) to spell:
+//! - **index recipes** ([`CpuPlan::recipes`]): blocks that are pure functions of their
+//!   element index (`arange`, index arithmetic, masks) are computed where they are read
+//!   instead of filled into arrays;
+//! - **lazy values** ([`CpuPlan::lazy`]): a value whose readers each read every element
+//!   once, in its own region, is computed inside its reader's loop instead of stored (for a
+//!   load: read from its read-only argument where it is used); chains of such values go at
+//!   most [`CpuPlan::lazy_depth`] deep;
+//! - **unswitched masks** ([`CpuPlan::unswitched`]): a mask built from index arithmetic,
+//!   whose all-true test reads a few elements (runs of [`MIN_RUN`] or more consecutive or
+//!   equal indices compared with a uniform bound), is tested once per block and the rest of
+//!   its region printed twice, once with the mask known true; at most [`MAX_OPEN`] at once;
+//! - **peeled loops** ([`CpuPlan::peeled`]): a `for` with a short straight-line body whose
+//!   carried blocks start uniform (`tl.zeros` accumulators) runs its first iteration apart,
+//!   where those blocks are still one value;
+//! - **reduction lanes** ([`CpuPlan::lanes`]): a reduction folds its axis in that many
+//!   independent accumulators, combined pairwise at the end.
+//!
+//! Every decision can be overridden (the `set_*` methods) on the plan given to
+//! `codegen::cpu::compile_with`; [`CpuPlan::verify`] refuses what the kernel cannot take.
+//! The decisions are the `cpu ...` lines of the kernel plan's text form
+//! ([`super::plan::KernelPlan`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::axis::AxisInfo;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ir::{BinaryOp, CmpPred, Kernel, Op, OpId, ReduceKind, RegionId, Value};
+
+/// Shortest run of consecutive or equal indices an unswitched mask's test reads by its ends
+/// (shorter runs would make the test cost about as much as a masked pass).
+pub const MIN_RUN: u64 = 16;
+
+/// Unswitched masks open at once: the code after the last one is printed 2^n times.
+pub const MAX_OPEN: usize = 2;
+
+/// Largest `for` body peeled (ops), since peeling prints the body twice.
+pub const MAX_PEEL_OPS: usize = 64;
+
+/// Independent accumulators of a reduction's fold.
+pub const REDUCE_LANES: usize = 32;
+
+/// Longest chain of lazy blocks reading one another.
+pub const LAZY_DEPTH: usize = 16;
+
+/// The compiled CPU executor's decisions for one kernel, each with its reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuPlan {
+    /// Whether blocks that are pure functions of their element index are computed where
+    /// they are read.
+    pub recipes: bool,
+    /// Why [`Self::recipes`].
+    pub recipes_why: String,
+    /// Longest chain of lazy values reading one another; the next value of a longer chain
+    /// is stored.
+    pub lazy_depth: usize,
+    /// Why [`Self::lazy_depth`].
+    pub lazy_depth_why: String,
+    lazy: BTreeMap<Value, (bool, String)>,
+    unswitch: BTreeMap<Value, (bool, String)>,
+    peel: BTreeMap<OpId, (Vec<usize>, String)>,
+    lanes: BTreeMap<OpId, (usize, String)>,
+}
+
+/// The decisions for `k` on a one-thread program; `resident(op)` tells whether the plan
+/// keeps carried values of `for` loop `op` in matrix fragments (such loops are not peeled).
+pub fn plan(k: &Kernel, resident: impl Fn(OpId) -> bool) -> CpuPlan {
+    let mut p = CpuPlan {
+        recipes: true,
+        recipes_why: "one thread per program: a block's flat index is its register index".into(),
+        lazy_depth: LAZY_DEPTH,
+        lazy_depth_why: format!(
+            "chains of more than {LAZY_DEPTH} lazy blocks nest too deep for clang to inline \
+             quickly"
+        ),
+        lazy: BTreeMap::new(),
+        unswitch: BTreeMap::new(),
+        peel: BTreeMap::new(),
+        lanes: BTreeMap::new(),
+    };
+    for (i, why) in lazy_values(k).into_iter().enumerate() {
+        if let Some(why) = why {
+            p.lazy.insert(Value(i as u32), (true, why));
+        }
+    }
+    let facts = Facts::new(k);
+    facts.plan_splits(k.body, true, 0, &mut p.unswitch);
+    for (i, o) in k.ops.iter().enumerate() {
+        let id = OpId(i as u32);
+        match &o.op {
+            Op::For { init, body, .. } if !resident(id) => {
+                if let Ok((slots, why)) = facts.peelable(*body, init) {
+                    if !slots.is_empty() {
+                        p.peel.insert(id, (slots, why));
+                    }
+                }
+            }
+            Op::Reduce {
+                kind, srcs, axis, ..
+            } if *kind != ReduceKind::Custom => {
+                let n = k
+                    .ty(srcs[0])
+                    .shape
+                    .get(*axis as usize)
+                    .copied()
+                    .unwrap_or(1);
+                if n > REDUCE_LANES {
+                    let why = format!(
+                        "{n} elements per output: {REDUCE_LANES} independent folds keep the \
+                         dependency chains short (the same on every host; clang picks the \
+                         vector width)"
+                    );
+                    p.lanes.insert(id, (REDUCE_LANES, why));
+                }
+            }
+            _ => {}
+        }
+    }
+    p
+}
+
+impl CpuPlan {
+    /// Whether `v` is computed where its readers read it.
+    pub fn lazy(&self, v: Value) -> bool {
+        self.lazy.get(&v).is_some_and(|x| x.0)
+    }
+
+    /// Computes `v` where it is read (`on`) or stores it, recording `why`.
+    pub fn set_lazy(&mut self, v: Value, on: bool, why: impl Into<String>) {
+        self.lazy.insert(v, (on, why.into()));
+    }
+
+    /// Whether mask `v` is unswitched.
+    pub fn unswitched(&self, v: Value) -> bool {
+        self.unswitch.get(&v).is_some_and(|x| x.0)
+    }
+
+    /// Unswitches mask `v` (`on`) or reads it per element, recording `why`.
+    pub fn set_unswitched(&mut self, v: Value, on: bool, why: impl Into<String>) {
+        self.unswitch.insert(v, (on, why.into()));
+    }
+
+    /// The carried slots of `for` loop `op` whose first iteration is printed apart (empty:
+    /// not peeled).
+    pub fn peeled(&self, op: OpId) -> &[usize] {
+        self.peel.get(&op).map_or(&[], |x| &x.0)
+    }
+
+    /// Peels `for` loop `op` with `slots` still uniform in its first iteration (empty: not
+    /// peeled), recording `why`.
+    pub fn set_peeled(&mut self, op: OpId, slots: Vec<usize>, why: impl Into<String>) {
+        self.peel.insert(op, (slots, why.into()));
+    }
+
+    /// Independent accumulators of reduction `op`'s fold (1: one chain).
+    pub fn lanes(&self, op: OpId) -> usize {
+        self.lanes.get(&op).map_or(1, |x| x.0)
+    }
+
+    /// Folds reduction `op` in `lanes` accumulators, recording `why`.
+    pub fn set_lanes(&mut self, op: OpId, lanes: usize, why: impl Into<String>) {
+        self.lanes.insert(op, (lanes, why.into()));
+    }
+
+    /// Values with a lazy decision: the value, computed where read or not, and why.
+    pub fn lazy_decisions(&self) -> impl Iterator<Item = (Value, bool, &str)> {
+        self.lazy.iter().map(|(v, (on, w))| (*v, *on, w.as_str()))
+    }
+
+    /// Masks with an unswitch decision: the mask, unswitched or not, and why.
+    pub fn unswitch_decisions(&self) -> impl Iterator<Item = (Value, bool, &str)> {
+        self.unswitch
+            .iter()
+            .map(|(v, (on, w))| (*v, *on, w.as_str()))
+    }
+
+    /// Checks every decision against `kernel` on a program of `threads` threads: the ops and
+    /// values exist and are of the decision's kind, and the facts the decision needs hold.
+    pub fn verify(&self, kernel: &Kernel, threads: usize, name: &str) -> Result<()> {
+        let bad = |what: String| {
+            Err(Error::InvalidArgument(format!(
+                "layout plan of `{name}`: {what}"
+            )))
+        };
+        if threads != 1 {
+            return bad(format!(
+                "CPU decisions on a program of {threads} threads (they need one thread per \
+                 program)"
+            ));
+        }
+        if self.lazy_depth == 0 {
+            return bad("lazy chains of depth 0 (at least 1)".into());
+        }
+        let n = kernel.values.len();
+        let lazy = lazy_values(kernel);
+        for (&v, (on, _)) in &self.lazy {
+            if v.index() >= n {
+                return bad(format!("{v}: no such value"));
+            }
+            if *on && lazy[v.index()].is_none() {
+                return bad(format!(
+                    "{v} computed where read, but its readers do not each read it once in its \
+                     own region"
+                ));
+            }
+        }
+        let facts = Facts::new(kernel);
+        for (&v, (on, _)) in &self.unswitch {
+            if v.index() >= n {
+                return bad(format!("{v}: no such value"));
+            }
+            if *on {
+                if let Err(e) = facts.splittable(v) {
+                    return bad(format!("{v} unswitched: {e}"));
+                }
+            }
+        }
+        for (&op, (slots, _)) in &self.peel {
+            let Some(Op::For { init, body, .. }) = kernel.ops.get(op.index()).map(|o| &o.op) else {
+                return bad(format!("{op}: peeling on an op that is not a `for`"));
+            };
+            if slots.is_empty() {
+                continue;
+            }
+            let ok = match facts.peelable(*body, init) {
+                Err(e) => Err(e),
+                Ok((uniform, _)) => match slots.iter().find(|s| !uniform.contains(s)) {
+                    Some(s) => Err(format!(
+                        "carried slot {s} does not start as a uniform block"
+                    )),
+                    None => Ok(()),
+                },
+            };
+            if let Err(e) = ok {
+                return bad(format!("{op} peeled: {e}"));
+            }
+        }
+        for (&op, &(lanes, _)) in &self.lanes {
+            match kernel.ops.get(op.index()).map(|o| &o.op) {
+                Some(Op::Reduce { kind, .. }) if *kind != ReduceKind::Custom => {}
+                _ => {
+                    return bad(format!(
+                        "{op}: lanes on an op that is not a builtin reduction"
+                    ))
+                }
+            }
+            if !lanes.is_power_of_two() || lanes > 1024 {
+                return bad(format!(
+                    "{op}: {lanes} reduction lanes (a power of two up to 1024)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one line of the text form (`cpu ...`) into `self`; `None` when it is not one.
+    pub fn parse_line(&mut self, line: &str) -> Option<()> {
+        let rest = line.trim().strip_prefix("cpu ")?;
+        let (body, why) = rest.split_once(" ; ")?;
+        let why = why.to_string();
+        let w: Vec<&str> = body.split_whitespace().collect();
+        let onoff = |s: &str| match s {
+            "on" => Some(true),
+            "off" => Some(false),
+            _ => None,
+        };
+        match w.as_slice() {
+            [r] if r.starts_with("recipes=") => {
+                self.recipes = onoff(r.strip_prefix("recipes=")?)?;
+                self.recipes_why = why;
+            }
+            [d] if d.starts_with("lazy_depth=") => {
+                self.lazy_depth = d.strip_prefix("lazy_depth=")?.parse().ok()?;
+                self.lazy_depth_why = why;
+            }
+            [v, what] if v.starts_with('%') => {
+                let v = Value(v.strip_prefix('%')?.parse().ok()?);
+                match *what {
+                    "lazy" => self.set_lazy(v, true, why),
+                    "stored" => self.set_lazy(v, false, why),
+                    "unswitch" => self.set_unswitched(v, true, why),
+                    "masked" => self.set_unswitched(v, false, why),
+                    _ => return None,
+                }
+            }
+            [op, what] if op.starts_with("op") => {
+                let op = OpId(op.strip_prefix("op")?.parse().ok()?);
+                if let Some(s) = what.strip_prefix("peel=") {
+                    let slots = match s {
+                        "none" => Vec::new(),
+                        s => s
+                            .split(',')
+                            .map(|x| x.parse().ok())
+                            .collect::<Option<Vec<usize>>>()?,
+                    };
+                    self.set_peeled(op, slots, why);
+                } else {
+                    let lanes = what.strip_prefix("lanes=")?.parse().ok()?;
+                    self.set_lanes(op, lanes, why);
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// An empty plan (nothing specialised), for [`Self::parse_line`] to fill.
+    pub fn empty() -> CpuPlan {
+        CpuPlan {
+            recipes: false,
+            recipes_why: String::new(),
+            lazy_depth: LAZY_DEPTH,
+            lazy_depth_why: String::new(),
+            lazy: BTreeMap::new(),
+            unswitch: BTreeMap::new(),
+            peel: BTreeMap::new(),
+            lanes: BTreeMap::new(),
+        }
+    }
+}
+
+impl fmt::Display for CpuPlan {
+    /// One line per decision, each `  cpu ... ; why`: `recipes=on`, `lazy_depth=16`,
+    /// `%N lazy` / `%N stored`, `%N unswitch` / `%N masked`, `opN peel=0,1` (`peel=none`),
+    /// `opN lanes=32`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let on = |b: bool| if b { "on" } else { "off" };
+        writeln!(
+            f,
+            "  cpu recipes={} ; {}",
+            on(self.recipes),
+            self.recipes_why
+        )?;
+        writeln!(
+            f,
+            "  cpu lazy_depth={} ; {}",
+            self.lazy_depth, self.lazy_depth_why
+        )?;
+        for (v, (b, why)) in &self.lazy {
+            let what = if *b { "lazy" } else { "stored" };
+            writeln!(f, "  cpu {v} {what} ; {why}")?;
+        }
+        for (v, (b, why)) in &self.unswitch {
+            let what = if *b { "unswitch" } else { "masked" };
+            writeln!(f, "  cpu {v} {what} ; {why}")?;
+        }
+        for (op, (slots, why)) in &self.peel {
+            let s = if slots.is_empty() {
+                "none".to_string()
+            } else {
+                slots
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            writeln!(f, "  cpu {op} peel={s} ; {why}")?;
+        }
+        for (op, (lanes, why)) in &self.lanes {
+            writeln!(f, "  cpu {op} lanes={lanes} ; {why}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Per value, why it may be computed where it is read, for one-thread programs: each
+/// reader is an op of the region that defines the value and reads each element once
+/// (elementwise ops, loads, stores, atomics, builtin reductions, the `yield` of a `for`
+/// body, which assigns it to a loop variable element by element), and either
+/// - the value has one use;
+/// - it has one reader, an elementwise op reading it more than once at the same index
+///   (`d * d`: the compiler evaluates it once);
+/// - it is a load read by several such ops (other than `yield`): each re-reads the
+///   argument, which is cheaper than storing the block and reading it back (the printer
+///   re-reads only read-only arguments over consecutive offsets).
+///
+/// Loop and `if` operands are excluded: they are copied into variables before the region
+/// runs.
+pub fn lazy_values(k: &Kernel) -> Vec<Option<String>> {
+    let n = k.values.len();
+    let mut uses = vec![0u32; n];
+    // Distinct readers of each value, in program order.
+    let mut users: Vec<Vec<(usize, OpId)>> = vec![Vec::new(); n];
+    let mut home: Vec<Option<usize>> = vec![None; n];
+    for (ri, r) in k.regions.iter().enumerate() {
+        for &id in &r.ops {
+            let data = k.op(id);
+            for v in data.results.iter() {
+                home[v.index()] = Some(ri);
+            }
+            data.op.for_each_operand(|v| {
+                uses[v.index()] += 1;
+                if users[v.index()].last() != Some(&(ri, id)) {
+                    users[v.index()].push((ri, id));
+                }
+            });
+        }
+    }
+    let elementwise = |op: &Op| {
+        matches!(
+            op,
+            Op::Unary { .. }
+                | Op::Binary { .. }
+                | Op::Cmp { .. }
+                | Op::Select { .. }
+                | Op::Fma { .. }
+                | Op::Clamp { .. }
+                | Op::Cast { .. }
+                | Op::Bitcast { .. }
+        )
+    };
+    (0..n)
+        .map(|v| {
+            let reads_once = |&(ri, id): &(usize, OpId)| {
+                let for_body = || {
+                    k.regions[ri]
+                        .parent
+                        .is_some_and(|p| matches!(k.op(p).op, Op::For { .. }))
+                };
+                home[v] == Some(ri)
+                    && match &k.op(id).op {
+                        // Assigned to the loop's variables, element by element.
+                        Op::Yield { .. } => for_body(),
+                        op if elementwise(op) => true,
+                        Op::AddPtr { .. }
+                        | Op::Load { .. }
+                        | Op::Store { .. }
+                        | Op::AtomicRmw { .. } => true,
+                        Op::Reduce { kind, .. } => *kind != ReduceKind::Custom,
+                        _ => false,
+                    }
+            };
+            let is_load = || {
+                k.def_op(Value(v as u32))
+                    .is_some_and(|d| matches!(k.op(d).op, Op::Load { .. }))
+            };
+            match users[v].as_slice() {
+                [] => None,
+                [one] => {
+                    let op = &k.op(one.1).op;
+                    if !reads_once(one) {
+                        None
+                    } else if uses[v] == 1 {
+                        Some(format!("one use, by `{}` of its region", op.name()))
+                    } else if elementwise(op) {
+                        Some(format!(
+                            "read {} times at the same index by one `{}`",
+                            uses[v],
+                            op.name()
+                        ))
+                    } else if is_load() {
+                        Some(format!(
+                            "a load read {} times by one `{}` of its region",
+                            uses[v],
+                            op.name()
+                        ))
+                    } else {
+                        None
+                    }
+                }
+                many => (is_load()
+                    && many
+                        .iter()
+                        .all(|u| reads_once(u) && !matches!(k.op(u.1).op, Op::Yield { .. })))
+                .then(|| {
+                    format!(
+                        "a load read by {} ops of its region, each reading every element once",
+                        many.len()
+                    )
+                }),
+            }
+        })
+        .collect()
+}
+
+/// The IR facts the unswitch and peel decisions read.
+struct Facts<'k> {
+    k: &'k Kernel,
+    /// Per value: the printer holds it as one uniform value (scalars, constants, splats,
+    /// and what elementwise ops, broadcasts and reshapes make of uniform values only).
+    uniform: Vec<bool>,
+    /// Per value: a block `bool` used as a load/store/atomic mask or a `where` condition
+    /// and computed from index arithmetic only.
+    masks: Vec<bool>,
+    axis: Vec<AxisInfo>,
+}
+
+impl<'k> Facts<'k> {
+    fn new(k: &'k Kernel) -> Facts<'k> {
+        let n = k.values.len();
+        let mut memo = vec![None; n];
+        let uniform = (0..n)
+            .map(|i| uniform(k, Value(i as u32), &mut memo))
+            .collect();
+        Facts {
+            k,
+            uniform,
+            masks: unswitchable_masks(k),
+            axis: super::axis::analyse(k),
+        }
+    }
+
+    /// Decides the unswitched masks of region `r` (of the regions the printer unswitches
+    /// in when `split`), with `open` splits already open around it; nested regions first,
+    /// as the printer lowers an op's regions before it looks at the op's results.
+    fn plan_splits(
+        &self,
+        r: RegionId,
+        split: bool,
+        open: usize,
+        out: &mut BTreeMap<Value, (bool, String)>,
+    ) {
+        let mut mine = 0;
+        for &id in &self.k.region(r).ops {
+            let data = self.k.op(id);
+            match &data.op {
+                Op::Yield { .. } => continue,
+                Op::For { body, .. } => self.plan_splits(*body, true, open + mine, out),
+                Op::While { cond, body, .. } => {
+                    self.plan_splits(*cond, false, open + mine, out);
+                    self.plan_splits(*body, true, open + mine, out);
+                }
+                Op::If {
+                    then_region,
+                    else_region,
+                    ..
+                } => {
+                    self.plan_splits(*then_region, true, open + mine, out);
+                    self.plan_splits(*else_region, true, open + mine, out);
+                }
+                op => {
+                    for sub in op.regions() {
+                        self.plan_splits(sub, false, open + mine, out);
+                    }
+                }
+            }
+            if !split {
+                continue;
+            }
+            for v in data.results.iter() {
+                if open + mine >= MAX_OPEN {
+                    break;
+                }
+                if let Ok(why) = self.splittable(v) {
+                    out.insert(v, (true, why));
+                    mine += 1;
+                }
+            }
+        }
+    }
+
+    /// Why mask `v` may be unswitched, or why not.
+    fn splittable(&self, v: Value) -> std::result::Result<String, String> {
+        if !self.masks.get(v.index()).copied().unwrap_or(false) {
+            return Err("not a block mask built from index arithmetic alone".into());
+        }
+        if self.uniform[v.index()] {
+            return Err("a uniform mask (nothing to unswitch)".into());
+        }
+        self.all_true(v)
+            .map(|t| format!("index-only mask; all true when {t}, tested once"))
+            .ok_or_else(|| {
+                format!(
+                    "no all-true test reading a few elements (runs of {MIN_RUN}+ consecutive or \
+                     equal indices against a uniform bound)"
+                )
+            })
+    }
+
+    /// How the printer tests that every element of the bool block `v` is true reading a
+    /// few elements, described; `None` when no such test is known.
+    fn all_true(&self, v: Value) -> Option<String> {
+        if self.uniform[v.index()] {
+            return Some(format!("{v} is"));
+        }
+        match &self.k.op(self.k.def_op(v)?).op {
+            Op::Binary {
+                kind: BinaryOp::And,
+                lhs,
+                rhs,
+            } => Some(format!(
+                "{} and {}",
+                self.all_true(*lhs)?,
+                self.all_true(*rhs)?
+            )),
+            Op::Broadcast { src } | Op::ExpandDims { src, .. } | Op::Reshape { src } => {
+                self.all_true(*src)
+            }
+            Op::Cmp { pred, lhs, rhs } => {
+                self.compare_all(*pred, *lhs, *rhs, self.k.ty(v).numel() as u64)
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Self::all_true`] for `lhs pred rhs` over `n` elements: one side uniform, the other
+    /// a 32- or 64-bit integer block whose aligned runs of [`MIN_RUN`]+ elements are
+    /// constant or step by +1.
+    fn compare_all(&self, pred: CmpPred, lhs: Value, rhs: Value, n: u64) -> Option<String> {
+        if matches!(pred, CmpPred::Eq | CmpPred::Ne) {
+            return None;
+        }
+        let x = if self.uniform[rhs.index()] {
+            lhs
+        } else if self.uniform[lhs.index()] {
+            rhs
+        } else {
+            return None;
+        };
+        let dt = self.k.ty(x).dtype;
+        if !matches!(dt, DType::I32 | DType::I64 | DType::U32 | DType::U64) {
+            return None;
+        }
+        let info = self.axis[x.index()];
+        let what = if info.cst >= MIN_RUN && n % info.cst == 0 {
+            format!("runs of {} equal", info.cst)
+        } else if info.contig >= MIN_RUN && n % info.contig == 0 {
+            format!("runs of {} consecutive", info.contig)
+        } else {
+            return None;
+        };
+        Some(format!(
+            "`{}` of {x} ({what} {dt}) against a uniform bound holds at each run's ends",
+            pred.name()
+        ))
+    }
+
+    /// For a `for` over `body` with initial values `init`: the carried slots that start as
+    /// uniform blocks and why peeling pays, or why the loop cannot be peeled.
+    fn peelable(
+        &self,
+        body: RegionId,
+        init: &[Value],
+    ) -> std::result::Result<(Vec<usize>, String), String> {
+        let ops = &self.k.region(body).ops;
+        if ops.len() > MAX_PEEL_OPS {
+            return Err(format!(
+                "a body of {} ops (at most {MAX_PEEL_OPS} are printed twice)",
+                ops.len()
+            ));
+        }
+        if let Some(&id) = ops.iter().find(|&&id| {
+            let op = &self.k.op(id).op;
+            op.regions().next().is_some() || matches!(op, Op::Dot { .. })
+        }) {
+            return Err(format!(
+                "the body holds `{}` (only straight-line bodies without `tl.dot` are peeled)",
+                self.k.op(id).op.name()
+            ));
+        }
+        let slots: Vec<usize> = init
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| self.k.ty(**v).is_block() && self.uniform[v.index()])
+            .map(|(s, _)| s)
+            .collect();
+        let why = format!(
+            "{}-op straight-line body; carried block(s) {} start uniform: the first \
+             iteration computes from one value instead of filled arrays",
+            ops.len(),
+            slots
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        Ok((slots, why))
+    }
+}
+
+/// Whether the printer holds `v` as one uniform value.
+fn uniform(k: &Kernel, v: Value, memo: &mut Vec<Option<bool>>) -> bool {
+    if k.ty(v).is_scalar() {
+        return true;
+    }
+    if let Some(r) = memo[v.index()] {
+        return r;
+    }
+    memo[v.index()] = Some(false);
+    let mut all = |vs: &[Value]| vs.iter().all(|x| uniform(k, *x, memo));
+    let r = match k.def_op(v).map(|id| &k.op(id).op) {
+        Some(Op::Constant { .. } | Op::Splat { .. }) => true,
+        Some(
+            Op::Unary { src, .. }
+            | Op::Cast { src }
+            | Op::Bitcast { src }
+            | Op::IntToPtr { src }
+            | Op::Broadcast { src }
+            | Op::ExpandDims { src, .. }
+            | Op::Reshape { src }
+            | Op::Permute { src, .. }
+            | Op::Split { src },
+        ) => all(&[*src]),
+        Some(Op::Binary { lhs, rhs, .. } | Op::Cmp { lhs, rhs, .. }) => all(&[*lhs, *rhs]),
+        Some(Op::AddPtr { ptr, offset }) => all(&[*ptr, *offset]),
+        Some(Op::Select {
+            cond,
+            on_true,
+            on_false,
+        }) => all(&[*cond, *on_true, *on_false]),
+        Some(Op::Fma { a, b, c }) => all(&[*a, *b, *c]),
+        Some(Op::Clamp { src, lo, hi, .. }) => all(&[*src, *lo, *hi]),
+        Some(Op::Philox { counters, key, .. }) => all(counters) && all(key),
+        _ => false,
+    };
+    memo[v.index()] = Some(r);
+    r
+}
+
+/// Per value: a block `bool` used as a load/store/atomic mask or a `where` condition and
+/// computed from index arithmetic only.
+fn unswitchable_masks(k: &Kernel) -> Vec<bool> {
+    let n = k.values.len();
+    let mut used_as_mask = vec![false; n];
+    for o in &k.ops {
+        let m = match &o.op {
+            Op::Load { mask, .. } | Op::Store { mask, .. } | Op::AtomicRmw { mask, .. } => *mask,
+            Op::Select { cond, .. } => Some(*cond),
+            _ => None,
+        };
+        if let Some(m) = m {
+            used_as_mask[m.index()] = true;
+        }
+    }
+    let mut memo: Vec<Option<bool>> = vec![None; n];
+    (0..n)
+        .map(|i| {
+            let ty = &k.values[i].ty;
+            used_as_mask[i]
+                && ty.is_block()
+                && ty.dtype == DType::Bool
+                && index_only(k, Value(i as u32), &mut memo)
+        })
+        .collect()
+}
+
+/// Whether `v` is a uniform scalar or a block built from index arithmetic alone.
+fn index_only(k: &Kernel, v: Value, memo: &mut Vec<Option<bool>>) -> bool {
+    if let Some(r) = memo[v.index()] {
+        return r;
+    }
+    // Cycles cannot occur (SSA), but a loop-carried block has no defining op: not indexed.
+    memo[v.index()] = Some(false);
+    let r = k.ty(v).is_scalar()
+        || match k.def_op(v).map(|id| &k.op(id).op) {
+            Some(Op::ProgramId { .. } | Op::NumPrograms { .. })
+            | Some(Op::Constant { .. } | Op::Arange { .. }) => true,
+            Some(
+                Op::Splat { src }
+                | Op::Broadcast { src }
+                | Op::ExpandDims { src, .. }
+                | Op::Reshape { src }
+                | Op::Cast { src },
+            ) => index_only(k, *src, memo),
+            Some(Op::Binary { lhs, rhs, .. } | Op::Cmp { lhs, rhs, .. }) => {
+                index_only(k, *lhs, memo) && index_only(k, *rhs, memo)
+            }
+            Some(Op::Select {
+                cond,
+                on_true,
+                on_false,
+            }) => {
+                index_only(k, *cond, memo)
+                    && index_only(k, *on_true, memo)
+                    && index_only(k, *on_false, memo)
+            }
+            _ => false,
+        };
+    memo[v.index()] = Some(r);
+    r
+}
