@@ -1,7 +1,9 @@
 //! The layout plan as the printers consume it: its text round-trips, the verifier refuses
 //! plans the kernel cannot take, and for each kind of decision an override changes the
 //! printed code but not the results (emulated Metal in both lane orders against an f64
-//! reference; CUDA printed and NVRTC-compiled).
+//! reference and the CPU targets: the interpreter and the compiled CPU executor; CUDA
+//! printed and NVRTC-compiled). The compiled CPU executor's own decisions are in
+//! `cpu_plan_tests.rs`.
 
 use super::cuda_tests::nvrtc;
 use super::tests::{
@@ -113,6 +115,61 @@ fn run_mm(k: &Kernel, plan: &KernelPlan, a: &[f32], b: &[f32], half: bool) -> Ve
     out[0].to_vec::<f32>().unwrap()
 }
 
+/// Runs the 32x32x16 matmul on the interpreter and the compiled CPU executor (with their
+/// own plans), outputs poisoned: each target's `c`. The compiled executor only where clang
+/// is found (required in CI).
+fn run_mm_cpu(k: &Kernel, a: &[f32], b: &[f32], half: bool) -> Vec<Vec<f32>> {
+    let (m, n, kk) = (37usize, 45usize, 50usize);
+    let bytes = |v: &[f32]| -> Vec<u8> {
+        if half {
+            v.iter()
+                .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                .collect()
+        } else {
+            v.iter().flat_map(|x| x.to_le_bytes()).collect()
+        }
+    };
+    let (ab, bb) = (bytes(a), bytes(b));
+    let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
+    [false, true]
+        .into_iter()
+        .filter(|&c| !c || compiled)
+        .map(|c| {
+            let mut out = vec![f32::NAN.to_bits(); m * n];
+            let mut args = [
+                crate::exec::ExecArg::from(&ab[..]),
+                crate::exec::ExecArg::from(&bb[..]),
+                crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
+                crate::exec::ExecArg::from(m as i32),
+                crate::exec::ExecArg::from(n as i32),
+                crate::exec::ExecArg::from(kk as i32),
+            ];
+            crate::exec::test_support::run_on(c, k, [2, 2, 1], &mut args)
+                .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
+            out.into_iter().map(f32::from_bits).collect()
+        })
+        .collect()
+}
+
+/// The f16-rounded matmul inputs of the plan tests (seeds `sa`, `sb`), their f64 product,
+/// and the product as the CPU targets compute it, checked against the f64 one.
+fn mm_inputs(k: &Kernel, sa: u64, sb: u64) -> (Vec<f32>, Vec<f32>, Vec<f64>, Vec<Vec<f32>>) {
+    let (m, n, kk) = (37usize, 45usize, 50usize);
+    let round = |v: Vec<f32>| -> Vec<f32> {
+        v.into_iter()
+            .map(|x| half::f16::from_f32(x).to_f32())
+            .collect()
+    };
+    let a = round(rnd(m * kk, sa, -1.0, 1.0));
+    let b = round(rnd(kk * n, sb, -1.0, 1.0));
+    let want = matmul_ref(&a, &b, m, n, kk);
+    let cpu = run_mm_cpu(k, &a, &b, true);
+    for (t, got) in cpu.iter().enumerate() {
+        assert_close(got, &want, 1e-5, ["interpreter", "compiled CPU"][t]);
+    }
+    (a, b, want, cpu)
+}
+
 #[test]
 fn dot_decisions_change_the_code_not_the_result() {
     let k = mm(F16);
@@ -163,21 +220,22 @@ fn dot_decisions_change_the_code_not_the_result() {
             nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
         }
     }
+    // The interpreter and the compiled CPU executor against f64, then every plan on
+    // emulated Metal against f64 and the interpreter.
+    let (a, b, want, cpu) = mm_inputs(&k, 11, 12);
     if !emu_ok("dot_decisions_change_the_code_not_the_result") {
         return;
     }
-    let (m, n, kk) = (37usize, 45usize, 50usize);
-    let round = |v: Vec<f32>| -> Vec<f32> {
-        v.into_iter()
-            .map(|x| half::f16::from_f32(x).to_f32())
-            .collect()
-    };
-    let a = round(rnd(m * kk, 11, -1.0, 1.0));
-    let b = round(rnd(kk * n, 12, -1.0, 1.0));
-    let want = matmul_ref(&a, &b, m, n, kk);
+    let interp: Vec<f64> = cpu[0].iter().map(|x| *x as f64).collect();
     for (i, p) in plans.iter().enumerate() {
         let got = run_mm(&k, p, &a, &b, true);
         assert_close(&got, &want, 1e-5, &format!("plan {i}"));
+        assert_close(
+            &got,
+            &interp,
+            1e-5,
+            &format!("plan {i} against the interpreter"),
+        );
     }
 }
 
@@ -237,11 +295,41 @@ fn reduction_decisions_change_the_code_not_the_result() {
             nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
         }
     }
+    // The CPU targets first: their row sums against f64, their maxima and argmaxes are what
+    // every emulated plan must give.
+    let (m, n) = (20usize, 50usize);
+    let x = rnd(m * n, 21, -3.0, 3.0);
+    let want: Vec<f64> = (0..m)
+        .map(|i| x[i * n..(i + 1) * n].iter().map(|v| *v as f64).sum())
+        .collect();
+    let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
+    let mut cpu = Vec::new();
+    for c in [false, true].into_iter().filter(|&c| !c || compiled) {
+        let mut rows = vec![f32::NAN.to_bits(); 32];
+        let mut cols = vec![f32::NAN.to_bits(); 128];
+        let mut amax = vec![u32::MAX; 32];
+        let mut args = [
+            crate::exec::ExecArg::from(&xb[..]),
+            crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut rows)),
+            crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut cols)),
+            crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut amax)),
+            crate::exec::ExecArg::from(m as i32),
+            crate::exec::ExecArg::from(n as i32),
+        ];
+        crate::exec::test_support::run_on(c, &k, [2, 1, 1], &mut args)
+            .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
+        let rows: Vec<f32> = rows[..m].iter().map(|b| f32::from_bits(*b)).collect();
+        assert_close(&rows, &want, 1e-5, &format!("row sums, compiled={c}"));
+        let cols: Vec<u32> = (0..2)
+            .flat_map(|p| cols[p * 64..p * 64 + n].to_vec())
+            .collect();
+        cpu.push((cols, amax[..m].to_vec()));
+    }
+    assert!(cpu.windows(2).all(|w| w[0] == w[1]));
     if !emu_ok("reduction_decisions_change_the_code_not_the_result") {
         return;
     }
-    let (m, n) = (20usize, 50usize);
-    let x = rnd(m * n, 21, -3.0, 3.0);
     let mut results = Vec::new();
     for p in &progs {
         let out = run_prog(
@@ -259,9 +347,6 @@ fn reduction_decisions_change_the_code_not_the_result() {
             [2, 1, 1],
         );
         let rows = out[0].to_vec::<f32>().unwrap();
-        let want: Vec<f64> = (0..m)
-            .map(|i| x[i * n..(i + 1) * n].iter().map(|v| *v as f64).sum())
-            .collect();
         assert_close(&rows[..m], &want, 1e-5, "row sums");
         let cols = out[1].to_vec::<f32>().unwrap();
         let cols: Vec<u32> = (0..2)
@@ -270,8 +355,10 @@ fn reduction_decisions_change_the_code_not_the_result() {
         let amax = out[2].to_vec::<i32>().unwrap()[..m].to_vec();
         results.push((cols, amax));
     }
-    // Max and argmax are exact: every plan gives the same bits.
+    // Max and argmax are exact: every plan gives the same bits as the CPU targets.
     assert!(results.windows(2).all(|w| w[0] == w[1]));
+    let amax: Vec<u32> = results[0].1.iter().map(|v| *v as u32).collect();
+    assert_eq!((&results[0].0, &amax), (&cpu[0].0, &cpu[0].1));
 }
 
 #[test]
@@ -453,21 +540,20 @@ fn threadgroup_memory_decisions_change_the_code_not_the_result() {
             nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
         }
     }
+    let (a, b, want, cpu) = mm_inputs(&k, 41, 42);
     if !emu_ok("threadgroup_memory_decisions_change_the_code_not_the_result") {
         return;
     }
-    let (m, n, kk) = (37usize, 45usize, 50usize);
-    let round = |v: Vec<f32>| -> Vec<f32> {
-        v.into_iter()
-            .map(|x| half::f16::from_f32(x).to_f32())
-            .collect()
-    };
-    let a = round(rnd(m * kk, 41, -1.0, 1.0));
-    let b = round(rnd(kk * n, 42, -1.0, 1.0));
-    let want = matmul_ref(&a, &b, m, n, kk);
+    let interp: Vec<f64> = cpu[0].iter().map(|x| *x as f64).collect();
     for (i, p) in plans.iter().enumerate() {
         let got = run_mm(&k, p, &a, &b, true);
         assert_close(&got, &want, 1e-5, &format!("plan {i}"));
+        assert_close(
+            &got,
+            &interp,
+            1e-5,
+            &format!("plan {i} against the interpreter"),
+        );
     }
 }
 
