@@ -134,6 +134,7 @@ pub fn plan(kernel: &Kernel) -> KernelPlan {
 /// or construct the dialect lacks ([`crate::Error::Unsupported`]), blocks whose arrays
 /// would not fit on a worker's stack, parameter names that clash with generated code.
 pub fn compile(kernel: &Kernel, shared_outputs: bool) -> Result<CpuProgram> {
+    check_block_shapes(&CPU, kernel)?;
     print(kernel, shared_outputs, plan(kernel))
 }
 
@@ -160,12 +161,13 @@ pub fn compile_with(
             CPU.title
         )));
     }
+    check_block_shapes(&CPU, kernel)?;
     plan.verify(kernel)?;
     print(kernel, shared_outputs, plan.clone())
 }
 
+/// Prints `kernel` spelling `plan`, its block shapes and dtypes already checked.
 fn print(kernel: &Kernel, shared_outputs: bool, plan: KernelPlan) -> Result<CpuProgram> {
-    check_block_shapes(&CPU, kernel)?;
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     let idents = abi::param_idents(&kernel.name, &names)?;
     let opts = cpu_options();
