@@ -303,9 +303,33 @@ fn reduction_decisions_change_the_code_not_the_result() {
         .map(|i| x[i * n..(i + 1) * n].iter().map(|v| *v as f64).sum())
         .collect();
     let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    // The compiled CPU executor takes the same overrides on its own plan.
+    let cdef = cpu::plan(&k);
+    let mut c_tiled = cdef.clone();
+    let mut c_one = cdef.clone();
+    for &r in &reduces {
+        c_tiled.set(r, Decision::Reduce(ReductionLayout::Tiled), "override");
+    }
+    c_one.set(
+        reduces[1],
+        Decision::Reduce(ReductionLayout::ColumnMajor),
+        "override",
+    );
+    let cpu_plans = [cdef, c_tiled, c_one];
+    let srcs: Vec<String> = cpu_plans
+        .iter()
+        .map(|p| cpu::compile_with(&k, false, p).unwrap().source)
+        .collect();
+    assert_ne!(srcs[0], srcs[1]);
+    assert_ne!(srcs[0], srcs[2]);
+    assert_ne!(srcs[1], srcs[2]);
     let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
+    let targets: Vec<Option<&KernelPlan>> = std::iter::once(None)
+        .chain(cpu_plans.iter().map(Some).filter(|_| compiled))
+        .collect();
     let mut cpu = Vec::new();
-    for c in [false, true].into_iter().filter(|&c| !c || compiled) {
+    for plan in targets {
+        let c = plan.is_some();
         let mut rows = vec![f32::NAN.to_bits(); 32];
         let mut cols = vec![f32::NAN.to_bits(); 128];
         let mut amax = vec![u32::MAX; 32];
@@ -317,8 +341,11 @@ fn reduction_decisions_change_the_code_not_the_result() {
             crate::exec::ExecArg::from(m as i32),
             crate::exec::ExecArg::from(n as i32),
         ];
-        crate::exec::test_support::run_on(c, &k, [2, 1, 1], &mut args)
-            .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
+        match plan {
+            None => crate::exec::execute(&k, [2, 1, 1], &mut args),
+            Some(p) => crate::native::execute_native_with(&k, p, [2, 1, 1], &mut args),
+        }
+        .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
         let rows: Vec<f32> = rows[..m].iter().map(|b| f32::from_bits(*b)).collect();
         assert_close(&rows, &want, 1e-5, &format!("row sums, compiled={c}"));
         let cols: Vec<u32> = (0..2)
@@ -399,12 +426,56 @@ fn chunk_width_decision_changes_the_code_not_the_result() {
             nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
         }
     }
-    if !emu_ok("chunk_width_decision_changes_the_code_not_the_result") {
-        return;
-    }
+    // The compiled CPU executor: 8 floats per chunk (profile vector_bytes 32), or 1.
+    let cdef = cpu::plan(&k);
+    assert_eq!(cdef.vec, 8, "{}", cdef.vec_why);
+    let mut c_narrow = cdef.clone();
+    c_narrow.vec = 1;
+    c_narrow.vec_why = "override".into();
+    let c_srcs = [&cdef, &c_narrow].map(|p| cpu::compile_with(&k, false, p).unwrap().source);
+    assert!(c_srcs[0].contains("tm_vload<8>"));
+    assert!(!c_srcs[1].contains("tm_vload<8>"));
     let n = 3000usize;
     let (x, y) = (rnd(n, 31, -5.0, 5.0), rnd(n, 32, -5.0, 5.0));
     let want: Vec<f64> = x.iter().zip(&y).map(|(a, b)| (a + b) as f64).collect();
+    let (xb, yb): (Vec<u8>, Vec<u8>) = (
+        x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        y.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    );
+    let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
+    let targets: Vec<Option<&KernelPlan>> = std::iter::once(None)
+        .chain(
+            [&cdef, &c_narrow]
+                .map(Some)
+                .into_iter()
+                .filter(|_| compiled),
+        )
+        .collect();
+    for plan in targets {
+        let mut out = vec![f32::NAN.to_bits(); n];
+        let mut args = [
+            crate::exec::ExecArg::from(&xb[..]),
+            crate::exec::ExecArg::from(&yb[..]),
+            crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
+            crate::exec::ExecArg::from(n as i32),
+        ];
+        let grid = [n.div_ceil(1024), 1, 1];
+        match plan {
+            None => crate::exec::execute(&k, grid, &mut args),
+            Some(p) => crate::native::execute_native_with(&k, p, grid, &mut args),
+        }
+        .unwrap_or_else(|e| panic!("{e}"));
+        let out: Vec<f32> = out.into_iter().map(f32::from_bits).collect();
+        assert_close(
+            &out,
+            &want,
+            0.0,
+            &format!("add, CPU chunks {:?}", plan.map(|p| p.vec)),
+        );
+    }
+    if !emu_ok("chunk_width_decision_changes_the_code_not_the_result") {
+        return;
+    }
     for p in &progs {
         let out = run_prog(
             p,
