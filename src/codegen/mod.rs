@@ -27,8 +27,10 @@
 //! ```
 //!
 //! The decisions the printer spells (dot lowering, reduction strategy, accumulators kept in
-//! fragments across loops) come from the optimizer's layout plan ([`crate::opt::plan`]);
-//! [`metal::compile_with`] and [`cuda::compile_with`] take a plan with overrides.
+//! fragments across loops, and for the compiled CPU executor its one-thread specialisations,
+//! [`crate::opt::cpu`]) come from the optimizer's layout plan ([`crate::opt::plan`]);
+//! [`metal::compile_with`], [`cuda::compile_with`] and [`cpu::compile_with`] take a plan
+//! with overrides.
 //!
 //! Conventions: scalar parameters are inputs passed as 0-d MLX arrays; pointers that are
 //! stored to are outputs (see [`abi`]). `TRITON_METAL_DEBUG=1` prints the IR, the layout
