@@ -15,6 +15,8 @@ mod matmul;
 
 use triton_metal::codegen::{self, nvrtc::Nvrtc, LaunchOptions};
 use triton_metal::emu::{Emulator, LaneOrder};
+use triton_metal::ir::OpId;
+use triton_metal::opt::plan::Decision;
 use triton_metal::opt::{Chip, HardwareProfile};
 use triton_metal::runtime::{out, Target};
 use triton_metal::tl::{JitKernel, Signature};
@@ -145,7 +147,7 @@ fn run(
     kernel: &JitKernel,
     p: &Problem,
     blocks: [usize; 3],
-    warps: usize,
+    (warps, stages): (usize, u32),
     target: Target,
 ) -> Vec<f64> {
     let (a, b, s) = p.operands();
@@ -172,6 +174,7 @@ fn run(
         .constexpr("BLOCK_SIZE_K", blocks[2] as i64)
         .constexpr("GROUP_SIZE_M", 8)
         .num_warps(warps)
+        .num_stages(stages)
         .target(target)
         .run()
         .unwrap_or_else(|e| panic!("{target:?} {blocks:?} {warps} warps: {e}"));
@@ -202,9 +205,30 @@ fn check(what: &str, p: &Problem, got: &[f64]) {
     }
 }
 
-/// The Metal program for one configuration: within the M1's 32 KB, the accumulator in
-/// fragments across the loop (loaded once as a constant, stored once after the last MMA).
-fn check_metal_plan(kernel: &JitKernel, blocks: [usize; 3], warps: u32, dtype: DType) {
+/// The lines of the K loop (the first `for` over a trip count) of Metal `source`.
+fn k_loop(source: &str) -> String {
+    let lines: Vec<&str> = source.lines().collect();
+    let Some(start) = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("for (uint t") && l.contains("< trips"))
+    else {
+        return String::new();
+    };
+    let indent = &lines[start][..lines[start].len() - lines[start].trim_start().len()];
+    let end = (start + 1..lines.len())
+        .find(|&i| lines[i] == format!("{indent}}}"))
+        .unwrap_or(lines.len());
+    lines[start..end].join("\n")
+}
+
+const BARRIER: &str = "threadgroup_barrier(";
+
+/// The tutorial kernel specialised for `blocks` and `dtype` operands.
+fn specialized(
+    kernel: &JitKernel,
+    blocks: [usize; 3],
+    dtype: DType,
+) -> std::sync::Arc<triton_metal::ir::Kernel> {
     let sig = Signature::new()
         .constexpr("BLOCK_SIZE_M", blocks[0] as i64)
         .constexpr("BLOCK_SIZE_N", blocks[1] as i64)
@@ -213,7 +237,21 @@ fn check_metal_plan(kernel: &JitKernel, blocks: [usize; 3], warps: u32, dtype: D
         .array(dtype)
         .array(dtype)
         .array(dtype);
-    let k = kernel.specialize(&sig).unwrap();
+    kernel.specialize(&sig).unwrap()
+}
+
+/// The Metal program for one configuration: within the M1's 32 KB, the accumulator in
+/// fragments across the loop (loaded once as a constant, stored once after the last MMA),
+/// A and B staged in `stages` threadgroup buffers (with two, one barrier per K step, else
+/// two), each SIMD-group loading its A and B fragments once per 8 of K for all its MMAs.
+fn check_metal_plan(
+    kernel: &JitKernel,
+    blocks: [usize; 3],
+    warps: u32,
+    dtype: DType,
+    stages: usize,
+) {
+    let k = specialized(kernel, blocks, dtype);
     let opts = LaunchOptions::default().num_warps(warps);
     let prog = codegen::msl(&k, &opts).unwrap();
     assert!(
@@ -230,6 +268,28 @@ fn check_metal_plan(kernel: &JitKernel, blocks: [usize; 3], warps: u32, dtype: D
     assert!(src.contains("make_filled_simdgroup_matrix<float, 8, 8>"));
     assert_eq!(src.matches("simdgroup_store(").count(), 1, "{src}");
     assert!(src.find("simdgroup_store(").unwrap() > mma, "{src}");
+    let plan = prog.plan.to_string();
+    assert_eq!(
+        plan.matches(&format!("load ahead stages={stages} ;"))
+            .count(),
+        2,
+        "{blocks:?} {dtype} on {warps} warps:\n{plan}"
+    );
+    // The reason names the budget either way.
+    let budget = if stages == 2 {
+        "fit the 32768-byte budget (profile threadgroup_memory_bytes 32768 on m1"
+    } else {
+        "exceed the 32768-byte budget (profile threadgroup_memory_bytes 32768 on m1"
+    };
+    assert!(plan.contains(budget), "{plan}");
+    let body = k_loop(src);
+    let per_step = if stages == 2 { 1 } else { 2 };
+    assert_eq!(body.matches(BARRIER).count(), per_step, "{body}");
+    // One `simdgroup_load` of A fragments and one of B per 8 of K, in loops over the
+    // SIMD-group's rows and columns of C tiles, outside the loop over its MMAs.
+    assert_eq!(body.matches("simdgroup_load(").count(), 2, "{body}");
+    assert!(body.contains("simdgroup_load(tm_fa[tm_x]"), "{body}");
+    assert!(body.contains("simdgroup_load(tm_fb[tm_y]"), "{body}");
 
     let cuda = LaunchOptions::default()
         .num_warps(warps)
@@ -243,14 +303,14 @@ fn check_metal_plan(kernel: &JitKernel, blocks: [usize; 3], warps: u32, dtype: D
     }
 }
 
-fn tutorial(blocks: [usize; 3], dtype: DType) {
+fn tutorial(blocks: [usize; 3], dtype: DType, stages: usize) {
     let kernel = matmul::matmul_kernel().unwrap();
     let emu = Emulator::should_run("tutorial_matmul").unwrap();
     for (warps, a_t, b_t) in [(4, false, false), (8, true, true), (4, true, false)] {
-        check_metal_plan(&kernel, blocks, warps as u32, dtype);
+        check_metal_plan(&kernel, blocks, warps as u32, dtype, stages);
         let p = Problem::new(dtype, a_t, b_t);
         let what = |t: &str| format!("{dtype} {blocks:?} {warps} warps, A^T {a_t}, B^T {b_t}, {t}");
-        let reference = run(&kernel, &p, blocks, warps, Target::Cpu);
+        let reference = run(&kernel, &p, blocks, (warps, 3), Target::Cpu);
         check(&what("interpreter"), &p, &reference);
         let mut targets = vec![("compiled CPU", Target::CpuCompiled)];
         if emu {
@@ -261,28 +321,101 @@ fn tutorial(blocks: [usize; 3], dtype: DType) {
             ));
         }
         for (name, t) in targets {
-            let got = run(&kernel, &p, blocks, warps, t);
+            let got = run(&kernel, &p, blocks, (warps, 3), t);
             check(&what(name), &p, &got);
         }
     }
 }
 
+// Staging buffers on the M1: two where two copies of A and B fit its 32 KB.
+
 #[test]
 fn tutorial_128x128x32_f32() {
-    tutorial([128, 128, 32], F32);
+    // One copy of f32 A and B takes the whole 32 KB.
+    tutorial([128, 128, 32], F32, 1);
 }
 
 #[test]
 fn tutorial_128x128x32_f16() {
-    tutorial([128, 128, 32], F16);
+    // Two copies of 16 KB, rows unpadded (padded ones would take 37888 bytes).
+    tutorial([128, 128, 32], F16, 2);
 }
 
 #[test]
 fn tutorial_64x64x64_f32() {
-    tutorial([64, 64, 64], F32);
+    tutorial([64, 64, 64], F32, 1);
 }
 
 #[test]
 fn tutorial_64x64x64_f16() {
-    tutorial([64, 64, 64], F16);
+    tutorial([64, 64, 64], F16, 2);
+}
+
+/// `num_stages(1)` turns Metal's double buffering off: the printed MSL differs (one
+/// staging buffer, two barriers per K step instead of one), and the results do not, bit
+/// for bit, in both lane orders, both right against f64.
+#[test]
+fn num_stages_1_turns_metal_double_buffering_off() {
+    let kernel = matmul::matmul_kernel().unwrap();
+    let emu = Emulator::should_run("num_stages_1_turns_metal_double_buffering_off").unwrap();
+    let blocks = [64, 64, 32];
+    for dtype in [F16, F32] {
+        let k = specialized(&kernel, blocks, dtype);
+        let two = codegen::msl(&k, &LaunchOptions::default()).unwrap();
+        let one = codegen::msl(&k, &LaunchOptions::default().num_stages(1)).unwrap();
+        let (p2, p1) = (two.plan.to_string(), one.plan.to_string());
+        assert_eq!(p2.matches("load ahead stages=2 ;").count(), 2, "{p2}");
+        assert_eq!(
+            p1.matches("load ahead stages=1 ; num_stages 1").count(),
+            2,
+            "{p1}"
+        );
+        assert!(p2.contains("dot.ring"), "{p2}");
+        assert!(!p1.contains("dot.ring"), "{p1}");
+        assert_ne!(two.source, one.source);
+        assert_eq!(k_loop(&two.source).matches(BARRIER).count(), 1);
+        assert_eq!(k_loop(&one.source).matches(BARRIER).count(), 2);
+        // Metal spells one or two buffers, and two only with all of K staged at once.
+        let loads: Vec<OpId> = two
+            .plan
+            .decisions()
+            .filter(|(_, d, _)| matches!(d, Decision::Ahead { .. }))
+            .map(|(op, _, _)| op)
+            .collect();
+        let dot = two
+            .plan
+            .decisions()
+            .find(|(_, d, _)| matches!(d, Decision::Dot(_)))
+            .map(|(op, _, _)| op)
+            .unwrap();
+        let mut three = two.plan.clone();
+        for &l in &loads {
+            three.set(l, Decision::Ahead { stages: 3 }, "test");
+        }
+        let e = codegen::metal::compile_with(&k, &LaunchOptions::default(), &three);
+        assert!(e.unwrap_err().to_string().contains("3 staging buffers"));
+        let mut sliced = two.plan.clone();
+        sliced.set_k_slice(dot, 16, "test");
+        let e = codegen::metal::compile_with(&k, &LaunchOptions::default(), &sliced);
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("staged ahead (all of K)"));
+        if !emu {
+            continue;
+        }
+        for (a_t, b_t) in [(false, false), (true, true)] {
+            let p = Problem::new(dtype, a_t, b_t);
+            for order in [LaneOrder::Forward, LaneOrder::Reverse] {
+                let what = format!("{dtype}, A^T {a_t}, B^T {b_t}, {order}");
+                let t = Target::Emulated(order);
+                let got2 = run(&kernel, &p, blocks, (4, 3), t);
+                let got1 = run(&kernel, &p, blocks, (4, 1), t);
+                check(&format!("{what}, num_stages 3"), &p, &got2);
+                check(&format!("{what}, num_stages 1"), &p, &got1);
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got2), bits(&got1), "{what}");
+            }
+        }
+    }
 }

@@ -59,7 +59,7 @@ impl Lowering<'_> {
     }
 
     /// Lowers `ops` (pure ops of `body`) again with the induction variable read as `iv`.
-    fn relower(&mut self, body: RegionId, ops: &[OpId], iv: &str) -> Result<()> {
+    pub(super) fn relower(&mut self, body: RegionId, ops: &[OpId], iv: &str) -> Result<()> {
         let arg = self.k.region(body).args[0];
         let saved = self.reprs[arg.index()].clone();
         self.set(arg, Repr::Scalar(iv.to_string()));

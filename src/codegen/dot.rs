@@ -2,11 +2,15 @@
 //! FMA loop for shapes and types the tiles cannot take.
 //!
 //! Tile path (2-D, M, N, K multiples of 8, f32/f16 operands and accumulator): each
-//! SIMD-group holds its C tiles in float fragments. A and B are staged through threadgroup
-//! memory in their own dtype when both are half (the fragments multiply half tiles and
-//! accumulate in float) and as float otherwise, K in the slices the plan chose
-//! ([`KernelPlan::k_slice`](crate::opt::plan::KernelPlan::k_slice)). Each SIMD-group then
-//! runs `simdgroup_multiply_accumulate` over K. C moves between fragments and the blocked
+//! SIMD-group holds one block of C tiles in float fragments (the grid of
+//! [`WarpGrid::simdgroup`]). A and B are staged through threadgroup memory in their own
+//! dtype when both are half (the fragments multiply half tiles and accumulate in float) and
+//! as float otherwise, K in the slices the plan chose
+//! ([`KernelPlan::k_slice`](crate::opt::plan::KernelPlan::k_slice)), rows padded against
+//! bank conflicts where the budget allows ([`simdgroup_pitches`]); operands whose loads the
+//! loop issues ahead are already staged in its two buffers ([`super::dbuf`]). Per 8 of K
+//! each SIMD-group loads its block's A and B fragments once and runs
+//! `simdgroup_multiply_accumulate` for every tile of the block. C moves between fragments and the blocked
 //! layout through threadgroup memory in the plan's row bands
 //! ([`KernelPlan::band_rows`](crate::opt::plan::KernelPlan::band_rows)). Every buffer is a
 //! view of the plan's threadgroup arena: operands, C in and C out of one dot are never live
@@ -30,7 +34,7 @@ fn guarded(conds: &[String], stmt: &str) -> String {
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{Op, Value, ValueDef};
-use crate::opt::plan::DotLowering;
+use crate::opt::plan::{simdgroup_pitches, DotLowering, WarpGrid};
 use crate::opt::smem::Role;
 
 /// The shape of one `tl.dot`: `batch` products of `[m, k] x [k, n]`.
@@ -235,20 +239,38 @@ impl Lowering<'_> {
         }
     }
 
+    /// How the SIMD-groups split an `[m, n]` accumulator into 8x8 tiles
+    /// ([`WarpGrid::simdgroup`]): SIMD-group `w` holds the `fm x fn` block of tiles at grid
+    /// position `(w / wn, w % wn)`, slot `q` the tile `(q / fn, q % fn)` of that block.
+    fn simd_grid(&self, m: usize, n: usize) -> WarpGrid {
+        let warps = self.threads / SIMD_WIDTH;
+        WarpGrid::simdgroup(m, n, warps).unwrap_or(WarpGrid {
+            wm: 1,
+            wn: 1,
+            fm: m / MATRIX_TILE,
+            fn_: n / MATRIX_TILE,
+        })
+    }
+
     /// Opens the loop over this SIMD-group's C tiles (`tm_q` its slot, `tm_tm`/`tm_tn` the
     /// tile's first row and column); the caller closes it.
     fn open_tiles(&mut self, m: usize, n: usize) {
-        let t8 = MATRIX_TILE;
-        let warps = self.threads / SIMD_WIDTH;
-        let tiles = (m / t8) * (n / t8);
-        let per = tiles.div_ceil(warps);
-        self.open(format!("for (uint tm_q = 0; tm_q < {per}u; ++tm_q)"));
-        self.line(format!("const uint tm_t = tm_lid / 32u + {warps}u * tm_q;"));
-        if tiles % warps != 0 {
-            self.line(format!("if (tm_t >= {tiles}u) break;"));
-        }
-        self.line(format!("const uint tm_tm = (tm_t / {}u) * 8u;", n / t8));
-        self.line(format!("const uint tm_tn = (tm_t % {}u) * 8u;", n / t8));
+        let g = self.simd_grid(m, n);
+        let per = g.fm * g.fn_;
+        let bound = if g.active() < self.threads / SIMD_WIDTH {
+            format!("(tm_lid / 32u < {}u ? {per}u : 0u)", g.active())
+        } else {
+            format!("{per}u")
+        };
+        self.open(format!("for (uint tm_q = 0; tm_q < {bound}; ++tm_q)"));
+        self.line(format!(
+            "const uint tm_tm = ((tm_lid / 32u) / {}u * {}u + tm_q / {}u) * 8u;",
+            g.wn, g.fm, g.fn_
+        ));
+        self.line(format!(
+            "const uint tm_tn = ((tm_lid / 32u) % {}u * {}u + tm_q % {}u) * 8u;",
+            g.wn, g.fn_, g.fn_
+        ));
     }
 
     /// Rows of an `[m, n]` accumulator the op being lowered moves between fragments and
@@ -266,8 +288,8 @@ impl Lowering<'_> {
         if self.d.mma_m16n8k16 {
             return self.mma_frags_from(acc, m, n);
         }
-        let warps = self.threads / SIMD_WIDTH;
-        let per = ((m / MATRIX_TILE) * (n / MATRIX_TILE)).div_ceil(warps);
+        let g = self.simd_grid(m, n);
+        let per = g.fm * g.fn_;
         let c = self.fresh("frag_c");
         self.line(format!("simdgroup_matrix<float, 8, 8> {c}[{per}];"));
         if let Repr::Scalar(v) | Repr::Splat(v) = self.repr(acc).clone() {
@@ -332,7 +354,8 @@ impl Lowering<'_> {
 
     /// `frag += a @ b`: A and B staged through threadgroup memory in their own dtype when
     /// both are half (the tiles multiply in half and accumulate in float), else as float; K
-    /// in the plan's slices.
+    /// in the plan's slices, rows padded as [`simdgroup_pitches`] says. Operands whose loads
+    /// the loop issued ahead are already staged in its ring ([`super::dbuf`]).
     fn frag_mma(
         &mut self,
         c: &str,
@@ -350,85 +373,160 @@ impl Lowering<'_> {
             _ => DType::F32,
         };
         let sct = self.cty(st)?;
-        let kc = self
-            .cur_op
-            .and_then(|op| self.plan.k_slice(op))
-            .unwrap_or(k)
-            .clamp(1, k);
-        let s = self.smem_buf(Role::Operands, st, (m + n) * kc)?;
+        let ring = self.in_ring(a) && self.in_ring(b);
+        let stages = if ring { self.ring_stages() } else { 1 };
+        let kc = if ring {
+            k
+        } else {
+            self.cur_op
+                .and_then(|op| self.plan.k_slice(op))
+                .unwrap_or(k)
+                .clamp(1, k)
+        };
+        let (pa, pb) = simdgroup_pitches((m, n, kc), st, self.plan.arena.limit / stages);
         let sliced = kc < k;
-        if sliced {
-            self.open(format!(
-                "for (uint tm_kc = 0; tm_kc < {k}u; tm_kc += {kc}u)"
-            ));
-            self.hazard.reads_pending = true;
-        }
-        self.smem_write_begin();
-        for (v, is_a) in [(a, true), (b, false)] {
-            let lay = self.layout(v);
-            let x = match self.el(v, "tm_i") {
-                x if self.edt(v) == st => x,
-                x => format!("{sct}({x})"),
-            };
-            self.open_regs(lay, true);
-            let mut conds = Vec::new();
-            if lay.has_idle_threads() {
-                conds.push(format!("tm_l < {}u", lay.n));
+        let s = if ring {
+            match self.repr(a) {
+                Repr::Block(x) => x.clone(),
+                _ => {
+                    return Err(unsupported_on(
+                        self.d,
+                        self.k,
+                        "a dot operand staged ahead that is not a ring buffer",
+                    ))
+                }
             }
-            let at = match (is_a, sliced) {
-                (true, false) => "tm_l".to_string(),
-                (false, false) => format!("{}u + tm_l", m * k),
-                (true, true) => {
-                    conds.push(format!("tm_l % {k}u - tm_kc < {kc}u"));
-                    format!("(tm_l / {k}u) * {kc}u + tm_l % {k}u - tm_kc")
-                }
-                (false, true) => {
-                    conds.push(format!("tm_l / {n}u - tm_kc < {kc}u"));
-                    format!("{}u + tm_l - tm_kc * {n}u", m * kc)
-                }
-            };
-            self.line(guarded(&conds, &format!("{s}[{at}] = {x};")));
-            self.close();
-        }
-        self.smem_write_end();
+        } else {
+            let s = self.smem_buf(Role::Operands, st, m * pa + kc * pb)?;
+            if sliced {
+                self.open(format!(
+                    "for (uint tm_kc = 0; tm_kc < {k}u; tm_kc += {kc}u)"
+                ));
+                self.hazard.reads_pending = true;
+            }
+            self.smem_write_begin();
+            for (v, operand) in [(a, 0), (b, 1)] {
+                let lay = self.layout(v);
+                let x = match self.el(v, "tm_i") {
+                    x if self.edt(v) == st => x,
+                    x => format!("{sct}({x})"),
+                };
+                let slice = sliced.then_some(("tm_kc", kc));
+                self.stage_operand(&s, &x, lay, operand, (m, n, k), slice, (pa, pb));
+            }
+            self.smem_write_end();
+            s
+        };
+        let g = self.simd_grid(m, n);
+        let (fm, fnn) = (g.fm, g.fn_);
+        let boff = m * pa;
         self.line("{");
         self.indent += 1;
-        self.line(format!("simdgroup_matrix<{sct}, 8, 8> tm_fa;"));
-        self.line(format!("simdgroup_matrix<{sct}, 8, 8> tm_fb;"));
+        self.line(format!("simdgroup_matrix<{sct}, 8, 8> tm_fa[{fm}];"));
+        self.line(format!("simdgroup_matrix<{sct}, 8, 8> tm_fb[{fnn}];"));
+        self.line(format!(
+            "const uint tm_r0 = (tm_lid / 32u) / {}u * {}u;",
+            g.wn,
+            fm * MATRIX_TILE
+        ));
+        self.line(format!(
+            "const uint tm_c0 = (tm_lid / 32u) % {}u * {}u;",
+            g.wn,
+            fnn * MATRIX_TILE
+        ));
+        let idle = g.active() < self.threads / SIMD_WIDTH;
+        if idle {
+            self.open(format!("if (tm_lid / 32u < {}u)", g.active()));
+        }
+        // Each fragment of A and B is loaded once per 8 of K and used by all the MMAs of
+        // its row (A) or column (B) of this SIMD-group's tiles.
         self.open(format!("for (uint tm_kk = 0; tm_kk < {kc}u; tm_kk += 8u)"));
-        self.open_tiles(m, n);
+        self.open(format!("for (uint tm_x = 0; tm_x < {fm}u; ++tm_x)"));
         self.line(format!(
-            "simdgroup_load(tm_fa, {s} + tm_tm * {kc}u + tm_kk, {kc});"
+            "simdgroup_load(tm_fa[tm_x], {s} + (tm_r0 + tm_x * 8u) * {pa}u + tm_kk, {pa});"
         ));
+        self.close();
+        self.open(format!("for (uint tm_y = 0; tm_y < {fnn}u; ++tm_y)"));
         self.line(format!(
-            "simdgroup_load(tm_fb, {s} + {}u + tm_kk * {n}u + tm_tn, {n});",
-            m * kc
+            "simdgroup_load(tm_fb[tm_y], {s} + {boff}u + tm_kk * {pb}u + tm_c0 + tm_y * 8u, {pb});"
         ));
+        self.close();
+        self.open(format!("for (uint tm_x = 0; tm_x < {fm}u; ++tm_x)"));
+        self.open(format!("for (uint tm_y = 0; tm_y < {fnn}u; ++tm_y)"));
         self.line(format!(
-            "simdgroup_multiply_accumulate({c}[tm_q], tm_fa, tm_fb, {c}[tm_q]);"
+            "simdgroup_multiply_accumulate({c}[tm_x * {fnn}u + tm_y], tm_fa[tm_x], tm_fb[tm_y], {c}[tm_x * {fnn}u + tm_y]);"
         ));
         self.close();
         self.close();
         self.close();
-        self.smem_read_done();
-        if sliced {
+        if idle {
             self.close();
         }
-        let warps = self.threads / SIMD_WIDTH;
-        let tiles = (m / MATRIX_TILE) * (n / MATRIX_TILE);
+        self.close();
+        if !ring {
+            self.smem_read_done();
+            if sliced {
+                self.close();
+            }
+        }
         let slices = if sliced {
             format!(" in K slices of {kc}")
+        } else if ring {
+            format!(" in a ring of {stages} buffers filled a K step ahead")
         } else {
             String::new()
+        };
+        let pad = if (pa, pb) == (kc, n) {
+            String::new()
+        } else {
+            format!(", rows padded to {pa} and {pb} elements")
         };
         self.layouts.push(LayoutChoice {
             op: format!("dot {m}x{n}x{k}"),
             layout: format!(
-                "simdgroup_matrix<float, 8, 8>: {tiles} C tile(s), {} per SIMD-group, A and B staged as {sct} through threadgroup memory{slices}",
-                tiles.div_ceil(warps)
+                "simdgroup_matrix<float, 8, 8>: {}x{} SIMD-groups of {}x{} C tiles, A and B staged as {sct} through threadgroup memory{slices}{pad}",
+                g.wm, g.wn, fm, fnn
             ),
         });
         Ok(())
+    }
+
+    /// Writes element expression `x` (at register `tm_i`, layout `lay`) of operand
+    /// `operand` (0: A `[m, k]`, 1: B `[k, n]`) into the staged tiles at `s`: A's rows at
+    /// pitch `pa`, then B's rows at pitch `pb` from `m * pa`. With `slice = (var, kc)`,
+    /// only the `kc` columns of A and rows of B from `var` on.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn stage_operand(
+        &mut self,
+        s: &str,
+        x: &str,
+        lay: super::layout::BlockedLayout,
+        operand: usize,
+        (m, n, k): (usize, usize, usize),
+        slice: Option<(&str, usize)>,
+        (pa, pb): (usize, usize),
+    ) {
+        self.open_regs(lay, true);
+        let mut conds = Vec::new();
+        if lay.has_idle_threads() {
+            conds.push(format!("tm_l < {}u", lay.n));
+        }
+        let at = match (operand, slice) {
+            (0, None) if pa == k => "tm_l".to_string(),
+            (0, None) => format!("(tm_l / {k}u) * {pa}u + tm_l % {k}u"),
+            (0, Some((v, kc))) => {
+                conds.push(format!("tm_l % {k}u - {v} < {kc}u"));
+                format!("(tm_l / {k}u) * {pa}u + tm_l % {k}u - {v}")
+            }
+            (_, None) if pb == n => format!("{}u + tm_l", m * pa),
+            (_, None) => format!("{}u + (tm_l / {n}u) * {pb}u + tm_l % {n}u", m * pa),
+            (_, Some((v, kc))) => {
+                conds.push(format!("tm_l / {n}u - {v} < {kc}u"));
+                format!("{}u + (tm_l / {n}u - {v}) * {pb}u + tm_l % {n}u", m * pa)
+            }
+        };
+        self.line(guarded(&conds, &format!("{s}[{at}] = {x};")));
+        self.close();
     }
 
     /// Stores fragments `c` (`[m, n]`) back into a block in the blocked layout as `res`,
@@ -569,20 +667,25 @@ mod tests {
     #[test]
     fn half_operands_stage_as_half_and_large_accumulators_leave_in_bands() {
         let p = metal_mm(F16, [128, 128, 32], 4).unwrap();
-        // A and B: 16 KB of half; C leaves in four bands of 32 rows over the same 16 KB
-        // (the two are never live together).
-        assert_eq!(p.threadgroup_mem_bytes, 16 * 1024);
+        // A and B: 128x(32+8) and 32x(128+8) halves, rows padded against bank conflicts
+        // (18944 bytes); C leaves in four bands of 32 rows (16 KB) over the same bytes (the
+        // two are never live together).
+        assert_eq!(p.threadgroup_mem_bytes, 18944);
         assert!(
-            p.source.contains("threadgroup float4 tm_arena[1024];"),
+            p.source.contains("threadgroup float4 tm_arena[1184];"),
             "{}",
             p.source
         );
-        assert!(p.source.contains("simdgroup_matrix<half, 8, 8> tm_fa;"));
+        assert!(p.source.contains("simdgroup_matrix<half, 8, 8> tm_fa[8];"));
         assert!(p.source.contains("tm_band += 32u"), "{}", p.source);
         let bufs = &p.plan.arena.buffers;
         assert_eq!(bufs.len(), 2, "{}", p.plan);
-        assert!(bufs.iter().all(|b| b.offset == 0 && b.bytes == 16 * 1024));
-        // Float operands take the whole 32 KB for A and B, and C reuses it in two bands.
+        assert!(bufs.iter().all(|b| b.offset == 0));
+        let mut bytes: Vec<usize> = bufs.iter().map(|b| b.bytes).collect();
+        bytes.sort();
+        assert_eq!(bytes, [16 * 1024, 18944], "{}", p.plan);
+        // Float operands take the whole 32 KB for A and B (no room to pad), and C reuses it
+        // in two bands.
         let p = metal_mm(F32, [128, 128, 32], 8).unwrap();
         assert_eq!(p.threadgroup_mem_bytes, 32 * 1024);
         assert!(p.source.contains("tm_band += 64u"), "{}", p.source);

@@ -2666,13 +2666,16 @@ impl<'k> Lowering<'k> {
         for (k, r) in vars.iter().enumerate() {
             self.set(args[k + 1], r.clone());
         }
-        let ring = if peel.is_none() {
-            self.ring_of(id)
-        } else {
-            None
+        let (ring, dbuf) = match (&peel, self.d.mma_m16n8k16) {
+            (Some(_), _) => (None, None),
+            (None, true) => (self.ring_of(id), None),
+            (None, false) => (None, self.dbuf_of(id)),
         };
         if let Some(ring) = &ring {
             self.ring_prologue(ring, body, (&l, &s, &trips), (iv_t, u))?;
+        }
+        if let Some(d) = &dbuf {
+            self.dbuf_prologue(d, body, (&l, &trips))?;
         }
         self.open(format!("for ({u} {t} = {start}; {t} < {trips}; ++{t})"));
         self.line(format!(
@@ -2683,12 +2686,22 @@ impl<'k> Lowering<'k> {
         if let Some(ring) = &ring {
             self.ring_iteration(ring, body, (&iv, &s, &trips, &t), (iv_t, u))?;
         }
+        let next = match &dbuf {
+            Some(d) => self.dbuf_iteration(d, body, (&iv, &s, &trips, &t), (iv_t, u))?,
+            None => Vec::new(),
+        };
         let ys = self.region_split(body)?;
+        if let Some(d) = &dbuf {
+            self.dbuf_iteration_end(d, &next, (&t, &trips))?;
+        }
         self.assign_carried(&kept_vars, &keep(&ys))?;
         self.end_splits();
         self.close();
         if let Some(ring) = &ring {
             self.ring_epilogue(ring);
+        }
+        if let Some(d) = &dbuf {
+            self.dbuf_epilogue(d);
         }
         if let Some(uniform) = &peel {
             self.end_peel(init, &vars, uniform)?;

@@ -42,6 +42,7 @@ pub mod abi;
 mod ahead;
 pub mod cpu;
 pub mod cuda;
+mod dbuf;
 pub mod dialect;
 mod dot;
 pub mod layout;

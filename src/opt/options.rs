@@ -74,8 +74,9 @@ pub struct LaunchOptions {
     pub target: HardwareProfile,
     /// Triton's `num_stages`: how many shared-memory buffers a `for` loop's `tl.dot`
     /// operand loads may rotate through, issuing each load `num_stages - 1` iterations
-    /// ahead where the printer can copy asynchronously (CUDA's `cp.async`); 1 issues
-    /// every load in its own iteration.
+    /// ahead where the printer can copy asynchronously (CUDA's `cp.async`); on Metal, 2 or
+    /// more gives two threadgroup staging buffers where they fit, the next K step's tiles
+    /// loaded while this step's MMAs run. 1 issues every load in its own iteration.
     pub num_stages: u32,
 }
 

@@ -1,7 +1,8 @@
 //! Which loads of a `for` loop can be issued ahead of their iteration (Triton's
 //! `num_stages` software pipelining): a load whose only use is an operand of the loop's
 //! `tl.dot` can be copied asynchronously into one of `stages` shared-memory buffers,
-//! `stages - 1` iterations before the dot reads it.
+//! `stages - 1` iterations before the dot reads it (on Metal: loaded into registers one
+//! iteration early and stored into the other of two threadgroup buffers).
 //!
 //! Issuing a load early is sound when its address and mask for a later iteration are
 //! known early and nothing in the loop writes memory. The analysis asks for the shape

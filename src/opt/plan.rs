@@ -9,7 +9,8 @@
 //! - reductions: the strategy ([`ReductionLayout`], the seeds' DEFAULT / ROW_MAJOR /
 //!   COLUMN_MAJOR / TILED / COALESCED);
 //! - `for` loops: which carried `tl.dot` accumulators stay in matrix fragments across
-//!   the loop;
+//!   the loop, and through how many buffers the dot's operand loads are staged ahead
+//!   (CUDA's `cp.async` ring; on Metal two threadgroup buffers where they fit the budget);
 //! - the kernel: elements per chunk of the blocked layout ([`KernelPlan::vec`]), from the
 //!   profile's vector width and the contiguity of its loads and stores;
 //! - tiled `tl.dot`s: the K slice staged at once ([`KernelPlan::k_slice`]) and the rows of
@@ -124,7 +125,25 @@ impl WarpGrid {
         if m == 0 || n == 0 || m % 16 != 0 || n % 8 != 0 {
             return None;
         }
-        let (tm, tn) = (m / 16, n / 8);
+        WarpGrid::split(m / 16, n / 8, warps, (16, 8))
+    }
+
+    /// The grid of `simdgroup_matrix` 8x8 tiles for `[m, n]` with at most `warps`
+    /// SIMD-groups, chosen as [`Self::choose`] does; here [`Self::fm`] and [`Self::fn_`]
+    /// count 8x8 tiles. Each SIMD-group's tiles form one `8 fm x 8 fn` block, so a K step
+    /// loads `fm` A and `fn` B fragments for its `fm * fn` MMAs. `None` when `m`/`n` are
+    /// not multiples of 8.
+    pub fn simdgroup(m: usize, n: usize, warps: usize) -> Option<WarpGrid> {
+        if m == 0 || n == 0 || m % 8 != 0 || n % 8 != 0 {
+            return None;
+        }
+        WarpGrid::split(m / 8, n / 8, warps, (8, 8))
+    }
+
+    /// `tm x tn` tiles of `h x w` elements over at most `warps` warps: the most warps that
+    /// split both counts evenly, then the smallest warp-tile perimeter.
+    fn split(tm: usize, tn: usize, warps: usize, (h, w): (usize, usize)) -> Option<WarpGrid> {
+        let perimeter = |g: &WarpGrid| g.fm * h + g.fn_ * w;
         let mut active = warps.max(1);
         while active >= 1 {
             let mut best: Option<WarpGrid> = None;
@@ -138,7 +157,7 @@ impl WarpGrid {
                         fm: tm / wm,
                         fn_: tn / wn,
                     };
-                    if best.is_none_or(|b| g.perimeter() < b.perimeter()) {
+                    if best.is_none_or(|b| perimeter(&g) < perimeter(&b)) {
                         best = Some(g);
                     }
                 }
@@ -155,10 +174,6 @@ impl WarpGrid {
     /// Warps that hold tiles.
     pub fn active(&self) -> usize {
         self.wm * self.wn
-    }
-
-    fn perimeter(&self) -> usize {
-        self.fm * 16 + self.fn_ * 8
     }
 }
 
@@ -189,11 +204,13 @@ pub enum Decision {
     /// A `for` loop's carried slots (indices into its init values) whose `tl.dot`
     /// accumulators stay in matrix fragments across the loop.
     Resident(Vec<usize>),
-    /// A `tl.dot` operand load of such a loop, copied asynchronously into a ring of
-    /// `stages` shared-memory buffers, `stages - 1` iterations ahead of its dot (see
-    /// [`super::pipeline`]).
+    /// A `tl.dot` operand load of such a loop, copied into a ring of `stages`
+    /// shared-memory buffers, `stages - 1` iterations ahead of its dot (see
+    /// [`super::pipeline`]): on CUDA asynchronously (`cp.async`); on Metal (`simdgroup_matrix`)
+    /// through registers into one of two threadgroup buffers, or, with 1, staged in its own
+    /// iteration (the plan's record of why two did not fit or were not asked for).
     Ahead {
-        /// Buffers in the ring (at least 2).
+        /// Buffers in the ring (at least 2 on CUDA; 1 or 2 on Metal).
         stages: usize,
     },
 }
@@ -256,6 +273,48 @@ pub fn mma_operand_tile((m, n, k): (usize, usize, usize), operand: usize) -> (us
     } else {
         (k, n, n + MMA_OPERAND_PAD)
     }
+}
+
+/// Elements per threadgroup-memory row of `row` elements of `dt` that `simdgroup_load`
+/// reads 8x8 tiles from: padded by 16 bytes when the row is an even number of 16-byte
+/// units. The rule, from the tile strides: assuming 32 banks of 4 bytes (Apple does not
+/// document its banking; this is the common organisation and the one MLX's own padding
+/// targets), the 8 row segments of one 8x8 load start at `r * pitch` for `r < 8`. When
+/// `pitch` is an odd multiple of 16 bytes these starts are 8 distinct 16-byte slots modulo
+/// 128 bytes, so a half tile (8 segments of 16 bytes) touches every bank once and a float
+/// tile (32-byte segments) every bank exactly twice, the fewest passes 256 bytes can take;
+/// an even multiple repeats slots (a 128-byte multiple puts all 8 rows on the same banks).
+pub fn simdgroup_pitch(row: usize, dt: DType) -> usize {
+    let unit = 16 / dt.size_bytes().clamp(1, 16);
+    let bytes = row * dt.size_bytes();
+    if bytes % 16 == 0 && (bytes / 16) % 2 == 0 {
+        row + unit
+    } else {
+        row
+    }
+}
+
+/// `(pa, pb)`: elements per staged row of A `[m, kc]` and of B `[kc, n]` of a
+/// `simdgroup_matrix` dot staged as `stage`, rows padded by [`simdgroup_pitch`] when both
+/// padded tiles take at most `room` bytes, else unpadded (`(kc, n)`).
+pub fn simdgroup_pitches(
+    (m, n, kc): (usize, usize, usize),
+    stage: DType,
+    room: usize,
+) -> (usize, usize) {
+    let (pa, pb) = (simdgroup_pitch(kc, stage), simdgroup_pitch(n, stage));
+    if (m * pa + kc * pb) * stage.size_bytes() <= room {
+        (pa, pb)
+    } else {
+        (kc, n)
+    }
+}
+
+/// Elements of one staging of A and B as [`simdgroup_pitches`] lays them out (A first, B
+/// at `m * pa`).
+pub fn simdgroup_stage_elems(mnk: (usize, usize, usize), stage: DType, room: usize) -> usize {
+    let (pa, pb) = simdgroup_pitches(mnk, stage, room);
+    mnk.0 * pa + mnk.2 * pb
 }
 
 /// Elements of an operand tile staged as [`mma_operand_tile`] says.
@@ -619,6 +678,9 @@ impl KernelPlan {
     /// and the loop has the shape [`super::pipeline::ahead_loads`] needs, with as many
     /// stages as asked and the profile's shared memory holds.
     fn plan_ahead(&mut self, k: &Kernel, opts: &LaunchOptions, id: OpId, slots: &[usize]) {
+        if self.printer.matrix == MatrixUnit::Simdgroup8x8 {
+            return self.plan_double_buffer(k, opts, id, slots);
+        }
         if self.printer.matrix != MatrixUnit::MmaM16N8K16 || opts.num_stages < 2 {
             return;
         }
@@ -657,6 +719,77 @@ impl KernelPlan {
         }
     }
 
+    /// Decides [`Decision::Ahead`] for the operand loads of the one `simdgroup_matrix` dot
+    /// of `for` loop `id` (accumulator in fragments, loads of the shape
+    /// [`super::pipeline::ahead_loads`] needs): two threadgroup staging buffers when
+    /// `num_stages >= 2` and two fit the arena's budget (rows padded by
+    /// [`simdgroup_pitches`] when that still fits), else one, with the reason. With two,
+    /// iteration `t` loads iteration `t + 1`'s tiles from device memory into registers
+    /// before its MMAs and stores them into the other buffer after them: one barrier per K
+    /// step instead of two.
+    fn plan_double_buffer(&mut self, k: &Kernel, opts: &LaunchOptions, id: OpId, slots: &[usize]) {
+        let Some(loads) = super::pipeline::ahead_loads(k, id, slots) else {
+            return;
+        };
+        let dot = match loads.first() {
+            Some(l) if loads.len() == 2 && loads.iter().all(|x| x.dot == l.dot) => l.dot,
+            _ => return,
+        };
+        let Some(Decision::Dot(DotLowering::Simdgroup { stage })) = self.get(dot).cloned() else {
+            return;
+        };
+        let Some(mnk) = dot_dims(k, dot) else { return };
+        let (limit, size) = (self.arena.limit, stage.size_bytes());
+        let per = simdgroup_stage_elems(mnk, stage, limit / 2) * size;
+        let padded = simdgroup_pitches(mnk, stage, limit / 2) != (mnk.2, mnk.1);
+        let rows = if padded {
+            "rows padded"
+        } else {
+            "rows unpadded"
+        };
+        let (stages, why) = if opts.num_stages < 2 {
+            (
+                1,
+                format!(
+                    "num_stages {}: one staging buffer, filled and read in its own K step (two barriers per step)",
+                    opts.num_stages
+                ),
+            )
+        } else if 2 * per <= limit {
+            (
+                2,
+                format!(
+                    "num_stages {}: two staging buffers of {per} bytes (A and B as {}, {rows}) fit the {limit}-byte budget ({}): the next K step's tiles go to registers before this step's MMAs and to the other buffer after them, one barrier per step",
+                    opts.num_stages,
+                    stage.short_name(),
+                    self.arena.limit_why
+                ),
+            )
+        } else {
+            (
+                1,
+                format!(
+                    "two staging buffers of {per} bytes exceed the {limit}-byte budget ({}): one buffer, two barriers per K step",
+                    self.arena.limit_why
+                ),
+            )
+        };
+        for l in loads {
+            self.decisions
+                .insert(l.load, (Decision::Ahead { stages }, why.clone()));
+        }
+    }
+
+    /// The buffers of the ring the operand loads of the `tl.dot` at `dot` go through
+    /// ([`Decision::Ahead`] on both), if they are issued ahead.
+    pub fn dot_stages(&self, k: &Kernel, dot: OpId) -> Option<usize> {
+        let Some(Op::Dot { a, b, .. }) = k.ops.get(dot.index()).map(|o| &o.op) else {
+            return None;
+        };
+        let sa = self.ahead(k.def_op(*a)?)?;
+        (self.ahead(k.def_op(*b)?)? == sa).then_some(sa)
+    }
+
     /// The `for` loop holding load `op` and the loads it can issue ahead.
     fn ahead_loop_of(
         &self,
@@ -679,7 +812,8 @@ impl KernelPlan {
 
     /// Places the threadgroup buffers of `reqs` in the arena ([`Arena::place`]) and names the
     /// values each converts: for a `for` keeping accumulators in fragments, its resident
-    /// carried values (in: their initial values; out: the loop's results).
+    /// carried values (in: their initial values; out: the loop's results) and the operand
+    /// loads its ring stages.
     pub fn place_buffers(&mut self, k: &Kernel, reqs: &[Request]) {
         self.arena.place(k, reqs);
         let mut bufs = std::mem::take(&mut self.arena.buffers);
@@ -690,6 +824,11 @@ impl KernelPlan {
                 b.values = match b.role {
                     Role::AccIn => slots.iter().filter_map(|&s| init.get(s).copied()).collect(),
                     Role::AccOut => slots.iter().filter_map(|&s| data.results.get(s)).collect(),
+                    Role::Ring => super::pipeline::ahead_loads(k, b.op, slots)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|l| k.op(l.load).result())
+                        .collect(),
                     _ => Vec::new(),
                 };
             }
@@ -747,20 +886,27 @@ impl KernelPlan {
             let din = k.ty(a).dtype;
             match l {
                 DotLowering::Simdgroup { stage } => {
+                    let stages = self.dot_stages(k, id).unwrap_or(1).max(1);
                     let mut kc = kk;
-                    while kc > 8 && staging_bytes(m, n, kc, l, din) > limit {
+                    while stages == 1 && kc > 8 && staging_bytes(m, n, kc, l, din) > limit {
                         kc /= 2;
                     }
-                    let bytes = staging_bytes(m, n, kc, l, din);
-                    let why = if kc == kk {
-                        format!(
-                            "A and B as {} take {bytes} of {limit} bytes: all of K",
-                            stage.short_name()
-                        )
+                    let room = limit / stages;
+                    let elems = simdgroup_stage_elems((m, n, kc), stage, room);
+                    let bytes = stages * elems * stage.size_bytes();
+                    let pad = if simdgroup_pitches((m, n, kc), stage, room) == (kc, n) {
+                        "rows unpadded: padded ones would not fit"
+                    } else {
+                        "rows padded against bank conflicts"
+                    };
+                    let st = stage.short_name();
+                    let why = if stages > 1 {
+                        format!("A and B as {st} in {stages} buffers ({pad}) take {bytes} of {limit} bytes: all of K")
+                    } else if kc == kk {
+                        format!("A and B as {st} ({pad}) take {bytes} of {limit} bytes: all of K")
                     } else {
                         format!(
-                            "A and B as {} for all of K exceed {limit} bytes: slices of {kc} take {bytes}",
-                            stage.short_name()
+                            "A and B as {st} for all of K exceed {limit} bytes: slices of {kc} ({pad}) take {bytes}"
                         )
                     };
                     self.k_slices.insert(id, (kc, why));
@@ -893,23 +1039,33 @@ impl KernelPlan {
                     }
                 }
                 (Decision::Ahead { stages }, Op::Load { .. }) => {
-                    if *stages < 2 {
-                        return bad(op, format!("a ring of {stages} buffer(s) (at least 2)"));
-                    }
-                    if self.printer.matrix != MatrixUnit::MmaM16N8K16 {
-                        return bad(op, "loads are issued ahead only for tensor cores".into());
-                    }
+                    let dot_ok = match self.printer.matrix {
+                        MatrixUnit::MmaM16N8K16 if *stages < 2 => {
+                            return bad(op, format!("a ring of {stages} buffer(s) (at least 2)"));
+                        }
+                        MatrixUnit::Simdgroup8x8 if !(1..=2).contains(stages) => {
+                            return bad(
+                                op,
+                                format!("{stages} staging buffers (simdgroup_matrix takes 1 or 2)"),
+                            );
+                        }
+                        MatrixUnit::MmaM16N8K16 => |d: Option<&Decision>| {
+                            matches!(d, Some(Decision::Dot(DotLowering::Mma(_))))
+                        },
+                        MatrixUnit::Simdgroup8x8 => |d: Option<&Decision>| {
+                            matches!(d, Some(Decision::Dot(DotLowering::Simdgroup { .. })))
+                        },
+                        MatrixUnit::None => {
+                            return bad(op, "loads are issued ahead only for matrix units".into());
+                        }
+                    };
                     let ok = self
                         .ahead_loop_of(kernel, op)
                         .is_some_and(|(for_op, loads)| {
                             let slots = self.resident(for_op);
                             !slots.is_empty()
                                 && loads.iter().all(|l| {
-                                    self.ahead(l.load) == Some(*stages)
-                                        && matches!(
-                                            self.get(l.dot),
-                                            Some(Decision::Dot(DotLowering::Mma(_)))
-                                        )
+                                    self.ahead(l.load) == Some(*stages) && dot_ok(self.get(l.dot))
                                 })
                                 && loads.iter().any(|l| l.load == op)
                         });
@@ -928,6 +1084,12 @@ impl KernelPlan {
                 Some(Op::Dot { a, b, .. }) => dims(kernel, *a, *b).map(|d| d.2),
                 _ => None,
             };
+            if self.dot_stages(kernel, op).is_some_and(|s| s > 1) && kk != Some(kc) {
+                return bad(
+                    op,
+                    format!("K slice {kc} of a dot whose operands are staged ahead (all of K)"),
+                );
+            }
             match kk {
                 Some(kk) if kc >= 8 && kc.is_power_of_two() && kk % kc == 0 => {}
                 Some(kk) => {

@@ -64,10 +64,14 @@ pub enum Role {
     Shape,
     /// A scalar atomic's old value, from the thread that updated to all (the whole op).
     Atomic,
+    /// The staging buffers of a `for` loop whose `tl.dot` operand loads are issued ahead
+    /// (`Decision::Ahead`): blocked -> staged tiles, live through the whole loop body (not
+    /// before or after the loop).
+    Ring,
 }
 
 impl Role {
-    const ALL: [Role; 7] = [
+    const ALL: [Role; 8] = [
         Role::Operands,
         Role::AccIn,
         Role::AccOut,
@@ -75,6 +79,7 @@ impl Role {
         Role::Scan,
         Role::Shape,
         Role::Atomic,
+        Role::Ring,
     ];
 
     /// The role's name in the plan's text form.
@@ -87,6 +92,7 @@ impl Role {
             Role::Scan => "scan",
             Role::Shape => "shape",
             Role::Atomic => "atomic",
+            Role::Ring => "dot.ring",
         }
     }
 
@@ -100,6 +106,7 @@ impl Role {
             Role::Scan => "scan",
             Role::Shape => "shape",
             Role::Atomic => "atom",
+            Role::Ring => "ring",
         }
     }
 
@@ -127,6 +134,7 @@ impl Role {
             Role::Scan => ("blocked", "scan.scratch"),
             Role::Shape => ("blocked", "blocked"),
             Role::Atomic => ("scalar", "uniform"),
+            Role::Ring => ("blocked", "dot.staged"),
         }
     }
 }
@@ -281,6 +289,9 @@ impl Arena {
                     Role::Operands => (m[1], m[1]),
                     Role::AccIn => (m[0], m[0]),
                     Role::AccOut => (m[2], m[2]),
+                    // The body's moments lie strictly between the loop's `during` and
+                    // `after`.
+                    Role::Ring => (m[1], m[2].saturating_sub(1).max(m[1])),
                     _ => (m[0], m[2]),
                 };
                 Buffer {

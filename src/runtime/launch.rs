@@ -671,8 +671,9 @@ impl<'k> Launch<'k> {
     /// Triton's `num_stages` (default 3): on CUDA, the `tl.dot` operand loads of a `for`
     /// loop are copied into shared memory this many minus one iterations ahead, through
     /// `num_stages` buffers, where the loop has the shape that allows it (see
-    /// [`crate::opt::pipeline`]); 1 turns that off. The other targets compute the same
-    /// results without it.
+    /// [`crate::opt::pipeline`]); on Metal, such loops stage their operands in two
+    /// threadgroup buffers, one K step ahead, where two fit. 1 turns that off. The other
+    /// targets compute the same results without it.
     pub fn num_stages(mut self, n: u32) -> Self {
         self.num_stages = n.max(1);
         self

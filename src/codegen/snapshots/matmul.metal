@@ -25,7 +25,7 @@ TM_PACKED(uint8_t, uchar, 1)
 #undef TM_PACKED
 // ---- body ----
   const uint tm_lid = thread_index_in_threadgroup;
-  threadgroup float4 tm_arena[256];
+  threadgroup float4 tm_arena[304];
   threadgroup float* const tm_s16_accout_f32 = (threadgroup float*)((threadgroup uchar*)tm_arena + 0);
   threadgroup float* const tm_s59_opnd_f32 = (threadgroup float*)((threadgroup uchar*)tm_arena + 0);
   const int pid0_ = int(threadgroup_position_in_grid.x);
@@ -57,9 +57,8 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   simdgroup_matrix<float, 8, 8> frag_c[4];
   for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-    const uint tm_t = tm_lid / 32u + 4u * tm_q;
-    const uint tm_tm = (tm_t / 4u) * 8u;
-    const uint tm_tn = (tm_t % 4u) * 8u;
+    const uint tm_tm = ((tm_lid / 32u) / 2u * 2u + tm_q / 2u) * 8u;
+    const uint tm_tn = ((tm_lid / 32u) % 2u * 2u + tm_q % 2u) * 8u;
     frag_c[tm_q] = make_filled_simdgroup_matrix<float, 8, 8>(float(0.0f));
   }
   const uint trips = (16) > 0 ? ((0) < (K) ? (uint(K) - uint(0) - 1u) / uint(16) + 1u : uint(0)) : (16) < 0 ? ((0) > (K) ? (uint(0) - uint(K) - 1u) / (uint(0) - uint(16)) + 1u : uint(0)) : uint(0);
@@ -182,33 +181,37 @@ TM_PACKED(uint8_t, uchar, 1)
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      tm_s59_opnd_f32[tm_l] = a[tm_i];
+      tm_s59_opnd_f32[(tm_l / 16u) * 20u + tm_l % 16u] = a[tm_i];
     }
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
       const uint tm_l = (tm_i & 3u) | (tm_lid << 2);
-      tm_s59_opnd_f32[512u + tm_l] = b[tm_i];
+      tm_s59_opnd_f32[640u + (tm_l / 32u) * 36u + tm_l % 32u] = b[tm_i];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     {
-      simdgroup_matrix<float, 8, 8> tm_fa;
-      simdgroup_matrix<float, 8, 8> tm_fb;
+      simdgroup_matrix<float, 8, 8> tm_fa[2];
+      simdgroup_matrix<float, 8, 8> tm_fb[2];
+      const uint tm_r0 = (tm_lid / 32u) / 2u * 16u;
+      const uint tm_c0 = (tm_lid / 32u) % 2u * 16u;
       for (uint tm_kk = 0; tm_kk < 16u; tm_kk += 8u) {
-        for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-          const uint tm_t = tm_lid / 32u + 4u * tm_q;
-          const uint tm_tm = (tm_t / 4u) * 8u;
-          const uint tm_tn = (tm_t % 4u) * 8u;
-          simdgroup_load(tm_fa, tm_s59_opnd_f32 + tm_tm * 16u + tm_kk, 16);
-          simdgroup_load(tm_fb, tm_s59_opnd_f32 + 512u + tm_kk * 32u + tm_tn, 32);
-          simdgroup_multiply_accumulate(frag_c[tm_q], tm_fa, tm_fb, frag_c[tm_q]);
+        for (uint tm_x = 0; tm_x < 2u; ++tm_x) {
+          simdgroup_load(tm_fa[tm_x], tm_s59_opnd_f32 + (tm_r0 + tm_x * 8u) * 20u + tm_kk, 20);
+        }
+        for (uint tm_y = 0; tm_y < 2u; ++tm_y) {
+          simdgroup_load(tm_fb[tm_y], tm_s59_opnd_f32 + 640u + tm_kk * 36u + tm_c0 + tm_y * 8u, 36);
+        }
+        for (uint tm_x = 0; tm_x < 2u; ++tm_x) {
+          for (uint tm_y = 0; tm_y < 2u; ++tm_y) {
+            simdgroup_multiply_accumulate(frag_c[tm_x * 2u + tm_y], tm_fa[tm_x], tm_fb[tm_y], frag_c[tm_x * 2u + tm_y]);
+          }
         }
       }
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint tm_q = 0; tm_q < 4u; ++tm_q) {
-    const uint tm_t = tm_lid / 32u + 4u * tm_q;
-    const uint tm_tm = (tm_t / 4u) * 8u;
-    const uint tm_tn = (tm_t % 4u) * 8u;
+    const uint tm_tm = ((tm_lid / 32u) / 2u * 2u + tm_q / 2u) * 8u;
+    const uint tm_tn = ((tm_lid / 32u) % 2u * 2u + tm_q % 2u) * 8u;
     simdgroup_store(frag_c[tm_q], tm_s16_accout_f32 + tm_tm * 32u + tm_tn, 32);
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
