@@ -10,51 +10,9 @@
 //! never move data. Everything else that moves elements between threads goes through
 //! threadgroup memory.
 
-/// One tensor's distribution over a program's threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BlockedLayout {
-    /// Elements (power of two).
-    pub n: usize,
-    /// Consecutive elements per chunk (power of two, at most `n`).
-    pub vec: usize,
-    /// Threads of the program (power of two, a multiple of the SIMD width).
-    pub threads: usize,
-}
-
-/// SIMD-group width on every target this backend prints for.
-pub const SIMD_WIDTH: usize = 32;
+pub use crate::opt::blocked::{BitHome, BlockedLayout, SIMD_WIDTH};
 
 impl BlockedLayout {
-    /// The layout of an `n`-element block for `threads` threads and preferred chunk `vec`.
-    pub fn new(n: usize, vec: usize, threads: usize) -> BlockedLayout {
-        BlockedLayout {
-            n,
-            vec: vec.min(n).max(1),
-            threads,
-        }
-    }
-
-    /// Register slots per thread.
-    pub fn regs(&self) -> usize {
-        self.vec * self.n.div_ceil(self.vec * self.threads)
-    }
-
-    /// `log2(vec)`.
-    pub fn vec_bits(&self) -> u32 {
-        self.vec.trailing_zeros()
-    }
-
-    /// `log2(threads)`.
-    pub fn thread_bits(&self) -> u32 {
-        self.threads.trailing_zeros()
-    }
-
-    /// True when some threads hold no elements (the block is smaller than one chunk per
-    /// thread): their registers are padding and memory ops must skip them.
-    pub fn has_idle_threads(&self) -> bool {
-        self.n < self.vec * self.threads
-    }
-
     /// C expression of the flat index held in register `i` of thread `lid`.
     pub fn flat_expr(&self, i: &str, lid: &str) -> String {
         let vb = self.vec_bits();
@@ -73,35 +31,6 @@ impl BlockedLayout {
         }
         parts.join(" | ")
     }
-
-    /// Where flat bit `b` lives.
-    pub fn bit_home(&self, b: u32) -> BitHome {
-        let vb = self.vec_bits();
-        let tb = self.thread_bits();
-        if b < vb {
-            BitHome::Reg(b)
-        } else if b < vb + tb {
-            let t = b - vb;
-            if t < SIMD_WIDTH.trailing_zeros() {
-                BitHome::Lane(t)
-            } else {
-                BitHome::Warp(t - SIMD_WIDTH.trailing_zeros())
-            }
-        } else {
-            BitHome::Reg(b - tb)
-        }
-    }
-}
-
-/// The home of one bit of a flat element index under a [`BlockedLayout`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BitHome {
-    /// Bit of the register slot index.
-    Reg(u32),
-    /// Bit of the lane index within the SIMD-group.
-    Lane(u32),
-    /// Bit of the SIMD-group index within the threadgroup.
-    Warp(u32),
 }
 
 /// C expression that spreads the bits of dense index `j` onto `positions` (ascending bit

@@ -5,9 +5,10 @@
 //! block value lives in a per-thread register array under its [`BlockedLayout`]; a `splat`
 //! stays a scalar until something needs it as an array. Pointers are element offsets from
 //! the parameter they derive from, so loads print as `x_ptr[offset]` whatever address space
-//! MLX gives the buffer. Data moves between threads only through threadgroup memory, and a
-//! barrier is printed only where a write could overtake a pending read or a read could
-//! overtake a write (`Hazard`).
+//! MLX gives the buffer. Data moves between threads only through threadgroup memory, in the
+//! buffers the plan lists (`opt::buffers`); a barrier between ops is printed where the plan
+//! has one (`opt::barriers`), and within one op's lowering where a write could overtake the
+//! op's own pending reads or a read could overtake a write (`Hazard`).
 //!
 //! Reductions and scans are in `reduce.rs`, `tl.dot` in `dot.rs`.
 
@@ -23,6 +24,8 @@ use crate::ir::{
     Type, UnaryOp, Value,
 };
 use crate::opt::axis::AxisInfo;
+use crate::opt::barriers::When;
+pub(super) use crate::opt::blocked::bit_fields;
 use crate::opt::plan::{KernelPlan, MatrixUnit, Printer};
 
 /// How a value is held by each thread.
@@ -63,9 +66,12 @@ pub(super) struct Lowering<'k> {
     /// Scratch elements needed per element type (dialects without a threadgroup arena:
     /// one array per dtype).
     pub scratch: BTreeMap<DType, usize>,
-    /// The threadgroup buffers the conversions printed so far go through (dialects with
-    /// an arena; placed by the plan, see [`Lowering::arena_decls`]).
-    pub smem_reqs: Vec<crate::opt::smem::Request>,
+    /// The plan's threadgroup buffers the code printed so far goes through, by op, role and
+    /// dtype (dialects with an arena, see [`Lowering::arena_decls`]).
+    pub smem_used: Vec<(OpId, crate::opt::smem::Role, DType)>,
+    /// How each value is held ([`crate::opt::buffers::held`]): dialects with an arena keep
+    /// a recipe exactly where it says so, which is where the plan moves no data.
+    pub held: Vec<crate::opt::buffers::Held>,
     /// The op being lowered.
     pub cur_op: Option<OpId>,
     pub hazard: Hazard,
@@ -136,7 +142,9 @@ pub(super) fn printer_of(d: &Dialect, opts: &LaunchOptions) -> Printer {
 /// Placeholder for the flat element index in a recipe.
 pub(super) const FLAT: &str = "{L}";
 
-/// Longest recipe kept; longer ones are cheaper to move than to recompute.
+/// Longest recipe kept by dialects without threadgroup memory (the compiled CPU executor's lazy
+/// blocks); longer ones are cheaper to move than to recompute. The GPU dialects keep a recipe
+/// exactly where `opt::buffers::held` says so.
 const MAX_RECIPE: usize = 400;
 
 pub(super) fn unsupported(k: &Kernel, what: impl std::fmt::Display) -> Error {
@@ -230,15 +238,13 @@ impl<'k> Lowering<'k> {
         k: &'k Kernel,
         d: &'static Dialect,
         opts: &'k LaunchOptions,
-        plan: KernelPlan,
+        mut plan: KernelPlan,
     ) -> Lowering<'k> {
         let threads = opts.num_warps as usize * d.simd_width;
-        // Pointers cast from integers are 64-bit (slot and offset), so offsets are too.
-        let wide = k.ops.iter().any(|o| match o.op {
-            Op::AddPtr { offset, .. } => k.ty(offset).dtype.size_bytes() == 8,
-            Op::IntToPtr { .. } => true,
-            _ => false,
-        });
+        if plan.arena.buffers.is_empty() {
+            // Overrides drop the buffers, which follow from the decisions.
+            plan.place_arena(k, opts);
+        }
         let idents: Vec<String> = k
             .params
             .iter()
@@ -262,7 +268,8 @@ impl<'k> Lowering<'k> {
             lines: Vec::new(),
             indent: 1,
             scratch: BTreeMap::new(),
-            smem_reqs: Vec::new(),
+            smem_used: Vec::new(),
+            held: crate::opt::buffers::held(k),
             cur_op: None,
             hazard: Hazard::default(),
             helpers: BTreeSet::new(),
@@ -271,7 +278,7 @@ impl<'k> Lowering<'k> {
                 .ops
                 .iter()
                 .any(|o| matches!(o.op, Op::AtomicRmw { .. } | Op::AtomicCas { .. })),
-            off_dtype: if wide { DType::I64 } else { DType::I32 },
+            off_dtype: crate::opt::buffers::offset_dtype(k),
             uses_simd: false,
             recipes: vec![None; k.values.len()],
             axis,
@@ -404,16 +411,7 @@ impl<'k> Lowering<'k> {
     }
 
     pub fn layout_of(&self, n: usize) -> BlockedLayout {
-        // A chunk wider than the profile's base width only where every thread still gets a
-        // whole chunk (Triton caps `sizePerThread` by `numel / threads` the same way): a
-        // 32x16 tile on 128 threads keeps 4-wide chunks instead of idling half the threads.
-        let base = self.opts.vector_elems();
-        let vec = if self.vec > base && n < self.vec * self.threads {
-            (n / self.threads).clamp(base, self.vec)
-        } else {
-            self.vec
-        };
-        BlockedLayout::new(n, vec, self.threads)
+        crate::opt::blocked::layout_of(n, self.vec, self.opts.vector_elems(), self.threads)
     }
 
     pub fn layout(&self, v: Value) -> BlockedLayout {
@@ -465,7 +463,7 @@ impl<'k> Lowering<'k> {
         base: &str,
         src_index: &dyn Fn(&str) -> String,
     ) -> Result<()> {
-        let Some(r) = self.recipe(src) else {
+        let Some(r) = self.recipe(src).filter(|_| !self.shape_through_memory()) else {
             return self.convert(res, src, base, src_index);
         };
         let at = |l: &str| r.replace(FLAT, &format!("({})", src_index(l)));
@@ -539,33 +537,11 @@ impl<'k> Lowering<'k> {
     // ---- threadgroup memory -----------------------------------------------------------
 
     /// The declarations of the threadgroup arena and of each buffer's view of it, from the
-    /// plan's arena: placed here from the requests printed when the plan lists no buffers,
-    /// else checked against them (every request has a planned buffer at least as large).
-    /// An error names the kernel, the op, its line and the bytes when the arena is over
-    /// the plan's budget; `memory` names that memory ("threadgroup memory on M1").
+    /// plan's arena (the views of the buffers the printed code uses). An error names the
+    /// kernel, the op, its line and the bytes when the arena is over the plan's budget;
+    /// `memory` names that memory ("threadgroup memory on M1").
     pub fn arena_decls(&mut self, memory: &str) -> Result<Vec<String>> {
         use crate::opt::smem::Buffer;
-        if self.plan.arena.buffers.is_empty() && !self.smem_reqs.is_empty() {
-            let reqs = std::mem::take(&mut self.smem_reqs);
-            self.plan.place_buffers(self.k, &reqs);
-            self.smem_reqs = reqs;
-        }
-        for r in &self.smem_reqs {
-            let need = r.elems * r.dtype.size_bytes();
-            match self.plan.arena.find(r.op, r.role, r.dtype) {
-                Some(b) if b.bytes >= need => {}
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "layout plan of `{}`: no threadgroup buffer of {need} bytes for {} {} \
-                         of {} (plan a buffer for it, or leave the plan's arena empty)",
-                        self.k.name,
-                        r.op,
-                        r.role.name(),
-                        r.dtype
-                    )))
-                }
-            }
-        }
         self.plan.arena.verify(self.k, &self.k.name)?;
         let bytes = self.plan.arena.within_limit(self.k, memory)?;
         let mut used: Vec<&Buffer> = self
@@ -573,11 +549,7 @@ impl<'k> Lowering<'k> {
             .arena
             .buffers
             .iter()
-            .filter(|b| {
-                self.smem_reqs
-                    .iter()
-                    .any(|r| (r.op, r.role, r.dtype) == (b.op, b.role, b.dtype))
-            })
+            .filter(|b| self.smem_used.contains(&(b.op, b.role, b.dtype)))
             .collect();
         used.sort_by_key(|b| (b.offset, b.op, b.role));
         if used.is_empty() {
@@ -635,13 +607,40 @@ impl<'k> Lowering<'k> {
         let op = self
             .cur_op
             .ok_or_else(|| unsupported_on(self.d, self.k, "threadgroup memory outside any op"))?;
-        self.smem_reqs.push(crate::opt::smem::Request {
-            op,
-            role,
-            dtype,
-            elems,
-        });
+        let need = elems * dtype.size_bytes();
+        match self.plan.arena.find(op, role, dtype) {
+            Some(b) if b.bytes >= need => {}
+            found => {
+                let o = self.k.op(op);
+                return Err(Error::InvalidArgument(format!(
+                    "layout plan of `{}`: {op} (`{}` at {}) needs a threadgroup buffer of {need} \
+                     bytes of {dtype} for {}, and the plan has {} (an internal error when the \
+                     plan is the optimizer's own)",
+                    self.k.name,
+                    o.op.name(),
+                    o.loc,
+                    role.name(),
+                    found.map_or("none".to_string(), |b| format!("{} bytes", b.bytes))
+                )));
+            }
+        }
+        if !self.smem_used.contains(&(op, role, dtype)) {
+            self.smem_used.push((op, role, dtype));
+        }
         Ok(crate::opt::smem::Buffer::ident(op, role, dtype))
+    }
+
+    /// Whether the plan moves the result of the shape op being lowered through threadgroup
+    /// memory (its source is a block held in registers, [`crate::opt::buffers::held`]).
+    fn shape_through_memory(&self) -> bool {
+        !self.d.shared_array.is_empty()
+            && self.cur_op.is_some_and(|op| {
+                self.plan
+                    .arena
+                    .buffers
+                    .iter()
+                    .any(|b| b.op == op && b.role == crate::opt::smem::Role::Shape)
+            })
     }
 
     /// Before threads write scratch: waits for pending reads.
@@ -1055,6 +1054,17 @@ impl<'k> Lowering<'k> {
     }
 
     pub(super) fn op(&mut self, id: OpId) -> Result<()> {
+        let for_op = matches!(self.k.op(id).op, Op::For { .. });
+        let writes = self
+            .plan
+            .arena
+            .buffers
+            .iter()
+            .any(|b| b.op == id && !(for_op && b.role == crate::opt::smem::Role::AccOut));
+        if writes {
+            // Whether reads of other ops may still be pending is the plan's to say.
+            self.hazard.reads_pending = self.plan.barrier(id, When::Before).is_some();
+        }
         let outer = self.cur_op.replace(id);
         let r = self.op_inner(id);
         self.cur_op = outer;
@@ -1374,7 +1384,16 @@ impl<'k> Lowering<'k> {
             return Ok(());
         }
         let rs: Option<Vec<String>> = args.iter().map(|a| self.recipe(*a)).collect();
-        let recipe = rs.map(|rs| f(&rs)).filter(|r| r.len() <= MAX_RECIPE);
+        let recipe = rs.map(|rs| f(&rs)).filter(|r| {
+            if self.d.shared_array.is_empty() {
+                r.len() <= MAX_RECIPE
+            } else {
+                matches!(
+                    self.held.get(res.index()),
+                    Some(crate::opt::buffers::Held::Recipe(_))
+                )
+            }
+        });
         if let Some(r) = &recipe {
             if self.lazy_recipes() {
                 let name = self.lazy_block(base, dt, r)?;
@@ -2316,7 +2335,7 @@ impl<'k> Lowering<'k> {
     }
 
     fn broadcast(&mut self, res: Value, src: Value) -> Result<()> {
-        if self.is_uniform(src) {
+        if self.is_uniform(src) && !self.shape_through_memory() {
             let s = self.el(src, "");
             self.set(res, Repr::Splat(s));
             return Ok(());
@@ -2341,6 +2360,9 @@ impl<'k> Lowering<'k> {
     fn reshape(&mut self, res: Value, src: Value) -> Result<()> {
         let r = self.repr(src).clone();
         let to_scalar = self.ty(res).is_scalar();
+        if to_scalar && self.shape_through_memory() {
+            return self.relayout(res, src, "elem", &|_| "0u".into());
+        }
         match r {
             Repr::Scalar(s) | Repr::Splat(s) => self.set(
                 res,
@@ -2361,7 +2383,7 @@ impl<'k> Lowering<'k> {
     }
 
     fn permute(&mut self, res: Value, src: Value, order: &[u32]) -> Result<()> {
-        if self.is_uniform(src) {
+        if self.is_uniform(src) && !self.shape_through_memory() {
             let s = self.el(src, "");
             self.set(res, Repr::Splat(s));
             return Ok(());
@@ -2397,7 +2419,7 @@ impl<'k> Lowering<'k> {
     }
 
     fn split(&mut self, results: Vec<Value>, src: Value) -> Result<()> {
-        if self.is_uniform(src) {
+        if self.is_uniform(src) && !self.shape_through_memory() {
             let s = self.el(src, "");
             for r in results {
                 let repr = if self.ty(r).is_block() {
@@ -2706,7 +2728,8 @@ impl<'k> Lowering<'k> {
         if let Some(uniform) = &peel {
             self.end_peel(init, &vars, uniform)?;
         }
-        self.hazard.reads_pending = true;
+        self.hazard.reads_pending =
+            self.d.shared_array.is_empty() || self.plan.barrier(id, When::After).is_some();
         for (k, r) in results.into_iter().enumerate() {
             match &frag_of[k] {
                 Some((f, m, n)) => self.frags_to_block(r, f, *m, *n)?,
@@ -2779,18 +2802,6 @@ impl<'k> Lowering<'k> {
         }
         Ok(())
     }
-}
-
-/// `(bit position, width)` of each dim of a row-major power-of-two shape.
-pub(super) fn bit_fields(shape: &[usize]) -> Vec<(u32, u32)> {
-    let mut pos = 0u32;
-    let mut out = vec![(0, 0); shape.len()];
-    for (d, &s) in shape.iter().enumerate().rev() {
-        let w = s.trailing_zeros();
-        out[d] = (pos, w);
-        pos += w;
-    }
-    out
 }
 
 /// C expression moving bit fields `(from, width, to)` of `l` into a new index.

@@ -100,13 +100,9 @@ pub fn compile(kernel: &Kernel, opts: &LaunchOptions) -> Result<MetalProgram> {
 }
 
 /// The layout plan [`compile`] prints `kernel` with under `opts`, its threadgroup buffers
-/// listed and placed (the optimizer's plan alone where the kernel does not compile).
+/// listed and placed.
 pub fn plan(kernel: &Kernel, opts: &LaunchOptions) -> KernelPlan {
-    let p = crate::opt::plan::plan(kernel, opts, printer_of(&METAL, opts));
-    match compile_with(kernel, opts, &p) {
-        Ok(prog) => prog.plan,
-        Err(_) => p,
-    }
+    crate::opt::plan::plan(kernel, opts, printer_of(&METAL, opts))
 }
 
 /// [`compile`] with the decisions of `plan` (e.g. [`plan`]'s, with overrides set), which

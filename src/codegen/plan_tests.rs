@@ -13,6 +13,7 @@ use super::*;
 use crate::dtype::DType::{F16, F32, I32};
 use crate::emu::{EmuBuffer, OutputSpec};
 use crate::ir::{Kernel, Op, OpId};
+use crate::opt::barriers::When;
 use crate::opt::plan::{Decision, DotLowering, KernelPlan};
 use crate::opt::{Chip, HardwareProfile};
 
@@ -595,7 +596,11 @@ fn threadgroup_memory_decisions_change_the_code_not_the_result() {
     let e = metal::compile_with(&k, &opts, &missing)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("no threadgroup buffer of 4096 bytes"), "{e}");
+    assert!(
+        e.contains(&format!("{for_} (`for` at"))
+            && e.contains("needs a threadgroup buffer of 4096 bytes of f32 for acc.out"),
+        "{e}"
+    );
     // CUDA: the same overrides reach the tensor-core path; all compile.
     let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
     let cdef = cuda::plan(&k, &sm90);
@@ -663,4 +668,196 @@ fn the_budget_names_the_profile_field_that_set_it() {
         "{}",
         sm90.arena.limit_why
     );
+}
+
+/// Every op kind that moves data between threads, on a `[16, 8]` tile loaded once: a
+/// transpose and back, a join and split, a row max broadcast along the row, a scan along
+/// rows, and a scalar atomic whose old value every thread reads. One program:
+/// `y = 4 * x + rowmax(x) + cumsum(x, 1) + old`, `old` the counter's initial value.
+fn movers(k: &mut crate::tl::KernelBuilder) {
+    use crate::tl;
+    let (x, y, cnt) = (
+        k.ptr(F32, "x_ptr"),
+        k.ptr(F32, "y_ptr"),
+        k.ptr(I32, "cnt_ptr"),
+    );
+    let idx = tl::arange(0, 16).col() * 8 + tl::arange(0, 8).row();
+    let t = tl::load(x + idx);
+    let back = tl::trans(tl::trans(t));
+    let (a, b) = tl::join(t, t * 2.0).split();
+    let m = tl::broadcast_to(t.max(1).col(), [16, 8]);
+    let c = tl::cumsum(t, 1);
+    let old = tl::atomic_add(cnt, 1);
+    tl::store(y + idx, a + b + back + m + c + old.cast(F32));
+}
+
+fn movers_ref(x: &[f32], old: i32) -> Vec<f64> {
+    let mut out = Vec::new();
+    for r in 0..16 {
+        let row: Vec<f64> = x[r * 8..r * 8 + 8].iter().map(|&v| v as f64).collect();
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let mut run = 0.0;
+        for v in &row {
+            run += v;
+            out.push(4.0 * v + max + run + old as f64);
+        }
+    }
+    out
+}
+
+fn run_movers(p: &MetalProgram, x: &[f32]) -> Vec<f32> {
+    let out = run_prog(
+        p,
+        &[EmuBuffer::new("x_ptr", &[128], x)],
+        &[
+            OutputSpec::new("y_ptr", F32, &[128]),
+            OutputSpec::new("cnt_ptr", I32, &[1]).init(5.0),
+        ],
+        [1, 1, 1],
+    );
+    assert_eq!(out[1].to_vec::<i32>().unwrap(), vec![6]);
+    out[0].to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn the_plan_lists_every_threadgroup_buffer_and_the_printers_use_each() {
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let tiled = LaunchOptions::default().reduction_layout(ReductionLayout::Tiled);
+    let kernels = [
+        build("movers", &[], movers),
+        mm(F16),
+        mm(F32),
+        build("tiles", &[("BM", 16), ("BN", 64)], tile_reductions),
+        build("cumsum", &[("BLOCK", 256)], super::tests::cumsum_kernel),
+        build("softmax", &[("BLOCK", 512)], super::tests::softmax),
+        build("layer_norm", &[("BLOCK", 256)], super::tests::layer_norm),
+    ];
+    for k in &kernels {
+        for layout in ReductionLayout::ALL {
+            let opts = LaunchOptions::default().reduction_layout(layout);
+            let sm90 = sm90.clone().reduction_layout(layout);
+            for (plan, source) in [
+                {
+                    let p = metal::compile(k, &opts).unwrap();
+                    (p.plan, p.source)
+                },
+                {
+                    let p = cuda::compile(k, &sm90).unwrap();
+                    (p.plan, p.source)
+                },
+            ] {
+                // Computed before printing, and the printers use each (a declaration and
+                // at least one access).
+                for b in &plan.arena.buffers {
+                    let id = crate::opt::smem::Buffer::ident(b.op, b.role, b.dtype);
+                    assert!(
+                        source.matches(&id).count() >= 2,
+                        "{}: {id} planned but unused\n{plan}\n{source}",
+                        k.name
+                    );
+                }
+            }
+        }
+    }
+    // The movers kernel: one buffer per moving op, each named in the plan's text.
+    let k = &kernels[0];
+    let p = metal::plan(k, &tiled);
+    let text = p.to_string();
+    for role in ["shape", "reduce", "scan", "atomic"] {
+        assert!(text.contains(&format!(" {role} ")), "{role}\n{text}");
+    }
+    let shapes = p
+        .arena
+        .buffers
+        .iter()
+        .filter(|b| b.role == crate::opt::smem::Role::Shape)
+        .count();
+    // trans, trans, join, split, broadcast; the index arithmetic is recomputed instead.
+    assert_eq!(shapes, 5, "{text}");
+}
+
+#[test]
+fn barrier_decisions_change_the_code_not_the_result() {
+    let k = build("movers", &[], movers);
+    let opts = LaunchOptions::default();
+    let default = metal::plan(&k, &opts);
+    // Every barrier between ops is listed with the buffers that need it; the text parses.
+    let listed: Vec<_> = default.barriers().collect();
+    assert!(!listed.is_empty());
+    assert!(
+        listed
+            .iter()
+            .all(|(_, w, why)| *w == When::Before && why.contains("reads of buf #")),
+        "{default}"
+    );
+    assert_eq!(KernelPlan::parse(&default.to_string()).unwrap(), default);
+    // Without reuse no two buffers share bytes: no op waits for another's reads.
+    let mut apart = default.clone();
+    apart.set_reuse(false);
+    apart.place_arena(&k, &opts);
+    assert_eq!(apart.barriers().count(), 0, "{apart}");
+    // The conservative override: a barrier before every op's first write.
+    let mut every = default.clone();
+    every.set_barrier_everywhere(&k, &opts);
+    assert!(every.barriers().count() > default.barriers().count());
+    // A plan missing a needed barrier is refused, naming the op and the buffers.
+    let (op, when, _) = listed[0];
+    let mut missing = KernelPlan::parse(
+        &default
+            .to_string()
+            .lines()
+            .filter(|l| !l.starts_with(&format!("  barrier {op} {when}")))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .unwrap();
+    let e = missing.verify(&k).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "{op}: no barrier before it, where one is needed: {op} writes buf #"
+        )),
+        "{e}"
+    );
+    missing.set_barrier(op, when, "restored");
+    missing.verify(&k).unwrap();
+    let progs: Vec<_> = [&default, &apart, &every]
+        .iter()
+        .map(|p| metal::compile_with(&k, &opts, p).unwrap())
+        .collect();
+    let count = |s: &str| s.matches("threadgroup_barrier(").count();
+    let n: Vec<usize> = progs.iter().map(|p| count(&p.source)).collect();
+    assert!(n[1] < n[0] && n[0] < n[2], "{n:?}");
+    assert_eq!(n[0] - n[1], default.barriers().count());
+    assert_eq!(
+        n[2] - n[0],
+        every.barriers().count() - default.barriers().count()
+    );
+    // CUDA: the same overrides, printed and compiled.
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let cdef = cuda::plan(&k, &sm90);
+    let mut capart = cdef.clone();
+    capart.set_reuse(false);
+    let mut cevery = cdef.clone();
+    cevery.set_barrier_everywhere(&k, &sm90);
+    let cu = [cdef, capart, cevery].map(|p| cuda::compile_with(&k, &sm90, &p).unwrap());
+    let n: Vec<usize> = cu
+        .iter()
+        .map(|p| p.source.matches("__syncthreads();").count())
+        .collect();
+    assert!(n[1] < n[0] && n[0] < n[2], "{n:?}");
+    if let Some(nv) = nvrtc() {
+        for p in &cu {
+            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+        }
+    }
+    if !emu_ok("barrier_decisions_change_the_code_not_the_result") {
+        return;
+    }
+    let mut x = rnd(128, 51, -2.0, 2.0);
+    x[3] = 0.0;
+    x[17] = -0.0;
+    let want = movers_ref(&x, 5);
+    for (i, p) in progs.iter().enumerate() {
+        assert_close(&run_movers(p, &x), &want, 1e-5, &format!("plan {i}"));
+    }
 }

@@ -16,6 +16,9 @@
 //! ```
 
 pub(crate) mod axis;
+pub mod barriers;
+pub mod blocked;
+pub mod buffers;
 pub mod cpu;
 pub mod hardware;
 pub mod layout;

@@ -18,9 +18,11 @@
 //!   ([`KernelPlan::band_rows`]);
 //! - threadgroup memory: the byte budget and its one arena ([`KernelPlan::arena`], see
 //!   [`super::smem`]): every buffer a conversion goes through, with its live range and
-//!   offset, buffers that are never live together sharing bytes.
+//!   offset, buffers that are never live together sharing bytes;
 //! - one-thread programs (the compiled CPU executor): index recipes, lazy values, unswitched
-//!   masks, peeled loops and reduction lanes ([`KernelPlan::cpu`], see [`super::cpu`]).
+//!   masks, peeled loops and reduction lanes ([`KernelPlan::cpu`], see [`super::cpu`]);
+//! - barriers: before which op's threadgroup writes (or after which loop) threads wait
+//!   for each other, and why ([`KernelPlan::barriers`], see [`super::barriers`]).
 //!
 //! A user override changes the plan, never the printer: [`LaunchOptions::reduction_layout`],
 //! or [`KernelPlan::set`] on a plan given to `codegen::metal::compile_with` (or the CUDA
@@ -52,6 +54,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::barriers::When;
 use super::cpu::CpuPlan;
 use super::options::{LaunchOptions, ReductionLayout};
 use super::smem::{parse_arena, parse_buffer, parse_convert, Arena, Request, Role};
@@ -237,12 +240,16 @@ pub struct KernelPlan {
     /// Per op converting an `[m, n]` accumulator between fragments and the blocked layout
     /// (the dot, or the `for` keeping it in fragments): rows per band.
     bands: BTreeMap<(OpId, usize, usize), (usize, String)>,
-    /// Threadgroup memory: budget and buffers. [`plan`] sets the budget; the printer's
-    /// conversions fill in the buffers when they are empty (see `codegen::metal::plan`).
+    /// Threadgroup memory: budget and buffers ([`Self::place_arena`]). The setters below
+    /// drop the buffers, which follow from the decisions; the printers place them again
+    /// from the changed plan before printing.
     pub arena: Arena,
     /// The one-thread specialisations of the compiled CPU executor's printer (programs of
     /// one thread only; see [`super::cpu`]).
     pub cpu: Option<CpuPlan>,
+    /// Barriers between ops in threadgroup memory, each with its reason
+    /// ([`super::barriers`]).
+    barriers: BTreeMap<(OpId, When), String>,
 }
 
 /// Bytes a float accumulator band of a `simdgroup_matrix` dot may always take (more when
@@ -536,6 +543,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
             Arena::new(limit, why)
         },
         cpu: None,
+        barriers: BTreeMap::new(),
     };
     let warps = (printer.threads / 32).max(1);
     for (i, o) in kernel.ops.iter().enumerate() {
@@ -588,6 +596,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
     if printer.threads == 1 {
         p.cpu = Some(super::cpu::plan(kernel, |op| !p.resident(op).is_empty()));
     }
+    p.place_arena(kernel, opts);
     p
 }
 
@@ -636,17 +645,19 @@ impl KernelPlan {
 
     /// Replaces (or adds) the decision for `op`, recording `why`; [`Self::verify`] tells
     /// whether the kernel admits it. The arena's buffers follow from the decisions, so
-    /// they are dropped, to be placed again by the printer.
+    /// they are dropped, to be placed again ([`Self::place_arena`]).
     pub fn set(&mut self, op: OpId, d: Decision, why: impl Into<String>) {
         self.decisions.insert(op, (d, why.into()));
         self.arena.buffers.clear();
+        self.barriers.clear();
     }
 
     /// Turns sharing of bytes between buffers never live together on or off; the buffers
-    /// are dropped, to be placed again by the printer.
+    /// are dropped, to be placed again ([`Self::place_arena`]).
     pub fn set_reuse(&mut self, reuse: bool) {
         self.arena.reuse = reuse;
         self.arena.buffers.clear();
+        self.barriers.clear();
     }
 
     /// The lowering of the `tl.dot` at `op` (scalar FMA when the plan has none).
@@ -810,6 +821,59 @@ impl KernelPlan {
         }
     }
 
+    /// Computes every threadgroup buffer the printed code of `k` goes through under this
+    /// plan and `opts` ([`super::buffers::requests`]) and places them in the arena.
+    /// The barriers between ops follow ([`super::barriers::required`]); barriers the plan
+    /// already lists stay.
+    pub fn place_arena(&mut self, k: &Kernel, opts: &LaunchOptions) {
+        let reqs = super::buffers::requests(k, self, opts);
+        self.place_buffers(k, &reqs);
+        for (at, why) in super::barriers::required(k, &self.arena) {
+            self.barriers.entry(at).or_insert(why);
+        }
+    }
+
+    /// The reason for the barrier at `(op, when)`, if the plan has one there.
+    pub fn barrier(&self, op: OpId, when: When) -> Option<&str> {
+        self.barriers.get(&(op, when)).map(String::as_str)
+    }
+
+    /// Every barrier between ops: where it is and why.
+    pub fn barriers(&self) -> impl Iterator<Item = (OpId, When, &str)> {
+        self.barriers
+            .iter()
+            .map(|(&(o, w), why)| (o, w, why.as_str()))
+    }
+
+    /// Adds a barrier at `(op, when)` (one more than needed is allowed; [`Self::verify`]
+    /// refuses a plan that lacks a needed one).
+    pub fn set_barrier(&mut self, op: OpId, when: When, why: impl Into<String>) {
+        self.barriers.insert((op, when), why.into());
+    }
+
+    /// The conservative override: a barrier before every op's first threadgroup write and
+    /// after every loop whose accumulators leave fragments, needed or not (places the
+    /// buffers first when the plan lists none).
+    pub fn set_barrier_everywhere(&mut self, k: &Kernel, opts: &LaunchOptions) {
+        if self.arena.buffers.is_empty() {
+            self.place_arena(k, opts);
+        }
+        let at: Vec<(OpId, When)> = self
+            .arena
+            .buffers
+            .iter()
+            .map(|b| {
+                let after = b.role == Role::AccOut && matches!(k.op(b.op).op, Op::For { .. });
+                (b.op, if after { When::After } else { When::Before })
+            })
+            .collect();
+        for a in at {
+            self.barriers
+                .entry(a)
+                .or_insert_with(|| "override: every threadgroup use waits".to_string());
+        }
+    }
+
     /// Places the threadgroup buffers of `reqs` in the arena ([`Arena::place`]) and names the
     /// values each converts: for a `for` keeping accumulators in fragments, its resident
     /// carried values (in: their initial values; out: the loop's results) and the operand
@@ -842,10 +906,12 @@ impl KernelPlan {
     }
 
     /// Sets the K slice of the tiled dot at `op` ([`Self::verify`] tells whether it divides
-    /// K); the arena's buffers are dropped, to be placed again by the printer.
+    /// K); the arena's buffers are dropped, to be placed again
+    /// ([`Self::place_arena`]).
     pub fn set_k_slice(&mut self, op: OpId, kc: usize, why: impl Into<String>) {
         self.k_slices.insert(op, (kc, why.into()));
         self.arena.buffers.clear();
+        self.barriers.clear();
     }
 
     /// Rows per band of the `[m, n]` accumulator `op` moves between fragments and the
@@ -855,7 +921,7 @@ impl KernelPlan {
     }
 
     /// Sets the rows per band of the `[m, n]` accumulator `op` converts; the arena's
-    /// buffers are dropped, to be placed again by the printer.
+    /// buffers are dropped, to be placed again ([`Self::place_arena`]).
     pub fn set_band_rows(
         &mut self,
         op: OpId,
@@ -865,6 +931,7 @@ impl KernelPlan {
     ) {
         self.bands.insert((op, m, n), (rows, why.into()));
         self.arena.buffers.clear();
+        self.barriers.clear();
     }
 
     /// The K slices and accumulator bands of the tiled dots, and of the loops keeping their
@@ -1118,7 +1185,21 @@ impl KernelPlan {
                 }
             }
         }
-        self.arena.verify(kernel, &self.kernel)
+        self.arena.verify(kernel, &self.kernel)?;
+        for &(op, when) in self.barriers.keys() {
+            if op.index() >= kernel.ops.len() {
+                return bad(op, format!("a barrier {when} an op the kernel lacks"));
+            }
+        }
+        for ((op, when), why) in super::barriers::required(kernel, &self.arena) {
+            if !self.barriers.contains_key(&(op, when)) {
+                return bad(
+                    op,
+                    format!("no barrier {when} it, where one is needed: {why}"),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Parses the text form written by `Display`.
@@ -1173,6 +1254,7 @@ impl KernelPlan {
             bands: BTreeMap::new(),
             arena: Arena::new(0, String::new()),
             cpu: None,
+            barriers: BTreeMap::new(),
         };
         for l in lines {
             match l.split_whitespace().next() {
@@ -1194,6 +1276,21 @@ impl KernelPlan {
                         .get_or_insert_with(CpuPlan::empty)
                         .parse_line(l)
                         .ok_or_else(|| err(l, "CPU decision"))?;
+                    continue;
+                }
+                Some("barrier") => {
+                    let (body, why) = l.split_once(" ; ").ok_or_else(|| err(l, "reason"))?;
+                    let w: Vec<&str> = body.split_whitespace().collect();
+                    let at = match w.as_slice() {
+                        ["barrier", op, when] => op
+                            .strip_prefix("op")
+                            .and_then(|o| o.parse().ok())
+                            .map(OpId)
+                            .zip(When::parse(when)),
+                        _ => None,
+                    };
+                    let at = at.ok_or_else(|| err(l, "barrier"))?;
+                    p.barriers.insert(at, why.to_string());
                     continue;
                 }
                 _ => {}
@@ -1300,8 +1397,8 @@ impl fmt::Display for KernelPlan {
     /// `plan @name threads=T matrix=U widest_vector=W static_shared=S`, the kernel's chunk
     /// width (`kernel vec=V ; why`), one line per decision (`opN what ; why`), per K slice
     /// (`opN kslice=K ; why`) and per accumulator band (`opN band MxN rows=R ; why`), the
-    /// CPU decisions (`cpu ...`, see [`CpuPlan`]), then
-    /// the arena (`arena ...`) and its buffers (`buf ...`).
+    /// CPU decisions (`cpu ...`, see [`CpuPlan`]), then the arena (`arena ...`), its buffers
+    /// (`buf ...`) and the barriers between ops (`barrier opN before|after ; why`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
@@ -1328,6 +1425,10 @@ impl fmt::Display for KernelPlan {
         if let Some(cpu) = &self.cpu {
             write!(f, "{cpu}")?;
         }
-        write!(f, "{}", self.arena)
+        write!(f, "{}", self.arena)?;
+        for ((op, when), why) in &self.barriers {
+            writeln!(f, "  barrier {op} {when} ; {why}")?;
+        }
+        Ok(())
     }
 }

@@ -8,8 +8,8 @@
 //! `for` loop before the loop), during it, and after it (fragments leaving, for a `for`
 //! after the loop). [`moments`] numbers those moments in program order; two buffers whose
 //! moment intervals do not overlap may share bytes, and [`Arena::place`] packs them so.
-//! The printer's barriers guard every reuse: a write after any read of the arena waits for
-//! all threads first.
+//! Barriers guard every reuse: [`super::barriers`] puts one between a read of a buffer and
+//! a later write of any buffer sharing its bytes.
 //!
 //! ```
 //! use triton_metal::opt::smem::{Arena, Request, Role};
@@ -114,7 +114,7 @@ impl Role {
         Role::ALL.into_iter().find(|r| r.name() == s)
     }
 
-    /// The role of a generic request made while `op` is lowered.
+    /// The role of the buffers of `op` other than a `tl.dot`'s.
     pub fn of_op(op: &Op) -> Role {
         match op {
             Op::Reduce { .. } => Role::Reduce,
@@ -139,7 +139,8 @@ impl Role {
     }
 }
 
-/// A buffer the printer needs: `elems` elements of `dtype` for `role` while `op` runs.
+/// A buffer a conversion needs: `elems` elements of `dtype` for `role` while `op` runs
+/// ([`super::buffers::requests`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
     /// The op that converts through it.

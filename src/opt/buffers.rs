@@ -1,0 +1,467 @@
+//! Every threadgroup buffer a kernel's printed code goes through, computed from the kernel
+//! IR, its plan and the launch options before anything is printed: reductions, scans,
+//! shape ops (broadcast, permute, join, split, reshape to a scalar), scalar atomics and
+//! `tl.dot` staging. [`super::plan::KernelPlan::place_arena`] places them in the arena; the
+//! printers look each one up by op, role and dtype and never add one.
+//!
+//! Whether a shape op moves data at all depends on how the printers hold its source
+//! ([`Held`]): a uniform value is one variable every thread has, and a block that is a pure
+//! function of its element index (a "recipe": `arange`, uniform scalars and elementwise ops)
+//! is recomputed in the new layout. Only other blocks go through threadgroup memory. The
+//! printers keep a recipe exactly where [`held`] says so.
+//!
+//! ```
+//! use triton_metal::opt::buffers::{held, requests, Held};
+//! use triton_metal::opt::options::LaunchOptions;
+//! use triton_metal::opt::plan::{plan, MatrixUnit, Printer};
+//! use triton_metal::opt::smem::Role;
+//! use triton_metal::{tl, DType::F32};
+//! let k = tl::jit("rowmax", |k| {
+//!     let x = k.ptr(F32, "x");
+//!     let o = k.ptr(F32, "o");
+//!     let offs = tl::arange(0, 256);
+//!     tl::store(o + tl::program_id(0), tl::load(x + offs).max(0));
+//! })?.specialize_with(&[])?;
+//! let printer = Printer { threads: 128, matrix: MatrixUnit::Simdgroup8x8, widest_vector: 4, static_shared: None };
+//! let opts = LaunchOptions::default();
+//! let p = plan(&k, &opts, printer);
+//! // The offsets are recomputed wherever they are needed; the max goes through memory.
+//! assert!(held(&k).iter().any(|h| matches!(h, Held::Recipe(_))));
+//! assert!(requests(&k, &p, &opts).iter().all(|r| r.role == Role::Reduce));
+//! # Ok::<(), triton_metal::Error>(())
+//! ```
+
+use super::blocked::{bit_fields, layout_of, BitHome, BlockedLayout};
+use super::options::{LaunchOptions, ReductionLayout};
+use super::plan::{dot_dims, mma_operand_tile, DotLowering, KernelPlan, MatrixUnit, MMA_C_PAD};
+use super::smem::{Request, Role};
+use crate::dtype::DType;
+use crate::ir::{Kernel, Op, OpId, ReduceKind, RegionId, ScanKind, Value};
+
+/// How the printers hold a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// One variable every thread holds (scalars, splats, elementwise ops of them).
+    Uniform,
+    /// A block recomputed from its element index: the expression's operation count.
+    Recipe(u32),
+    /// A block in registers of its layout: changing its layout moves data.
+    Block,
+}
+
+/// Most operations in one recipe: longer expressions are moved, not recomputed.
+pub const MAX_RECIPE_OPS: u32 = 24;
+
+/// The element type offsets into pointer parameters have: 64-bit when some pointer
+/// arithmetic takes a 64-bit offset or a pointer is cast from an integer, else 32-bit.
+pub fn offset_dtype(k: &Kernel) -> DType {
+    let wide = k.ops.iter().any(|o| match o.op {
+        Op::AddPtr { offset, .. } => k.ty(offset).dtype.size_bytes() == 8,
+        Op::IntToPtr { .. } => true,
+        _ => false,
+    });
+    if wide {
+        DType::I64
+    } else {
+        DType::I32
+    }
+}
+
+/// Per value (by index), how the GPU printers hold it. Values whose holding depends on
+/// control flow (loop-carried, branch results) count as [`Held::Block`].
+pub fn held(k: &Kernel) -> Vec<Held> {
+    fn walk(k: &Kernel, r: RegionId, h: &mut [Held]) {
+        for &a in &k.region(r).args {
+            h[a.index()] = if k.ty(a).is_block() {
+                Held::Block
+            } else {
+                Held::Uniform
+            };
+        }
+        for &id in &k.region(r).ops {
+            let data = k.op(id);
+            for sub in data.op.regions() {
+                walk(k, sub, h);
+            }
+            for res in data.results.iter() {
+                h[res.index()] = of_op(k, &data.op, res, h);
+            }
+        }
+    }
+    let mut h = vec![Held::Block; k.values.len()];
+    walk(k, k.body, &mut h);
+    h
+}
+
+fn of_op(k: &Kernel, op: &Op, res: Value, h: &[Held]) -> Held {
+    if !k.ty(res).is_block() {
+        return Held::Uniform;
+    }
+    let at = |v: Value| h[v.index()];
+    match op {
+        Op::Constant { .. } | Op::Splat { .. } => Held::Uniform,
+        Op::Arange { .. } => Held::Recipe(1),
+        Op::Unary { .. }
+        | Op::Binary { .. }
+        | Op::Cmp { .. }
+        | Op::Select { .. }
+        | Op::Fma { .. }
+        | Op::Clamp { .. }
+        | Op::Cast { .. }
+        | Op::Bitcast { .. }
+        | Op::AddPtr { .. } => {
+            let mut args = Vec::new();
+            op.for_each_operand(|v| args.push(at(v)));
+            if args.iter().all(|a| *a == Held::Uniform) {
+                return Held::Uniform;
+            }
+            let mut ops = 1u32;
+            for a in args {
+                ops += match a {
+                    Held::Uniform => 1,
+                    Held::Recipe(n) => n,
+                    Held::Block => return Held::Block,
+                };
+            }
+            if ops <= MAX_RECIPE_OPS {
+                Held::Recipe(ops)
+            } else {
+                Held::Block
+            }
+        }
+        Op::Broadcast { src } | Op::Permute { src, .. } | Op::ExpandDims { src, .. } => at(*src),
+        Op::Reshape { src } => at(*src),
+        Op::Split { src } if at(*src) == Held::Uniform => Held::Uniform,
+        _ => Held::Block,
+    }
+}
+
+/// Where the reduced (or scanned) axis sits in the flat index of a block of `shape`.
+#[derive(Clone, Copy)]
+struct Geo {
+    n: usize,
+    nout: usize,
+    /// First bit of the axis.
+    ib: u32,
+    /// Bits of the axis.
+    kb: u32,
+}
+
+impl Geo {
+    fn new(shape: &[usize], axis: usize) -> Geo {
+        let f = bit_fields(shape);
+        let n: usize = shape.iter().product();
+        Geo {
+            n,
+            nout: n / shape[axis],
+            ib: f[axis].0,
+            kb: f[axis].1,
+        }
+    }
+
+    fn is_axis_bit(&self, b: u32) -> bool {
+        b >= self.ib && b < self.ib + self.kb
+    }
+
+    /// Register bits of `lay` off the axis (the partials each thread keeps).
+    fn kept_reg_bits(&self, lay: BlockedLayout) -> usize {
+        let (vb, tb) = (lay.vec_bits(), lay.thread_bits());
+        (0..lay.regs().trailing_zeros())
+            .filter(|&r| !self.is_axis_bit(if r < vb { r } else { r + tb }))
+            .count()
+    }
+
+    /// Lane and SIMD-group bits of the thread index on the axis.
+    fn axis_thread_bits(&self, lay: BlockedLayout) -> (usize, usize) {
+        let (mut la, mut wa) = (0, 0);
+        for t in 0..lay.thread_bits() {
+            let flat = lay.vec_bits() + t;
+            if self.is_axis_bit(flat) {
+                match lay.bit_home(flat) {
+                    BitHome::Lane(_) => la += 1,
+                    BitHome::Warp(_) => wa += 1,
+                    BitHome::Reg(_) => {}
+                }
+            }
+        }
+        (la, wa)
+    }
+}
+
+/// Collects the requests of one op.
+struct Reqs<'a> {
+    k: &'a Kernel,
+    op: OpId,
+    role: Role,
+    off: DType,
+    out: Vec<Request>,
+}
+
+impl Reqs<'_> {
+    fn push(&mut self, dtype: DType, elems: usize) {
+        self.out.push(Request {
+            op: self.op,
+            role: self.role,
+            dtype,
+            elems,
+        });
+    }
+
+    /// The element type a value is staged as (pointers: their offsets).
+    fn edt(&self, v: Value) -> DType {
+        let t = self.k.ty(v);
+        if t.ptr {
+            self.off
+        } else {
+            t.dtype
+        }
+    }
+
+    /// The `int` indices of an arg-reduction next to `elems` values of `dt`: after the
+    /// values when they are `i32` themselves (one buffer per dtype).
+    fn indices(&mut self, dt: DType, elems: usize) {
+        let e = if dt == DType::I32 { 2 * elems } else { elems };
+        self.push(DType::I32, e);
+    }
+}
+
+/// Every threadgroup buffer `k`'s printed code converts through under plan `p` and `opts`
+/// (none for a one-thread printer, which has no threadgroup memory).
+pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request> {
+    let threads = p.printer.threads;
+    if threads <= 1 {
+        return Vec::new();
+    }
+    let base = opts.vector_elems();
+    let lay = |n: usize| layout_of(n, p.vec, base, threads);
+    let h = held(k);
+    let off = offset_dtype(k);
+    let mut all = Vec::new();
+    for (i, data) in k.ops.iter().enumerate() {
+        let op = OpId(i as u32);
+        let mut r = Reqs {
+            k,
+            op,
+            role: Role::of_op(&data.op),
+            off,
+            out: Vec::new(),
+        };
+        let numel = |v: Value| k.ty(v).numel();
+        let block = |v: Value| h[v.index()] == Held::Block;
+        let res = data.result();
+        match &data.op {
+            Op::Broadcast { src } | Op::Permute { src, .. } => {
+                let same =
+                    k.ty(*src).shape == res.map(|v| k.ty(v).shape.clone()).unwrap_or_default();
+                if block(*src) && !same {
+                    if let Some(res) = res {
+                        r.push(r.edt(res), numel(*src));
+                    }
+                }
+            }
+            Op::Reshape { src } | Op::ExpandDims { src, .. } => {
+                if let Some(res) = res.filter(|&v| block(*src) && !k.ty(v).is_block()) {
+                    r.push(r.edt(res), numel(*src));
+                }
+            }
+            Op::Join { lhs, .. } => {
+                if let Some(res) = res {
+                    r.push(r.edt(res), 2 * numel(*lhs));
+                }
+            }
+            Op::Split { src } if h[src.index()] != Held::Uniform => {
+                r.push(r.edt(*src), numel(*src));
+            }
+            Op::AtomicRmw { ptr, .. } | Op::AtomicCas { ptr, .. } if !k.ty(*ptr).is_block() => {
+                if let Some(res) = res {
+                    r.push(r.edt(res), 1);
+                }
+            }
+            Op::Reduce {
+                kind: ReduceKind::Custom,
+                srcs,
+                axis,
+                ..
+            }
+            | Op::Scan {
+                kind: ScanKind::Custom,
+                srcs,
+                axis,
+                ..
+            } => {
+                // Every source staged row-major, sources of one dtype one after another.
+                let n = Geo::new(&k.ty(srcs[0]).shape, *axis as usize).n;
+                let mut used = std::collections::BTreeMap::<DType, usize>::new();
+                for &s in srcs {
+                    let e = used.entry(r.edt(s)).or_insert(0);
+                    *e += n;
+                    let (dt, e) = (r.edt(s), *e);
+                    r.push(dt, e);
+                }
+            }
+            Op::Reduce {
+                kind, srcs, axis, ..
+            } => {
+                let (x, Some(res)) = (srcs[0], res) else {
+                    continue;
+                };
+                let geo = Geo::new(&k.ty(x).shape, *axis as usize);
+                let l = lay(geo.n);
+                let (dt, arg) = (
+                    r.edt(x),
+                    matches!(kind, ReduceKind::ArgMax | ReduceKind::ArgMin),
+                );
+                let (la, wa) = geo.axis_thread_bits(l);
+                match p.reduction(op) {
+                    ReductionLayout::Coalesced => {
+                        let nk = 1usize << geo.kept_reg_bits(l);
+                        if wa > 0 {
+                            r.push(dt, nk * threads);
+                            if arg {
+                                r.indices(dt, nk * threads);
+                            }
+                        }
+                        if k.ty(res).is_block() || l.has_idle_threads() {
+                            r.push(r.edt(res), geo.nout);
+                        }
+                    }
+                    ReductionLayout::Default => {
+                        let e = geo.nout << (la + wa);
+                        r.push(dt, e);
+                        if arg {
+                            r.indices(dt, e);
+                        }
+                    }
+                    s => {
+                        r.push(dt, geo.n);
+                        if arg && s == ReductionLayout::Tiled {
+                            r.indices(dt, geo.n);
+                        }
+                    }
+                }
+            }
+            Op::Scan {
+                srcs,
+                axis,
+                reverse,
+                ..
+            } => {
+                let x = srcs[0];
+                let geo = Geo::new(&k.ty(x).shape, *axis as usize);
+                let (l, dt) = (lay(geo.n), r.edt(x));
+                if scan_in_simd(opts, *reverse, dt, geo.ib + geo.kb, l) {
+                    if geo.axis_thread_bits(l).1 > 0 {
+                        r.push(dt, l.regs() * threads);
+                    }
+                } else {
+                    r.push(dt, geo.n);
+                }
+            }
+            Op::Dot { a, b, acc } => dot(&mut r, p, (*a, *b, *acc)),
+            Op::For { init, .. } => {
+                for &s in p.resident(op) {
+                    let Some(&v) = init.get(s) else { continue };
+                    let sh = &k.ty(v).shape;
+                    let (m, n) = (sh[0], sh[1]);
+                    let rows = p.band_rows(op, m, n).unwrap_or(m).clamp(1, m);
+                    let mma = p.printer.matrix == MatrixUnit::MmaM16N8K16;
+                    r.role = Role::AccIn;
+                    if h[v.index()] != Held::Uniform {
+                        r.push(DType::F32, if mma { m * n } else { rows * n });
+                    }
+                    r.role = Role::AccOut;
+                    r.push(DType::F32, acc_out_elems(mma, m, n, rows));
+                }
+            }
+            _ => {}
+        }
+        all.append(&mut r.out);
+    }
+    all
+}
+
+/// Whether a scan runs in registers and SIMD-group collectives (else staged whole): forward,
+/// under the COALESCED strategy, of a dtype the collectives take, with the axis within
+/// one round of the layout (`axis_end`: the bit after the axis).
+pub fn scan_in_simd(
+    opts: &LaunchOptions,
+    reverse: bool,
+    dt: DType,
+    axis_end: u32,
+    lay: BlockedLayout,
+) -> bool {
+    !reverse
+        && opts.reduction_layout.unwrap_or(ReductionLayout::Coalesced) == ReductionLayout::Coalesced
+        && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
+        && axis_end <= lay.vec_bits() + lay.thread_bits()
+}
+
+/// Floats of the buffer an `[m, n]` accumulator leaves matrix fragments through, in bands
+/// of `rows` rows (`mma.sync` pads banded rows by [`MMA_C_PAD`]).
+fn acc_out_elems(mma: bool, m: usize, n: usize, rows: usize) -> usize {
+    match (mma, rows >= m) {
+        (true, true) => m * n,
+        (true, false) => rows * (n + MMA_C_PAD),
+        (false, _) => rows * n,
+    }
+}
+
+/// The buffers of `tl.dot` `r.op`.
+fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b, acc): (Value, Value, Value)) {
+    let (k, op) = (r.k, r.op);
+    // An accumulator a loop keeps in fragments: only the operands move.
+    let resident = {
+        let region = k.op(op).parent;
+        k.region(region).parent.is_some_and(|f| {
+            let args = &k.region(region).args;
+            matches!(k.op(f).op, Op::For { .. })
+                && p.resident(f).iter().any(|&s| args.get(s + 1) == Some(&acc))
+        })
+    };
+    let din = r.edt(a);
+    let l = p.dot(op);
+    match (l, dot_dims(k, op)) {
+        (DotLowering::Simdgroup { stage }, Some((m, n, kk))) => {
+            let kc = p.k_slice(op).unwrap_or(kk).clamp(1, kk);
+            let rows = p.band_rows(op, m, n).unwrap_or(m).clamp(1, m);
+            if !resident {
+                r.role = Role::AccIn;
+                r.push(DType::F32, rows * n);
+                r.role = Role::AccOut;
+                r.push(DType::F32, rows * n);
+            }
+            r.role = Role::Operands;
+            r.push(stage, (m + n) * kc);
+        }
+        (DotLowering::Mma(_), Some(mnk @ (m, n, _))) => {
+            let rows = p.band_rows(op, m, n).unwrap_or(m).clamp(1, m);
+            if !resident {
+                r.role = Role::AccIn;
+                r.push(DType::F32, m * n);
+                r.role = Role::AccOut;
+                r.push(DType::F32, acc_out_elems(true, m, n, rows));
+            }
+            let ahead = |v: Value| {
+                k.def_op(v)
+                    .is_some_and(|d| matches!(k.op(d).op, Op::Load { .. }) && p.ahead(d).is_some())
+            };
+            if !(ahead(a) && ahead(b)) {
+                let elems = |o: usize| {
+                    let (rows, _, pitch) = mma_operand_tile(mnk, o);
+                    rows * pitch
+                };
+                r.role = Role::Operands;
+                r.push(din, elems(0) + elems(1));
+            }
+        }
+        (DotLowering::Fma, _) if k.ty(a).shape.len() >= 2 => {
+            let (sa, sb) = (&k.ty(a).shape, &k.ty(b).shape);
+            let rank = sa.len();
+            let batch: usize = sa[..rank.saturating_sub(2)].iter().product();
+            let (m, kk, n) = (sa[rank - 2], sa[rank - 1], sb[rank - 1]);
+            r.role = Role::Operands;
+            r.push(din, batch * m * kk + batch * kk * n);
+        }
+        _ => {}
+    }
+}
