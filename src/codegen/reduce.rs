@@ -855,14 +855,13 @@ impl Lowering<'_> {
         let shape = self.ty(x).shape.clone();
         let geo = Geo::new(&shape, axis);
         self.materialize(x)?;
-        let simd_ok = !reverse
-            && self
-                .opts
-                .reduction_layout
-                .unwrap_or(ReductionLayout::Coalesced)
-                == ReductionLayout::Coalesced
-            && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
-            && geo.ib + geo.kb <= self.layout(x).vec_bits() + self.layout(x).thread_bits();
+        let simd_ok = crate::opt::buffers::scan_in_simd(
+            self.opts,
+            reverse,
+            dt,
+            geo.ib + geo.kb,
+            self.layout(x),
+        );
         if simd_ok {
             let name = self.scan_simd(op, x, geo)?;
             self.layouts.push(LayoutChoice {
