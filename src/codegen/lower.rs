@@ -529,6 +529,11 @@ impl<'k> Lowering<'k> {
                 self.line(format!("{a}[tm_i] = {s};"));
                 self.close();
                 self.set(v, Repr::Block(a.clone()));
+                if !self.d.shared_array.is_empty() {
+                    // Still one value at every index: later layout changes recompute it, as
+                    // the plan has them (`opt::buffers::held`).
+                    self.recipes[v.index()] = Some(s);
+                }
                 Ok(a)
             }
         }
@@ -1390,7 +1395,7 @@ impl<'k> Lowering<'k> {
             } else {
                 matches!(
                     self.held.get(res.index()),
-                    Some(crate::opt::buffers::Held::Recipe(_))
+                    Some(crate::opt::buffers::Held::Recipe(_) | crate::opt::buffers::Held::Uniform)
                 )
             }
         });

@@ -672,8 +672,9 @@ fn the_budget_names_the_profile_field_that_set_it() {
 
 /// Every op kind that moves data between threads, on a `[16, 8]` tile loaded once: a
 /// transpose and back, a join and split, a row max broadcast along the row, a scan along
-/// rows, and a scalar atomic whose old value every thread reads. One program:
-/// `y = 4 * x + rowmax(x) + cumsum(x, 1) + old`, `old` the counter's initial value.
+/// rows, a scalar atomic whose old value every thread reads, and a reduced and broadcast
+/// constant. One program: `y = 4 * x + rowmax(x) + cumsum(x, 1) + old + 4`, `old` the
+/// counter's initial value.
 fn movers(k: &mut crate::tl::KernelBuilder) {
     use crate::tl;
     let (x, y, cnt) = (
@@ -688,7 +689,11 @@ fn movers(k: &mut crate::tl::KernelBuilder) {
     let m = tl::broadcast_to(t.max(1).col(), [16, 8]);
     let c = tl::cumsum(t, 1);
     let old = tl::atomic_add(cnt, 1);
-    tl::store(y + idx, a + b + back + m + c + old.cast(F32));
+    // A uniform block the reduction turns into registers, broadcast after: recomputed.
+    let z = tl::full([16], 0.5, F32);
+    let zsum = z.sum(0);
+    let zb = tl::broadcast_to(z.col(), [16, 8]);
+    tl::store(y + idx, a + b + back + m + c + old.cast(F32) + zb * zsum);
 }
 
 fn movers_ref(x: &[f32], old: i32) -> Vec<f64> {
@@ -699,7 +704,7 @@ fn movers_ref(x: &[f32], old: i32) -> Vec<f64> {
         let mut run = 0.0;
         for v in &row {
             run += v;
-            out.push(4.0 * v + max + run + old as f64);
+            out.push(4.0 * v + max + run + old as f64 + 4.0);
         }
     }
     out
