@@ -710,6 +710,30 @@ fn movers_ref(x: &[f32], old: i32) -> Vec<f64> {
     out
 }
 
+/// [`movers`] on the interpreter and the compiled CPU executor (where clang is found,
+/// required in CI), outputs poisoned and the counter at 5: each target's `y`.
+fn run_movers_cpu(k: &Kernel, x: &[f32]) -> Vec<Vec<f32>> {
+    let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
+    [false, true]
+        .into_iter()
+        .filter(|&c| !c || compiled)
+        .map(|c| {
+            let mut y = vec![f32::NAN.to_bits(); 128];
+            let mut cnt = vec![5u32];
+            let mut args = [
+                crate::exec::ExecArg::from(&xb[..]),
+                crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut y)),
+                crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut cnt)),
+            ];
+            crate::exec::test_support::run_on(c, k, [1, 1, 1], &mut args)
+                .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
+            assert_eq!(cnt, vec![6], "compiled={c}");
+            y.into_iter().map(f32::from_bits).collect()
+        })
+        .collect()
+}
+
 fn run_movers(p: &MetalProgram, x: &[f32]) -> Vec<f32> {
     let out = run_prog(
         p,
@@ -855,14 +879,28 @@ fn barrier_decisions_change_the_code_not_the_result() {
             nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
         }
     }
-    if !emu_ok("barrier_decisions_change_the_code_not_the_result") {
-        return;
-    }
+    // The CPU targets against f64, then every plan on emulated Metal against f64 and the
+    // interpreter.
     let mut x = rnd(128, 51, -2.0, 2.0);
     x[3] = 0.0;
     x[17] = -0.0;
     let want = movers_ref(&x, 5);
+    let cpu = run_movers_cpu(&k, &x);
+    for (t, got) in cpu.iter().enumerate() {
+        assert_close(got, &want, 1e-5, ["interpreter", "compiled CPU"][t]);
+    }
+    if !emu_ok("barrier_decisions_change_the_code_not_the_result") {
+        return;
+    }
+    let interp: Vec<f64> = cpu[0].iter().map(|x| *x as f64).collect();
     for (i, p) in progs.iter().enumerate() {
-        assert_close(&run_movers(p, &x), &want, 1e-5, &format!("plan {i}"));
+        let got = run_movers(p, &x);
+        assert_close(&got, &want, 1e-5, &format!("plan {i}"));
+        assert_close(
+            &got,
+            &interp,
+            1e-5,
+            &format!("plan {i} against the interpreter"),
+        );
     }
 }
