@@ -672,9 +672,10 @@ fn the_budget_names_the_profile_field_that_set_it() {
 
 /// Every op kind that moves data between threads, on a `[16, 8]` tile loaded once: a
 /// transpose and back, a join and split, a row max broadcast along the row, a scan along
-/// rows, a scalar atomic whose old value every thread reads, and a reduced and broadcast
-/// constant. One program: `y = 4 * x + rowmax(x) + cumsum(x, 1) + old + 4`, `old` the
-/// counter's initial value.
+/// rows, a scalar atomic whose old value every thread reads, a reduced and broadcast
+/// constant and a transpose of `[4, 4, 8]` to its own shape. One program:
+/// `y = 4 * x + rowmax(x) + cumsum(x, 1) + old + 4 + sq(x)`, `old` the counter's initial
+/// value, `sq` the transpose.
 fn movers(k: &mut crate::tl::KernelBuilder) {
     use crate::tl;
     let (x, y, cnt) = (
@@ -685,6 +686,8 @@ fn movers(k: &mut crate::tl::KernelBuilder) {
     let idx = tl::arange(0, 16).col() * 8 + tl::arange(0, 8).row();
     let t = tl::load(x + idx);
     let back = tl::trans(tl::trans(t));
+    // A transpose to the same shape.
+    let sq = tl::permute(t.reshape([4, 4, 8]), [1, 0, 2]).reshape([16, 8]);
     let (a, b) = tl::join(t, t * 2.0).split();
     let m = tl::broadcast_to(t.max(1).col(), [16, 8]);
     let c = tl::cumsum(t, 1);
@@ -693,7 +696,10 @@ fn movers(k: &mut crate::tl::KernelBuilder) {
     let z = tl::full([16], 0.5, F32);
     let zsum = z.sum(0);
     let zb = tl::broadcast_to(z.col(), [16, 8]);
-    tl::store(y + idx, a + b + back + m + c + old.cast(F32) + zb * zsum);
+    tl::store(
+        y + idx,
+        a + b + back + m + c + old.cast(F32) + zb * zsum + sq,
+    );
 }
 
 fn movers_ref(x: &[f32], old: i32) -> Vec<f64> {
@@ -702,9 +708,10 @@ fn movers_ref(x: &[f32], old: i32) -> Vec<f64> {
         let row: Vec<f64> = x[r * 8..r * 8 + 8].iter().map(|&v| v as f64).collect();
         let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let mut run = 0.0;
-        for v in &row {
+        let sq = (r % 4) * 4 + r / 4;
+        for (c, v) in row.iter().enumerate() {
             run += v;
-            out.push(4.0 * v + max + run + old as f64 + 4.0);
+            out.push(4.0 * v + max + run + old as f64 + 4.0 + x[sq * 8 + c] as f64);
         }
     }
     out
@@ -801,8 +808,9 @@ fn the_plan_lists_every_threadgroup_buffer_and_the_printers_use_each() {
         .iter()
         .filter(|b| b.role == crate::opt::smem::Role::Shape)
         .count();
-    // trans, trans, join, split, broadcast; the index arithmetic is recomputed instead.
-    assert_eq!(shapes, 5, "{text}");
+    // trans, trans, join, split, broadcast, permute; the index arithmetic and the uniform
+    // block are recomputed instead.
+    assert_eq!(shapes, 6, "{text}");
 }
 
 #[test]

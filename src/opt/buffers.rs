@@ -251,8 +251,10 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
         let res = data.result();
         match &data.op {
             Op::Broadcast { src } | Op::Permute { src, .. } => {
-                let same =
-                    k.ty(*src).shape == res.map(|v| k.ty(v).shape.clone()).unwrap_or_default();
+                // A broadcast to its own shape is the value itself; a permute moves data
+                // even then (a square transpose).
+                let same = matches!(data.op, Op::Broadcast { .. })
+                    && Some(&k.ty(*src).shape) == res.map(|v| &k.ty(v).shape);
                 if block(*src) && !same {
                     if let Some(res) = res {
                         r.push(r.edt(res), numel(*src));
