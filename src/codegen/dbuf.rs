@@ -39,7 +39,7 @@ pub(super) struct Ring {
 }
 
 /// Buffers of the ring.
-const STAGES: usize = 2;
+const STAGES: usize = crate::opt::buffers::DOUBLE_BUFFERS;
 
 impl Lowering<'_> {
     /// The ring of `for` loop `id`, when the plan stages its dot's operand loads in two

@@ -33,7 +33,10 @@
 
 use super::blocked::{bit_fields, layout_of, BitHome, BlockedLayout};
 use super::options::{LaunchOptions, ReductionLayout};
-use super::plan::{dot_dims, mma_operand_tile, DotLowering, KernelPlan, MatrixUnit, MMA_C_PAD};
+use super::plan::{
+    dot_dims, mma_operand_tile, simdgroup_stage_elems, DotLowering, KernelPlan, MatrixUnit,
+    MMA_C_PAD,
+};
 use super::smem::{Request, Role};
 use crate::dtype::DType;
 use crate::ir::{Kernel, Op, OpId, ReduceKind, RegionId, ScanKind, Value};
@@ -374,6 +377,10 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     r.role = Role::AccOut;
                     r.push(DType::F32, acc_out_elems(mma, m, n, rows));
                 }
+                if let Some((stage, elems)) = double_buffer(k, p, op) {
+                    r.role = Role::Ring;
+                    r.push(stage, DOUBLE_BUFFERS * elems);
+                }
             }
             _ => {}
         }
@@ -408,6 +415,36 @@ fn acc_out_elems(mma: bool, m: usize, n: usize, rows: usize) -> usize {
     }
 }
 
+/// Staging buffers of a `for` loop whose `simdgroup_matrix` dot has its two operand loads
+/// issued ahead into [`DOUBLE_BUFFERS`] buffers ([`super::plan::Decision::Ahead`]).
+pub const DOUBLE_BUFFERS: usize = 2;
+
+/// The staging dtype and the elements of one buffer, when `for` loop `op` double-buffers
+/// its dot's operands on `simdgroup_matrix` (each buffer padded as
+/// [`super::plan::simdgroup_pitches`] says for its share of the budget).
+pub fn double_buffer(k: &Kernel, p: &KernelPlan, op: OpId) -> Option<(DType, usize)> {
+    if p.printer.matrix != MatrixUnit::Simdgroup8x8 {
+        return None;
+    }
+    let loads = super::pipeline::ahead_loads(k, op, p.resident(op))?;
+    let dot = loads.first()?.dot;
+    if loads.len() != 2
+        || loads
+            .iter()
+            .any(|l| l.dot != dot || p.ahead(l.load) != Some(DOUBLE_BUFFERS))
+    {
+        return None;
+    }
+    let DotLowering::Simdgroup { stage } = p.dot(dot) else {
+        return None;
+    };
+    let mnk = dot_dims(k, dot)?;
+    Some((
+        stage,
+        simdgroup_stage_elems(mnk, stage, p.arena.limit / DOUBLE_BUFFERS),
+    ))
+}
+
 /// The buffers of `tl.dot` `r.op`.
 fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b, acc): (Value, Value, Value)) {
     let (k, op) = (r.k, r.op);
@@ -422,6 +459,11 @@ fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b, acc): (Value, Value, Value)) {
     };
     let din = r.edt(a);
     let l = p.dot(op);
+    // Operands a loop stages ahead live in its buffers.
+    let ahead = |v: Value| {
+        k.def_op(v)
+            .is_some_and(|d| matches!(k.op(d).op, Op::Load { .. }) && p.ahead(d).is_some())
+    };
     match (l, dot_dims(k, op)) {
         (DotLowering::Simdgroup { stage }, Some((m, n, kk))) => {
             let kc = p.k_slice(op).unwrap_or(kk).clamp(1, kk);
@@ -432,8 +474,13 @@ fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b, acc): (Value, Value, Value)) {
                 r.role = Role::AccOut;
                 r.push(DType::F32, rows * n);
             }
-            r.role = Role::Operands;
-            r.push(stage, (m + n) * kc);
+            if p.dot_stages(k, op) != Some(DOUBLE_BUFFERS) {
+                r.role = Role::Operands;
+                r.push(
+                    stage,
+                    simdgroup_stage_elems((m, n, kc), stage, p.arena.limit),
+                );
+            }
         }
         (DotLowering::Mma(_), Some(mnk @ (m, n, _))) => {
             let rows = p.band_rows(op, m, n).unwrap_or(m).clamp(1, m);
@@ -443,10 +490,6 @@ fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b, acc): (Value, Value, Value)) {
                 r.role = Role::AccOut;
                 r.push(DType::F32, acc_out_elems(true, m, n, rows));
             }
-            let ahead = |v: Value| {
-                k.def_op(v)
-                    .is_some_and(|d| matches!(k.op(d).op, Op::Load { .. }) && p.ahead(d).is_some())
-            };
             if !(ahead(a) && ahead(b)) {
                 let elems = |o: usize| {
                     let (rows, _, pitch) = mma_operand_tile(mnk, o);
