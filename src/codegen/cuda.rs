@@ -558,7 +558,8 @@ __device__ inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0
 
 /// Chunk loads and stores. CUDA's wide accesses need natural alignment, which contiguity
 /// alone does not give (a row may start at any element), so each access checks the address
-/// and falls back to element accesses.
+/// and falls back to element accesses. The `_at` forms take an offset known to be a
+/// multiple of the chunk, so only the base pointer is checked.
 pub(super) const PACKED: &str = r#"
 template <typename T, int N>
 struct __align__(sizeof(T) * N) tm_vec {
@@ -582,5 +583,22 @@ __device__ inline void tm_vstore(T* p, const tm_vec<T, N>& x) {
   }
 #pragma unroll
   for (int e = 0; e < N; ++e) p[e] = x.v[e];
+}
+template <int N, typename T, typename I>
+__device__ inline tm_vec<T, N> tm_vload_at(const T* b, I o) {
+  if ((reinterpret_cast<ulong>(b) & (sizeof(T) * N - 1)) == 0) return *reinterpret_cast<const tm_vec<T, N>*>(b + o);
+  tm_vec<T, N> r;
+#pragma unroll
+  for (int e = 0; e < N; ++e) r.v[e] = b[o + e];
+  return r;
+}
+template <typename T, int N, typename I>
+__device__ inline void tm_vstore_at(T* b, I o, const tm_vec<T, N>& x) {
+  if ((reinterpret_cast<ulong>(b) & (sizeof(T) * N - 1)) == 0) {
+    *reinterpret_cast<tm_vec<T, N>*>(b + o) = x;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < N; ++e) b[o + e] = x.v[e];
 }
 "#;

@@ -90,6 +90,25 @@ fn check_snapshot(name: &str, p: &CudaProgram) {
     );
 }
 
+/// A chunk whose first offset is a proven multiple of the chunk tests only the base
+/// pointer's alignment (`tm_vload_at`); one shifted by an element tests each address.
+#[test]
+fn chunk_alignment_is_tested_on_the_base_when_offsets_are_multiples_of_the_chunk() {
+    let shifted = |k: &mut crate::tl::KernelBuilder| {
+        let (x, out) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "out_ptr"));
+        let n = k.scalar(crate::dtype::DType::I32, "n");
+        let block = k.constexpr("BLOCK");
+        let offs = crate::tl::program_id(0) * block + crate::tl::arange(0, block);
+        let mask = offs.lt(n);
+        let v = crate::tl::load(x + (offs + 1)).mask(mask);
+        crate::tl::store(out + offs, v).mask(mask);
+    };
+    let p = check_cuda(&build("shifted", &[("BLOCK", 1024)], shifted), &sm90(4));
+    assert!(p.source.contains("tm_vload<4>(x_ptr + "), "{}", p.source);
+    assert!(p.source.contains("tm_vstore_at(out_ptr, "), "{}", p.source);
+    assert!(!p.source.contains("tm_vload_at<4>(x_ptr"), "{}", p.source);
+}
+
 #[test]
 fn cuda_snapshots() {
     let k = build("add_kernel", &[("BLOCK_SIZE", 1024)], vector_add);
@@ -99,7 +118,7 @@ fn cuda_snapshots() {
     assert_eq!(p.output_names, ["out_ptr"]);
     assert_eq!(p.shared_mem_bytes, 0);
     assert!(p.source.contains("n_elements[0]"), "{}", p.source);
-    assert!(p.source.contains("tm_vload<4>"), "{}", p.source);
+    assert!(p.source.contains("tm_vload_at<4>(x_ptr, "), "{}", p.source);
     check_snapshot("vector_add", &p);
 
     let k = build("softmax", &[("BLOCK", 1024)], softmax);

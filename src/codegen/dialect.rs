@@ -124,6 +124,11 @@ pub struct Dialect {
     pub vector_load: &'static [(usize, &'static str)],
     /// Statement storing the chunk `{v}` (of type `{vt}`) to the element pointer `{p}`.
     pub vector_store: &'static str,
+    /// Where wide accesses need natural alignment: the chunk load (`{n}` elements) and store
+    /// (`{v}`) through the base pointer `{b}` at an element offset `{o}` proven to be a
+    /// multiple of the chunk, so only the base's alignment is tested: a loop-invariant test
+    /// the compiler hoists, where [`Self::vector_load`] tests every chunk's address.
+    pub aligned_offset_access: Option<(&'static str, &'static str)>,
     /// Type of four `uint`s indexable with `[k]` (Philox results).
     pub uint4: &'static str,
     /// Threads of a SIMD-group (warp): a program has `num_warps x simd_width` threads.
@@ -320,6 +325,7 @@ pub const METAL: Dialect = Dialect {
     vector_type: "packed_{ty}{n}",
     vector_load: &[(2, "tm_vload2({p})"), (4, "tm_vload({p})")],
     vector_store: "*((device {vt}*)({p})) = {v};",
+    aligned_offset_access: None,
     uint4: "uint4",
     simd_width: super::layout::SIMD_WIDTH,
     op_marker: None,
@@ -400,6 +406,7 @@ pub const CUDA: Dialect = Dialect {
         (8, "tm_vload<8>({p})"),
     ],
     vector_store: "tm_vstore({p}, {v});",
+    aligned_offset_access: Some(("tm_vload_at<{n}>({b}, {o})", "tm_vstore_at({b}, {o}, {v});")),
     uint4: "tm_uint4",
     simd_width: super::layout::SIMD_WIDTH,
     op_marker: None,
@@ -480,6 +487,7 @@ pub const CPU: Dialect = Dialect {
         (8, "tm_vload<8>({p})"),
     ],
     vector_store: "tm_vstore({p}, {v});",
+    aligned_offset_access: None,
     uint4: "tm_uint4",
     simd_width: 1,
     op_marker: Some("tm_status->op = {id};"),

@@ -1776,6 +1776,15 @@ impl<'k> Lowering<'k> {
         ))
     }
 
+    /// The dialect's chunk access through a base pointer at an offset that is a multiple of
+    /// the chunk (`v` elements), when the integer analysis proves every chunk's first
+    /// offset through `ptr` is one: [`super::dialect::Dialect::aligned_offset_access`].
+    fn aligned_offset(&self, ptr: Value, v: usize) -> Option<(&'static str, &'static str)> {
+        self.d
+            .aligned_offset_access
+            .filter(|_| self.axis[ptr.index()].div >= v as u64)
+    }
+
     /// Conditions under which a whole chunk (registers `tm_i ..`) through `ptr` may be
     /// accessed at once; and the per-element conditions (index `tm_i + tm_e`) otherwise.
     /// Offsets whose runs are contiguous only where no remainder wrapped
@@ -1870,12 +1879,20 @@ impl<'k> Lowering<'k> {
         let v = lay.vec;
         self.open_chunks(lay, lay.has_idle_threads());
         let off = self.el(ptr, "tm_i");
+        let at = self.aligned_offset(ptr, v);
         let body = |me: &mut Self| {
             // `vector_type` admitted this width only if the dialect has a load for it.
-            let load =
-                me.d.vector_load(v)
-                    .unwrap_or_default()
-                    .replace("{p}", &format!("{p} + {off}"));
+            let load = match at {
+                Some((load, _)) => load
+                    .replace("{n}", &v.to_string())
+                    .replace("{b}", &p)
+                    .replace("{o}", &off),
+                None => {
+                    me.d.vector_load(v)
+                        .unwrap_or_default()
+                        .replace("{p}", &format!("{p} + {off}"))
+                }
+            };
             me.line(format!("const {vt} tm_v = {load};"));
             me.line(format!(
                 "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) {name}[tm_i + tm_e] = tm_v[tm_e];"
@@ -2023,17 +2040,24 @@ impl<'k> Lowering<'k> {
         self.open_chunks(lay, lay.has_idle_threads());
         let off = self.el(ptr, "tm_i");
         let val = self.el(value, "tm_i + tm_e");
+        let at = self.aligned_offset(ptr, v);
         let body = |me: &mut Self| {
             me.line(format!("{vt} tm_v;"));
             me.line(format!(
                 "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) tm_v[tm_e] = {val};"
             ));
-            me.line(
-                me.d.vector_store
-                    .replace("{vt}", vt)
-                    .replace("{p}", &format!("{p} + {off}"))
+            me.line(match at {
+                Some((_, store)) => store
+                    .replace("{b}", &p)
+                    .replace("{o}", &off)
                     .replace("{v}", "tm_v"),
-            );
+                None => {
+                    me.d.vector_store
+                        .replace("{vt}", vt)
+                        .replace("{p}", &format!("{p} + {off}"))
+                        .replace("{v}", "tm_v")
+                }
+            });
         };
         if whole.is_empty() {
             body(self);
