@@ -116,11 +116,24 @@ impl Lowering<'_> {
                 "const {ct}* const tm_s = {base} + ({});",
                 addr(self, "tm_i")
             ));
+            // Offsets that are multiples of the chunk leave only the base's alignment to
+            // test: the same for every chunk, so the compiler hoists it.
+            let whole = |v_: Value| self.axis[v_.index()].div >= v as u64;
+            let aligned = if whole(ptr) && whole(l.step) {
+                base.clone()
+            } else {
+                "tm_s".to_string()
+            };
             let mut conds = vec![format!(
-                "(reinterpret_cast<ulong>(tm_s) & {}ul) == 0",
+                "(reinterpret_cast<ulong>({aligned}) & {}ul) == 0",
                 bytes - 1
             )];
-            for e in 0..v {
+            // A mask constant over each chunk is tested once per chunk.
+            let lanes = match mask {
+                Some(m) if self.axis[m.index()].cst >= v as u64 => 1,
+                _ => v,
+            };
+            for e in 0..lanes {
                 let ie = format!("tm_i + {e}u");
                 if let Some(m) = masked(self, &ie) {
                     conds.push(m);

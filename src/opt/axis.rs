@@ -312,6 +312,28 @@ pub fn analyse_launch(k: &Kernel, launch: Launch<'_>) -> Analysis {
 }
 
 fn run(k: &Kernel, assume_nonneg: bool, launch: Option<Launch<'_>>) -> Analysis {
+    // A loop's step may be computed in its body, after the loop's arguments are analysed:
+    // a second pass reads the steps' facts from the first (sound on their own, since the
+    // first pass knows nothing of the carried values beyond their runs).
+    let first = pass(k, assume_nonneg, launch, None);
+    let stepped = k.walk().into_iter().any(|id| match &k.op(id).op {
+        Op::For { init, body, .. } => (0..init.len())
+            .any(|j| uniform_step(k, *body, k.region(*body).args[j + 1], j).is_some()),
+        _ => false,
+    });
+    if stepped {
+        pass(k, assume_nonneg, launch, Some(&first.axis))
+    } else {
+        first
+    }
+}
+
+fn pass(
+    k: &Kernel,
+    assume_nonneg: bool,
+    launch: Option<Launch<'_>>,
+    steps: Option<&[AxisInfo]>,
+) -> Analysis {
     let mut a = Analysis {
         axis: vec![AxisInfo::UNKNOWN; k.values.len()],
         nonneg: k
@@ -349,7 +371,7 @@ fn run(k: &Kernel, assume_nonneg: bool, launch: Option<Launch<'_>>) -> Analysis 
     for id in k.walk() {
         let data = k.op(id);
         if let Op::For { .. } = &data.op {
-            for_loop(k, data, &mut a, launch);
+            for_loop(k, data, &mut a, launch, steps);
             continue;
         }
         let Some(res) = data.result() else { continue };
@@ -368,8 +390,15 @@ fn run(k: &Kernel, assume_nonneg: bool, launch: Option<Launch<'_>>) -> Analysis 
     a
 }
 
-/// A `for` loop's block arguments and results.
-fn for_loop(k: &Kernel, data: &OpData, a: &mut Analysis, launch: Option<Launch<'_>>) {
+/// A `for` loop's block arguments and results (`steps`: facts of an earlier pass, which
+/// give the divisibility of the uniform steps).
+fn for_loop(
+    k: &Kernel,
+    data: &OpData,
+    a: &mut Analysis,
+    launch: Option<Launch<'_>>,
+    steps: Option<&[AxisInfo]>,
+) {
     let Op::For {
         lo,
         hi,
@@ -390,9 +419,11 @@ fn for_loop(k: &Kernel, data: &OpData, a: &mut Analysis, launch: Option<Launch<'
             if let Some(r) = data.results.get(j) {
                 a.axis[r.index()] = a.axis[v.index()];
             }
-        } else if uniform_step(k, *body, args[j + 1], j) {
+        } else if let Some(step) = uniform_step(k, *body, args[j + 1], j) {
+            // `init + t * step` is a multiple of whatever divides both.
+            let div = steps.map_or(1, |st| gcd(a.axis[v.index()].div, st[step.index()].div));
             let ax = AxisInfo {
-                div: 1,
+                div,
                 ..a.axis[v.index()]
             };
             a.axis[args[j + 1].index()] = ax;
@@ -744,17 +775,14 @@ fn int_value(k: &Kernel, v: Value) -> Option<i64> {
     }
 }
 
-/// True when the body yields `arg + u` (or `ptr + u`) in slot `j`, `u` a splat or constant.
-fn uniform_step(k: &Kernel, body: crate::ir::RegionId, arg: Value, j: usize) -> bool {
-    let Some(&last) = k.region(body).ops.last() else {
-        return false;
-    };
+/// The step `u` when the body yields `arg + u` (or `ptr + u`) in slot `j`, `u` a splat or
+/// constant.
+fn uniform_step(k: &Kernel, body: crate::ir::RegionId, arg: Value, j: usize) -> Option<Value> {
+    let &last = k.region(body).ops.last()?;
     let Op::Yield { values } = &k.op(last).op else {
-        return false;
+        return None;
     };
-    let Some(def) = values.get(j).and_then(|y| k.def_op(*y)) else {
-        return false;
-    };
+    let def = values.get(j).and_then(|y| k.def_op(*y))?;
     let step = match &k.op(def).op {
         Op::AddPtr { ptr, offset } if *ptr == arg => *offset,
         Op::Binary {
@@ -762,13 +790,14 @@ fn uniform_step(k: &Kernel, body: crate::ir::RegionId, arg: Value, j: usize) -> 
             lhs,
             rhs,
         } if *lhs == arg => *rhs,
-        _ => return false,
+        _ => return None,
     };
-    k.ty(step).is_scalar()
+    let uniform = k.ty(step).is_scalar()
         || matches!(
             k.def_op(step).map(|o| &k.op(o).op),
             Some(Op::Splat { .. } | Op::Constant { .. })
-        )
+        );
+    uniform.then_some(step)
 }
 
 /// Applies `multiple_of` / `max_contiguous` hints on `v` (their innermost value: runs of
@@ -907,6 +936,40 @@ mod tests {
             };
             assert!(!over.fits(DType::I32, grid, n));
         }
+    }
+
+    /// A pointer advanced in a loop by a step computed in the body is a multiple of what
+    /// divides both its start and the step; an odd step leaves only its runs.
+    #[test]
+    fn carried_pointers_keep_the_divisibility_of_start_and_step() {
+        let build = |step: i32| {
+            tl::build("carried", &Default::default(), move |k| {
+                let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+                let (n, m) = (k.scalar(I32, "n"), k.scalar(I32, "m"));
+                let p0 = x + (tl::program_id(0) * 64 + tl::arange(0, 32));
+                let (acc, _) = tl::range(0, n, 1)
+                    .fold((tl::zeros([32], F32), p0), |_, (acc, p)| {
+                        (acc + tl::load(p), p + m * step)
+                    });
+                tl::store(o + tl::arange(0, 32), acc);
+            })
+            .unwrap()
+        };
+        let load_ptr = |k: &crate::ir::Kernel| {
+            k.ops
+                .iter()
+                .find_map(|d| match &d.op {
+                    Op::Load { ptr, .. } => Some(*ptr),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let k = build(32);
+        let info = analyse(&k)[load_ptr(&k).index()];
+        assert_eq!((info.contig, info.div), (32, 32), "{}", k.ir());
+        let k = build(3);
+        let info = analyse(&k)[load_ptr(&k).index()];
+        assert_eq!((info.contig, info.div), (32, 1), "{}", k.ir());
     }
 
     /// A block pointer advanced in a loop carries its shape and strides through it
