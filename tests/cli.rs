@@ -637,7 +637,40 @@ fn layouts_of_a_kernel_ir_are_the_plan_the_printer_uses() {
             })
             .collect();
         assert_eq!(reduces, planned, "{hw}");
+        // Every block load's layout, as the printer spelled it, is the one the report gives
+        // a value of its type; the loop's accumulator is reported in the dot's fragments.
+        let values = j["values"].as_array().unwrap();
+        for l in layouts.iter().filter(|l| l.layout.starts_with("blocked: ")) {
+            let ty = l.op.split(": ").nth(1).unwrap();
+            let nums: Vec<&str> = l
+                .layout
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|t| !t.is_empty())
+                .collect();
+            let want = format!(
+                "blocked<vec={} threads={} regs={}>",
+                nums[0], nums[1], nums[2]
+            );
+            assert!(
+                values
+                    .iter()
+                    .any(|v| v["type"] == ty && v["layout"] == want.as_str()),
+                "{hw}: {l:?} not among {values:?}"
+            );
+        }
+        let frags = if hw == "sm90" {
+            "fragments<dot mma"
+        } else {
+            "fragments<dot simdgroup"
+        };
+        assert!(
+            values
+                .iter()
+                .any(|v| v["layout"].as_str().unwrap().starts_with(frags)),
+            "{hw}: {values:?}"
+        );
         let table = ok(&args);
         assert!(table.contains(&plan.to_string()), "{table}");
+        assert!(table.contains("values @mm"), "{table}");
     }
 }

@@ -547,16 +547,27 @@ fn kernel_plan(cli: &Cli, path: &Path, num_warps: u32) -> Res<ExitCode> {
         )));
     }
     let plan = printer_plan(&kernel, &hw, num_warps);
+    let opts = printer_options(&hw, num_warps);
+    let layouts = triton_metal::opt::values::value_layouts(&kernel, &plan, &opts);
     match cli.format {
         Format::Table => emit(&format!(
-            "{} ({})\n{plan}",
+            "{} ({})\n{plan}{}",
             hw.chip.display_name(),
-            hw.chip.name()
+            hw.chip.name(),
+            triton_metal::opt::values::text(&kernel, &plan, &opts)
         ))?,
         Format::Json => {
             let decisions: Vec<Value> = plan
                 .decisions()
                 .map(|(op, d, why)| json!({"op": op.to_string(), "decision": d.to_string(), "why": why}))
+                .collect();
+            let values: Vec<Value> = layouts
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !matches!(l, triton_metal::opt::values::ValueLayout::Uniform))
+                .map(|(i, l)| {
+                    json!({"value": format!("%{i}"), "type": kernel.values[i].ty.to_string(), "layout": l.to_string(), "regs": l.regs()})
+                })
                 .collect();
             let doc = json!({
                 "tool": "layouts",
@@ -566,6 +577,7 @@ fn kernel_plan(cli: &Cli, path: &Path, num_warps: u32) -> Res<ExitCode> {
                 "vec": plan.vec,
                 "vec_why": plan.vec_why,
                 "decisions": decisions,
+                "values": values,
                 "plan": plan.to_string(),
             });
             emit(&format!(
@@ -577,15 +589,20 @@ fn kernel_plan(cli: &Cli, path: &Path, num_warps: u32) -> Res<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The launch options `layouts --ir` plans with.
+fn printer_options(hw: &HardwareProfile, num_warps: u32) -> codegen::LaunchOptions {
+    codegen::LaunchOptions::default()
+        .num_warps(num_warps)
+        .target(hw.clone())
+}
+
 /// The layout plan the printer of `hw`'s dialect uses for `kernel` at `num_warps`.
 fn printer_plan(
     kernel: &triton_metal::ir::Kernel,
     hw: &HardwareProfile,
     num_warps: u32,
 ) -> KernelPlan {
-    let opts = codegen::LaunchOptions::default()
-        .num_warps(num_warps)
-        .target(hw.clone());
+    let opts = printer_options(hw, num_warps);
     match hw.backend {
         Backend::Cuda => codegen::cuda::plan(kernel, &opts),
         _ => codegen::metal::plan(kernel, &opts),

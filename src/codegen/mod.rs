@@ -142,11 +142,15 @@ fn msl_with(
     if let Some(p) = cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }
+    let plan = metal::plan(kernel, opts);
     if debug {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
-        eprintln!("[triton-metal] layout plan:\n{}", metal::plan(kernel, opts));
+        eprintln!("[triton-metal] layout plan:\n{plan}");
+        eprintln!(
+            "[triton-metal] value layouts:\n{}",
+            crate::opt::values::text(kernel, &plan, opts)
+        );
     }
-    let plan = metal::plan(kernel, opts);
     let prog = Arc::new(metal::compile_in_place(kernel, opts, &plan, in_place)?);
     if debug {
         eprintln!(
@@ -200,11 +204,15 @@ pub fn cuda_in_place(
         return Ok(p.clone());
     }
     let debug = crate::settings::debug_enabled();
+    let plan = cuda::plan(kernel, opts);
     if debug {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
-        eprintln!("[triton-metal] layout plan:\n{}", cuda::plan(kernel, opts));
+        eprintln!("[triton-metal] layout plan:\n{plan}");
+        eprintln!(
+            "[triton-metal] value layouts:\n{}",
+            crate::opt::values::text(kernel, &plan, opts)
+        );
     }
-    let plan = cuda::plan(kernel, opts);
     let prog = Arc::new(cuda::compile_in_place(kernel, opts, &plan, in_place)?);
     if debug {
         eprintln!(

@@ -26,6 +26,7 @@ pub mod options;
 pub mod pipeline;
 pub mod plan;
 pub mod smem;
+pub mod values;
 
 pub use hardware::{Chip, HardwareProfile, TileShape, HW_ENV_VAR};
 pub use layout::{MemoryLayout, Roofline};
