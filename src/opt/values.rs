@@ -14,7 +14,7 @@ use std::fmt;
 use super::blocked::{layout_of, BlockedLayout};
 use super::options::LaunchOptions;
 use super::plan::{Decision, DotLowering, KernelPlan};
-use crate::ir::{Kernel, Op, OpId, Value, ValueDef};
+use crate::ir::{Kernel, Op, OpId, ValueDef};
 
 /// Where one value's elements live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
