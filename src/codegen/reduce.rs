@@ -18,41 +18,24 @@
 //! index, so every strategy returns Triton's left-most answer; NaN is ignored like `max`.
 
 use super::layout::{deposit_expr, BitHome, SIMD_WIDTH};
-use super::lower::{bit_fields, remap_expr, unsupported_on, Lowering, Repr};
+use super::lower::{remap_expr, unsupported_on, Lowering, Repr};
 use super::{LayoutChoice, ReductionLayout};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{BinaryOp, OpId, ReduceKind, RegionId, ScanKind, Value};
+use crate::opt::blocked::AxisGeo as Geo;
 
-/// Where the reduced axis sits in the flat index.
-#[derive(Clone, Copy)]
-struct Geo {
-    n: usize,
-    k: usize,
-    nout: usize,
-    /// log2 of the product of the dims after the axis.
-    ib: u32,
-    /// log2 of the axis length.
-    kb: u32,
+/// The C spellings of indices under an axis geometry ([`Geo`]).
+trait GeoExpr {
+    /// Axis index of flat element `l`.
+    fn kidx(&self, l: &str) -> String;
+    /// Output index of flat element `l`.
+    fn out_index(&self, l: &str) -> String;
+    /// Row-major flat index of output `o`, axis index `k`.
+    fn in_index(&self, o: &str, k: &str) -> String;
 }
 
-impl Geo {
-    fn new(shape: &[usize], axis: usize) -> Geo {
-        let f = bit_fields(shape);
-        let n: usize = shape.iter().product();
-        Geo {
-            n,
-            k: shape[axis],
-            nout: n / shape[axis],
-            ib: f[axis].0,
-            kb: f[axis].1,
-        }
-    }
-
-    fn is_axis_bit(&self, b: u32) -> bool {
-        b >= self.ib && b < self.ib + self.kb
-    }
-
+impl GeoExpr for Geo {
     /// Axis index of flat element `l`.
     fn kidx(&self, l: &str) -> String {
         format!("int(({l} >> {}) & {}u)", self.ib, self.k - 1)

@@ -112,3 +112,63 @@ pub fn bit_fields(shape: &[usize]) -> Vec<(u32, u32)> {
     }
     out
 }
+
+/// Where the reduced (or scanned) axis sits in the flat index of a block of `shape`
+/// (powers of two, row-major).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AxisGeo {
+    /// Elements of the block.
+    pub n: usize,
+    /// Length of the axis.
+    pub k: usize,
+    /// Elements of the result (`n / k`).
+    pub nout: usize,
+    /// First bit of the axis in the flat index (log2 of the product of the dims after it).
+    pub ib: u32,
+    /// Bits of the axis (log2 of its length).
+    pub kb: u32,
+}
+
+impl AxisGeo {
+    /// The geometry of `axis` in a block of `shape`.
+    pub fn new(shape: &[usize], axis: usize) -> AxisGeo {
+        let f = bit_fields(shape);
+        let n: usize = shape.iter().product();
+        AxisGeo {
+            n,
+            k: shape[axis],
+            nout: n / shape[axis],
+            ib: f[axis].0,
+            kb: f[axis].1,
+        }
+    }
+
+    /// True when flat bit `b` is a bit of the axis.
+    pub fn is_axis_bit(&self, b: u32) -> bool {
+        b >= self.ib && b < self.ib + self.kb
+    }
+
+    /// Register bits of `lay` off the axis (the partials each thread keeps).
+    pub fn kept_reg_bits(&self, lay: BlockedLayout) -> usize {
+        let (vb, tb) = (lay.vec_bits(), lay.thread_bits());
+        (0..lay.regs().trailing_zeros())
+            .filter(|&r| !self.is_axis_bit(if r < vb { r } else { r + tb }))
+            .count()
+    }
+
+    /// How many lane and SIMD-group bits of the thread index of `lay` are bits of the axis.
+    pub fn axis_thread_bits(&self, lay: BlockedLayout) -> (usize, usize) {
+        let (mut la, mut wa) = (0, 0);
+        for t in 0..lay.thread_bits() {
+            let flat = lay.vec_bits() + t;
+            if self.is_axis_bit(flat) {
+                match lay.bit_home(flat) {
+                    BitHome::Lane(_) => la += 1,
+                    BitHome::Warp(_) => wa += 1,
+                    BitHome::Reg(_) => {}
+                }
+            }
+        }
+        (la, wa)
+    }
+}

@@ -31,7 +31,7 @@
 //! # Ok::<(), triton_metal::Error>(())
 //! ```
 
-use super::blocked::{bit_fields, layout_of, BitHome, BlockedLayout};
+use super::blocked::{layout_of, AxisGeo, BlockedLayout};
 use super::options::{LaunchOptions, ReductionLayout};
 use super::plan::{
     dot_dims, mma_operand_tile, simdgroup_stage_elems, DotLowering, KernelPlan, MatrixUnit,
@@ -139,58 +139,6 @@ fn of_op(k: &Kernel, op: &Op, res: Value, h: &[Held]) -> Held {
     }
 }
 
-/// Where the reduced (or scanned) axis sits in the flat index of a block of `shape`.
-#[derive(Clone, Copy)]
-struct Geo {
-    n: usize,
-    nout: usize,
-    /// First bit of the axis.
-    ib: u32,
-    /// Bits of the axis.
-    kb: u32,
-}
-
-impl Geo {
-    fn new(shape: &[usize], axis: usize) -> Geo {
-        let f = bit_fields(shape);
-        let n: usize = shape.iter().product();
-        Geo {
-            n,
-            nout: n / shape[axis],
-            ib: f[axis].0,
-            kb: f[axis].1,
-        }
-    }
-
-    fn is_axis_bit(&self, b: u32) -> bool {
-        b >= self.ib && b < self.ib + self.kb
-    }
-
-    /// Register bits of `lay` off the axis (the partials each thread keeps).
-    fn kept_reg_bits(&self, lay: BlockedLayout) -> usize {
-        let (vb, tb) = (lay.vec_bits(), lay.thread_bits());
-        (0..lay.regs().trailing_zeros())
-            .filter(|&r| !self.is_axis_bit(if r < vb { r } else { r + tb }))
-            .count()
-    }
-
-    /// Lane and SIMD-group bits of the thread index on the axis.
-    fn axis_thread_bits(&self, lay: BlockedLayout) -> (usize, usize) {
-        let (mut la, mut wa) = (0, 0);
-        for t in 0..lay.thread_bits() {
-            let flat = lay.vec_bits() + t;
-            if self.is_axis_bit(flat) {
-                match lay.bit_home(flat) {
-                    BitHome::Lane(_) => la += 1,
-                    BitHome::Warp(_) => wa += 1,
-                    BitHome::Reg(_) => {}
-                }
-            }
-        }
-        (la, wa)
-    }
-}
-
 /// Collects the requests of one op.
 struct Reqs<'a> {
     k: &'a Kernel,
@@ -295,7 +243,7 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                 ..
             } => {
                 // Every source staged row-major, sources of one dtype one after another.
-                let n = Geo::new(&k.ty(srcs[0]).shape, *axis as usize).n;
+                let n = AxisGeo::new(&k.ty(srcs[0]).shape, *axis as usize).n;
                 let mut used = std::collections::BTreeMap::<DType, usize>::new();
                 for &s in srcs {
                     let e = used.entry(r.edt(s)).or_insert(0);
@@ -310,7 +258,7 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                 let (x, Some(res)) = (srcs[0], res) else {
                     continue;
                 };
-                let geo = Geo::new(&k.ty(x).shape, *axis as usize);
+                let geo = AxisGeo::new(&k.ty(x).shape, *axis as usize);
                 let l = lay(geo.n);
                 let (dt, arg) = (
                     r.edt(x),
@@ -352,7 +300,7 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                 ..
             } => {
                 let x = srcs[0];
-                let geo = Geo::new(&k.ty(x).shape, *axis as usize);
+                let geo = AxisGeo::new(&k.ty(x).shape, *axis as usize);
                 let (l, dt) = (lay(geo.n), r.edt(x));
                 if scan_in_simd(opts, *reverse, dt, geo.ib + geo.kb, l) {
                     if geo.axis_thread_bits(l).1 > 0 {
