@@ -17,26 +17,10 @@
 //! `dot.rs` reads.
 
 use super::lower::{unsupported_on, Lowering, Repr};
-use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{Op, OpId, RegionId};
-use crate::opt::pipeline::{ahead_loads, AheadLoad};
-use crate::opt::plan::{dot_dims, simdgroup_pitches, DotLowering};
+use crate::opt::buffers::DoubleBuffer as Ring;
 use crate::opt::smem::Role;
-
-/// The double-buffered staging of one loop.
-pub(super) struct Ring {
-    /// The loads of A and B, in that order.
-    loads: Vec<AheadLoad>,
-    /// The dot's `(m, n, k)`.
-    mnk: (usize, usize, usize),
-    /// Staging dtype of A and B.
-    stage: DType,
-    /// Elements per row of staged A and B.
-    pitches: (usize, usize),
-    /// Elements of one buffer.
-    elems: usize,
-}
 
 /// Buffers of the ring.
 const STAGES: usize = crate::opt::buffers::DOUBLE_BUFFERS;
@@ -45,28 +29,7 @@ impl Lowering<'_> {
     /// The ring of `for` loop `id`, when the plan stages its dot's operand loads in two
     /// buffers.
     pub(super) fn dbuf_of(&self, id: OpId) -> Option<Ring> {
-        let mut loads = ahead_loads(self.k, id, self.plan.resident(id))?;
-        if loads.len() != 2
-            || loads
-                .iter()
-                .any(|l| self.plan.ahead(l.load) != Some(STAGES) || l.dot != loads[0].dot)
-        {
-            return None;
-        }
-        loads.sort_by_key(|l| l.operand);
-        let dot = loads[0].dot;
-        let DotLowering::Simdgroup { stage } = self.plan.dot(dot) else {
-            return None;
-        };
-        let mnk = dot_dims(self.k, dot)?;
-        let pitches = simdgroup_pitches(mnk, stage, self.plan.arena.limit / STAGES);
-        Some(Ring {
-            elems: mnk.0 * pitches.0 + mnk.2 * pitches.1,
-            loads,
-            mnk,
-            stage,
-            pitches,
-        })
+        crate::opt::buffers::double_buffer(self.k, &self.plan, id)
     }
 
     /// The arena view of the ring (requested for the loop being lowered).

@@ -33,9 +33,10 @@
 
 use super::blocked::{layout_of, AxisGeo, BlockedLayout};
 use super::options::{LaunchOptions, ReductionLayout};
+use super::pipeline::AheadLoad;
 use super::plan::{
-    dot_dims, mma_operand_tile, simdgroup_stage_elems, DotLowering, KernelPlan, MatrixUnit,
-    MMA_C_PAD,
+    dot_dims, mma_operand_tile, simdgroup_pitches, simdgroup_stage_elems, DotLowering, KernelPlan,
+    MatrixUnit, MMA_C_PAD,
 };
 use super::smem::{Request, Role};
 use crate::dtype::DType;
@@ -325,9 +326,9 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     r.role = Role::AccOut;
                     r.push(DType::F32, acc_out_elems(mma, m, n, rows));
                 }
-                if let Some((stage, elems)) = double_buffer(k, p, op) {
+                if let Some(d) = double_buffer(k, p, op) {
                     r.role = Role::Ring;
-                    r.push(stage, DOUBLE_BUFFERS * elems);
+                    r.push(d.stage, DOUBLE_BUFFERS * d.elems);
                 }
             }
             _ => {}
@@ -367,14 +368,29 @@ fn acc_out_elems(mma: bool, m: usize, n: usize, rows: usize) -> usize {
 /// issued ahead into [`DOUBLE_BUFFERS`] buffers ([`super::plan::Decision::Ahead`]).
 pub const DOUBLE_BUFFERS: usize = 2;
 
-/// The staging dtype and the elements of one buffer, when `for` loop `op` double-buffers
-/// its dot's operands on `simdgroup_matrix` (each buffer padded as
-/// [`super::plan::simdgroup_pitches`] says for its share of the budget).
-pub fn double_buffer(k: &Kernel, p: &KernelPlan, op: OpId) -> Option<(DType, usize)> {
+/// A `for` loop whose `simdgroup_matrix` dot has its A and B loads double-buffered.
+#[derive(Clone, Debug)]
+pub struct DoubleBuffer {
+    /// The loads of A and B, in that order.
+    pub loads: Vec<AheadLoad>,
+    /// The dot's `(m, n, k)`.
+    pub mnk: (usize, usize, usize),
+    /// Staging dtype of A and B.
+    pub stage: DType,
+    /// Elements per row of staged A and B ([`super::plan::simdgroup_pitches`] for one
+    /// buffer's share of the budget).
+    pub pitches: (usize, usize),
+    /// Elements of one buffer (A first, B at `m * pitches.0`).
+    pub elems: usize,
+}
+
+/// The double buffering of `for` loop `op`, when the plan stages its dot's two operand
+/// loads ahead in [`DOUBLE_BUFFERS`] buffers on `simdgroup_matrix`.
+pub fn double_buffer(k: &Kernel, p: &KernelPlan, op: OpId) -> Option<DoubleBuffer> {
     if p.printer.matrix != MatrixUnit::Simdgroup8x8 {
         return None;
     }
-    let loads = super::pipeline::ahead_loads(k, op, p.resident(op))?;
+    let mut loads = super::pipeline::ahead_loads(k, op, p.resident(op))?;
     let dot = loads.first()?.dot;
     if loads.len() != 2
         || loads
@@ -383,14 +399,19 @@ pub fn double_buffer(k: &Kernel, p: &KernelPlan, op: OpId) -> Option<(DType, usi
     {
         return None;
     }
+    loads.sort_by_key(|l| l.operand);
     let DotLowering::Simdgroup { stage } = p.dot(dot) else {
         return None;
     };
     let mnk = dot_dims(k, dot)?;
-    Some((
+    let room = p.arena.limit / DOUBLE_BUFFERS;
+    Some(DoubleBuffer {
+        pitches: simdgroup_pitches(mnk, stage, room),
+        elems: simdgroup_stage_elems(mnk, stage, room),
+        loads,
+        mnk,
         stage,
-        simdgroup_stage_elems(mnk, stage, p.arena.limit / DOUBLE_BUFFERS),
-    ))
+    })
 }
 
 /// The buffers of `tl.dot` `r.op`.
