@@ -33,7 +33,8 @@ fn guarded(conds: &[String], stmt: &str) -> String {
 }
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::{Op, Value, ValueDef};
+use crate::ir::{Op, OpId, Value, ValueDef};
+use crate::opt::pipeline::ahead_loads;
 use crate::opt::plan::{simdgroup_pitches, DotLowering, WarpGrid};
 use crate::opt::smem::Role;
 
@@ -171,6 +172,14 @@ impl Lowering<'_> {
             self.line(format!("{name}[tm_c] = {ct}({c0});"));
             self.close();
         }
+        let mut ahead = 0;
+        if batch == 1 {
+            // The next iteration's A rows of these C rows, and an equal share of B's rows.
+            ahead += self.prefetch_next(a, ("tm_m", &format!("tm_m + {rows}u")), k)? as usize;
+            let share = |r: &str| format!("{r} * {k}u / {m}u");
+            let hi = share(&format!("(tm_m + {rows}u)"));
+            ahead += self.prefetch_next(b, (&share("tm_m"), &hi), n)? as usize;
+        }
         self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
         for q in 0..rows {
             let ai = format!("(tm_b * {m}u + tm_m + {q}u) * {k}u + tm_k");
@@ -200,15 +209,103 @@ impl Lowering<'_> {
         self.layouts.push(LayoutChoice {
             op: format!("dot {batch}x{m}x{n}x{k}"),
             layout: format!(
-                "rows of C along rows of B, {rows} row(s) at a time{}",
+                "rows of C along rows of B, {rows} row(s) at a time{}{}",
                 if in_place.is_some() {
                     ", accumulating in the loop's variable"
                 } else {
                     ""
+                },
+                match ahead {
+                    0 => "",
+                    1 => ", prefetching one operand's next-iteration rows",
+                    _ => ", prefetching both operands' next-iteration rows",
                 }
             ),
         });
         Ok(())
+    }
+
+    /// Before `for` loop `id` of a one-thread program: the loop's `tl.dot` operand loads
+    /// whose pointers the loop carries and advances by a loop-invariant step (the shape
+    /// [`ahead_loads`] recognises) are recorded in [`Lowering::prefetch`], with the ops
+    /// computing their steps lowered here, so that [`Self::dot_rows`] can prefetch the rows
+    /// the next iteration loads while it multiplies this iteration's. Returns the recorded
+    /// load results (the loop forgets them after its body).
+    pub(super) fn cpu_prefetch_prologue(&mut self, id: OpId) -> Result<Vec<Value>> {
+        let Op::For { body, init, .. } = &self.k.op(id).op else {
+            return Ok(Vec::new());
+        };
+        if self.threads != 1 {
+            return Ok(Vec::new());
+        }
+        let args = &self.k.region(*body).args;
+        let slots: Vec<usize> = (0..init.len())
+            .filter(|&s| {
+                self.k.region(*body).ops.iter().any(|&d| {
+                    matches!(self.k.op(d).op, Op::Dot { acc, .. } if acc == args[s + 1])
+                        && self.plan.dot(d) == DotLowering::Rows
+                })
+            })
+            .collect();
+        let Some(loads) = ahead_loads(self.k, id, &slots) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mark = self.layouts.len();
+        for l in loads {
+            let (res, Op::Load { ptr, .. }) = (self.k.op(l.load).result(), &self.k.op(l.load).op)
+            else {
+                continue;
+            };
+            let Some(res) = res else { continue };
+            let ptr = *ptr;
+            if self.prov[ptr.index()].is_none()
+                || self.dynamic[ptr.index()]
+                || self.in_words(ptr).is_some()
+            {
+                continue;
+            }
+            for op in l.step_ops {
+                self.op(op)?;
+            }
+            self.prefetch.insert(res, (ptr, l.step));
+            out.push(res);
+        }
+        self.layouts.truncate(mark);
+        Ok(out)
+    }
+
+    /// Prefetch hints for rows `lo .. hi` (C expressions) of the `cols`-wide 2-D operand
+    /// `v` as the next iteration of its loop loads them ([`Lowering::prefetch`]), when it
+    /// is such a load (returns whether it was): every
+    /// cache line from each row's first element on, one row's width of them. A hint
+    /// neither faults nor changes memory, so rows the next load masks, reads element by
+    /// element or finds outside the argument cost a wasted fetch at most; the address is
+    /// computed in unsigned integers, never as an out-of-range pointer.
+    fn prefetch_next(&mut self, v: Value, (lo, hi): (&str, &str), cols: usize) -> Result<bool> {
+        let Some(&(ptr, step)) = self.prefetch.get(&v) else {
+            return Ok(false);
+        };
+        let p = self.param_name(ptr)?;
+        let bytes = cols * self.edt(v).size_bytes();
+        let at =
+            |lw: &Self, x: Value| format!("ulong(long({}))", lw.el(x, &format!("tm_q * {cols}u")));
+        self.open(format!("for (uint tm_q = {lo}; tm_q < {hi}; ++tm_q)"));
+        self.line(format!(
+            "const ulong tm_pf = ulong({p}.base) + ({} + {}) * sizeof({p}.base[0]);",
+            at(self, ptr),
+            at(self, step)
+        ));
+        self.line(format!(
+            "for (uint tm_c = 0; tm_c < {bytes}u; tm_c += 64u) __builtin_prefetch(reinterpret_cast<const void*>(tm_pf + tm_c), 0, 2);"
+        ));
+        // A row that starts inside a line ends in one more.
+        self.line(format!(
+            "__builtin_prefetch(reinterpret_cast<const void*>(tm_pf + {}u), 0, 2);",
+            bytes - 1
+        ));
+        self.close();
+        Ok(true)
     }
 
     /// The array of `acc` when [`Self::dot_rows`] may accumulate into it in place: `acc`
@@ -648,7 +745,7 @@ impl Lowering<'_> {
 mod tests {
     use super::super::tests::{build, matmul};
     use super::super::{metal, LaunchOptions};
-    use crate::dtype::DType::{F16, F32};
+    use crate::dtype::DType::{F16, F32, I32};
     use crate::tl::{self, Tensor};
 
     fn metal_mm(
@@ -737,6 +834,52 @@ mod tests {
             l.starts_with("rows of C") && !l.contains("in the loop"),
             "{l}"
         );
+    }
+
+    /// The tutorial's main loop: pointer blocks the loop carries and advances by
+    /// `BK * stride`, the K tail masked.
+    fn tutorial_mm(k: &mut tl::KernelBuilder) {
+        let (a, b, c) = (
+            k.ptr(F32, "a_ptr"),
+            k.ptr(F32, "b_ptr"),
+            k.ptr(F32, "c_ptr"),
+        );
+        let (n, kk) = (k.scalar(I32, "N"), k.scalar(I32, "K"));
+        let (sa, sb) = (k.scalar(I32, "stride_ak"), k.scalar(I32, "stride_bk"));
+        let offs = tl::arange(0, 16);
+        let offs_k = tl::arange(0, 16);
+        let a_ptrs = a + (offs.col() * kk + offs_k.row() * sa);
+        let b_ptrs = b + (offs_k.col() * sb + offs.row());
+        let acc = tl::zeros([16, 16], F32);
+        let (acc, _, _): (Tensor, Tensor, Tensor) =
+            tl::range(0, tl::cdiv(kk, 16), 1).fold((acc, a_ptrs, b_ptrs), |i, (acc, pa, pb)| {
+                let left = kk - i * 16;
+                let x = tl::load(pa).mask(offs_k.row().lt(left)).other(0.0);
+                let y = tl::load(pb).mask(offs_k.col().lt(left)).other(0.0);
+                (tl::dot(x, y, acc), pa + sa * 16, pb + sb * 16)
+            });
+        tl::store(c + offs.col() * n + offs.row(), acc);
+    }
+
+    #[test]
+    fn the_cpu_dot_prefetches_the_rows_a_loop_loads_next_through_advanced_pointers() {
+        let k = build("mm_ptrs", &[], tutorial_mm);
+        let l = cpu_dot_layout(&k);
+        assert!(
+            l.ends_with("prefetching both operands' next-iteration rows"),
+            "{l}"
+        );
+        let src = super::super::cpu::compile(&k, false).unwrap().source;
+        // Addresses in unsigned integers: hints past either end never form a pointer.
+        assert_eq!(
+            src.matches("__builtin_prefetch(reinterpret_cast").count(),
+            4
+        );
+        assert!(src.contains("const ulong tm_pf = ulong(a_ptr.base) + ("));
+        // Pointers recomputed from the induction variable: nothing to prefetch.
+        let k = build("mm", &[("BM", 32), ("BN", 32), ("BK", 16)], matmul(F32));
+        let l = cpu_dot_layout(&k);
+        assert!(!l.contains("prefetching"), "{l}");
     }
 
     #[test]

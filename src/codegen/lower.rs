@@ -114,6 +114,10 @@ pub(super) struct Lowering<'k> {
     pub ring_vals: HashSet<Value>,
     /// Bytes of dynamic shared memory the rings need (the largest ring of the kernel).
     pub ring_bytes: usize,
+    /// One-thread programs: dot operands loaded in a `for` loop through carried pointers
+    /// the loop advances by a loop-invariant step, with that pointer and step (the dot
+    /// prefetches the next iteration's rows; [`Self::cpu_prefetch_prologue`]).
+    pub prefetch: HashMap<Value, (Value, Value)>,
 }
 
 /// The generated names of parameter `i`'s extra input (the argument's contents) and flag
@@ -291,6 +295,7 @@ impl<'k> Lowering<'k> {
             dynamic: vec![false; k.values.len()],
             ring_vals: HashSet::new(),
             ring_bytes: 0,
+            prefetch: HashMap::new(),
         };
         if k.params.iter().any(|p| lw.word_param(p)) {
             lw.helpers.insert("atomic_words");
@@ -307,7 +312,7 @@ impl<'k> Lowering<'k> {
     }
 
     /// The element type of `ptr`'s output when that output lives in 32-bit words.
-    fn in_words(&self, ptr: Value) -> Option<DType> {
+    pub(super) fn in_words(&self, ptr: Value) -> Option<DType> {
         let p = &self.k.params[self.prov[ptr.index()]?];
         match p.kind {
             ParamKind::Ptr(dt) if self.word_param(p) => Some(dt),
@@ -2695,6 +2700,7 @@ impl<'k> Lowering<'k> {
                 z.replace("{id}", &id.index().to_string())
             ));
         }
+        let prefetched = self.cpu_prefetch_prologue(id)?;
         let peel = self.uniform_inits_to_peel(id, init, &frag_of);
         let start = match &peel {
             Some(uniform) => {
@@ -2756,6 +2762,9 @@ impl<'k> Lowering<'k> {
         }
         if let Some(uniform) = &peel {
             self.end_peel(init, &vars, uniform)?;
+        }
+        for v in prefetched {
+            self.prefetch.remove(&v);
         }
         self.hazard.reads_pending =
             self.d.shared_array.is_empty() || self.plan.barrier(id, When::After).is_some();
