@@ -12,6 +12,12 @@ arrays, as a kernel's outputs are), with throughput in the units criterion print
 Rust side: GiB/s for the memory-bound cases (each input read once, each output written
 once), GFLOP/s for matmul. Every peer's result is checked against a float64 NumPy
 reference before it is timed.
+
+On a machine other work shares, `--cpu-time` times with the process's CPU time instead
+of the wall clock and prints the minimum and the median, the numbers to set beside
+benches/cpu_matmul_ab.cpp's (one thread: `OPENBLAS_NUM_THREADS=1 ... --no-jax`):
+
+    OPENBLAS_NUM_THREADS=1 python3 benches/cpu_peers.py --only matmul --no-jax --cpu-time
 """
 import argparse
 import statistics
@@ -22,15 +28,20 @@ import numpy as np
 GIB = float(1 << 30)
 
 
-def median_seconds(fn, reps, warmup=3):
+def timed(fn, reps, clock=time.perf_counter, warmup=3):
+    """Seconds of `reps` calls of `fn` after `warmup` calls, each on `clock`."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(reps):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        times.append(clock() - start)
+    return times
+
+
+def median_seconds(fn, reps, warmup=3):
+    return statistics.median(timed(fn, reps, warmup=warmup))
 
 
 def softmax_np(x):
@@ -111,6 +122,8 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-jax", action="store_true", help="NumPy only")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="process CPU time, minimum and median (instead of wall-clock median)")
     opts = ap.parse_args()
     jax, jitted = (None, None) if opts.no_jax else jax_fns()
     print(f"numpy {np.__version__}" + (f", jax {jax.__version__}" if jax else ""))
@@ -119,6 +132,20 @@ def main():
         if opts.only not in name:
             continue
         check(name, "numpy", c["np"](*args), args, c["np"], c["tol"])
+        if opts.cpu_time:
+            ts = sorted(timed(lambda: c["np"](*args), opts.reps, clock=time.process_time))
+            line = (f"{name:28} numpy CPU time min {ts[0] * 1e3:9.3f} ms"
+                    f" median {statistics.median(ts) * 1e3:9.3f} ms {rate(c, ts[0])}")
+            if jax:
+                dev_args = [jax.device_put(a) for a in args]
+                fn = jitted[name]
+                check(name, "jax", fn(*dev_args).block_until_ready(), args, c["np"], c["tol"])
+                ts = sorted(timed(lambda: fn(*dev_args).block_until_ready(), opts.reps,
+                                  clock=time.process_time))
+                line += (f" | jax.jit CPU time min {ts[0] * 1e3:9.3f} ms"
+                         f" median {statistics.median(ts) * 1e3:9.3f} ms")
+            print(line, flush=True)
+            continue
         t_np = median_seconds(lambda: c["np"](*args), opts.reps)
         line = f"{name:28} numpy {t_np * 1e3:9.3f} ms {rate(c, t_np)}"
         if jax:
