@@ -850,9 +850,10 @@ fn barrier_decisions_change_the_code_not_the_result() {
     .unwrap();
     let e = missing.verify(&k).unwrap_err().to_string();
     assert!(
-        e.contains(&format!(
-            "{op}: no barrier before it, where one is needed: {op} writes buf #"
-        )),
+        e.contains(&format!("{op} (`permute` at src/codegen/plan_tests.rs:"))
+            && e.contains(&format!(
+                ": no barrier before it, where one is needed: {op} writes buf #"
+            )),
         "{e}"
     );
     missing.set_barrier(op, when, "restored");
@@ -911,4 +912,55 @@ fn barrier_decisions_change_the_code_not_the_result() {
             &format!("plan {i} against the interpreter"),
         );
     }
+}
+
+#[test]
+fn scan_decisions_round_trip_and_refuse_what_the_scan_cannot_take() {
+    use crate::opt::plan::ScanStrategy;
+    let k = build("scan", &[("BLOCK", 256)], super::tests::cumsum_kernel);
+    let opts = LaunchOptions::default();
+    let scans: Vec<OpId> = (0..k.ops.len() as u32)
+        .map(OpId)
+        .filter(|o| matches!(k.op(*o).op, Op::Scan { .. }))
+        .collect();
+    let [fwd, rev] = scans[..] else {
+        panic!("two scans: {scans:?}")
+    };
+    // Forward within one round of the layout: collectives (on the CPU, one thread's chunk
+    // is shorter than the axis); reverse: staged.
+    for (p, fwd_strategy) in [
+        (metal::plan(&k, &opts), ScanStrategy::Collective),
+        (
+            cuda::plan(&k, &opts.clone().target(HardwareProfile::of(Chip::Sm90))),
+            ScanStrategy::Collective,
+        ),
+        (cpu::plan(&k), ScanStrategy::Serial),
+    ] {
+        assert_eq!(p.scan(fwd), fwd_strategy, "{p}");
+        assert_eq!(p.scan(rev), ScanStrategy::Serial, "{p}");
+        assert!(
+            p.to_string().contains("scan serial ; a reverse scan"),
+            "{p}"
+        );
+        assert_eq!(KernelPlan::parse(&p.to_string()).unwrap(), p);
+        let mut bad = p.clone();
+        bad.set_scan(rev, ScanStrategy::Collective, "test");
+        let e = bad.verify(&k).unwrap_err().to_string();
+        assert!(e.contains("`scan` at") && e.contains("reverse"), "{e}");
+        let mut serial = p.clone();
+        serial.set_scan(fwd, ScanStrategy::Serial, "test");
+        serial.verify(&k).unwrap();
+    }
+    // A forced reduction layout other than COALESCED stages scans too, as before.
+    let p = metal::plan(&k, &opts.clone().reduction_layout(ReductionLayout::Tiled));
+    assert_eq!(p.scan(fwd), ScanStrategy::Serial);
+    // The printed code follows the decision.
+    let mut serial = metal::plan(&k, &opts);
+    serial.set_scan(fwd, ScanStrategy::Serial, "test");
+    let (a, b) = (
+        metal::compile_with(&k, &opts, &metal::plan(&k, &opts)).unwrap(),
+        metal::compile_with(&k, &opts, &serial).unwrap(),
+    );
+    assert!(a.source.contains("simd_shuffle_up"), "{}", a.source);
+    assert!(!b.source.contains("simd_shuffle_up"), "{}", b.source);
 }

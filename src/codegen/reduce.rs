@@ -24,6 +24,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{BinaryOp, OpId, ReduceKind, RegionId, ScanKind, Value};
 use crate::opt::blocked::AxisGeo as Geo;
+use crate::opt::plan::ScanStrategy;
 
 /// The C spellings of indices under an axis geometry ([`Geo`]).
 trait GeoExpr {
@@ -838,14 +839,7 @@ impl Lowering<'_> {
         let shape = self.ty(x).shape.clone();
         let geo = Geo::new(&shape, axis);
         self.materialize(x)?;
-        let simd_ok = crate::opt::buffers::scan_in_simd(
-            self.opts,
-            reverse,
-            dt,
-            geo.ib + geo.kb,
-            self.layout(x),
-        );
-        if simd_ok {
+        if self.plan.scan(id) == ScanStrategy::Collective {
             let name = self.scan_simd(op, x, geo)?;
             self.layouts.push(LayoutChoice {
                 op: format!("scan {} axis {axis} of {}", kind.name(), self.ty(x)),

@@ -31,12 +31,12 @@
 //! # Ok::<(), triton_metal::Error>(())
 //! ```
 
-use super::blocked::{layout_of, AxisGeo, BlockedLayout};
+use super::blocked::{layout_of, AxisGeo};
 use super::options::{LaunchOptions, ReductionLayout};
 use super::pipeline::AheadLoad;
 use super::plan::{
     dot_dims, mma_operand_tile, simdgroup_pitches, simdgroup_stage_elems, DotLowering, KernelPlan,
-    MatrixUnit, MMA_C_PAD,
+    MatrixUnit, ScanStrategy, MMA_C_PAD,
 };
 use super::smem::{Request, Role};
 use crate::dtype::DType;
@@ -294,16 +294,11 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     }
                 }
             }
-            Op::Scan {
-                srcs,
-                axis,
-                reverse,
-                ..
-            } => {
+            Op::Scan { srcs, axis, .. } => {
                 let x = srcs[0];
                 let geo = AxisGeo::new(&k.ty(x).shape, *axis as usize);
                 let (l, dt) = (lay(geo.n), r.edt(x));
-                if scan_in_simd(opts, *reverse, dt, geo.ib + geo.kb, l) {
+                if p.scan(op) == ScanStrategy::Collective {
                     if geo.axis_thread_bits(l).1 > 0 {
                         r.push(dt, l.regs() * threads);
                     }
@@ -336,22 +331,6 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
         all.append(&mut r.out);
     }
     all
-}
-
-/// Whether a scan runs in registers and SIMD-group collectives (else staged whole): forward,
-/// under the COALESCED strategy, of a dtype the collectives take, with the axis within
-/// one round of the layout (`axis_end`: the bit after the axis).
-pub fn scan_in_simd(
-    opts: &LaunchOptions,
-    reverse: bool,
-    dt: DType,
-    axis_end: u32,
-    lay: BlockedLayout,
-) -> bool {
-    !reverse
-        && opts.reduction_layout.unwrap_or(ReductionLayout::Coalesced) == ReductionLayout::Coalesced
-        && matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
-        && axis_end <= lay.vec_bits() + lay.thread_bits()
 }
 
 /// Floats of the buffer an `[m, n]` accumulator leaves matrix fragments through, in bands

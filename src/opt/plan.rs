@@ -8,6 +8,8 @@
 //!   one-thread program, or a scalar FMA per element);
 //! - reductions: the strategy ([`ReductionLayout`], the seeds' DEFAULT / ROW_MAJOR /
 //!   COLUMN_MAJOR / TILED / COALESCED);
+//! - `cumsum`/`cumprod`/`associative_scan`: the strategy ([`ScanStrategy`]: registers and
+//!   SIMD-group collectives, or staged whole and walked serially);
 //! - `for` loops: which carried `tl.dot` accumulators stay in matrix fragments across
 //!   the loop, and through how many buffers the dot's operand loads are staged ahead
 //!   (CUDA's `cp.async` ring; on Metal two threadgroup buffers where they fit the budget);
@@ -25,8 +27,9 @@
 //!   for each other, and why ([`KernelPlan::barriers`], see [`super::barriers`]).
 //!
 //! A user override changes the plan, never the printer: [`LaunchOptions::reduction_layout`],
-//! or [`KernelPlan::set`] on a plan given to `codegen::metal::compile_with` (or the CUDA
-//! and C++ counterparts). [`KernelPlan::verify`] checks a plan against its kernel; its text
+//! an edit of a launch's plan (`Launch::override_plan` in `runtime`, on every compiled
+//! target), or [`KernelPlan::set`] on a plan given to `codegen::metal::compile_with` (or the
+//! CUDA and C++ counterparts). [`KernelPlan::verify`] checks a plan against its kernel; its text
 //! form (printed with `TRITON_METAL_DEBUG=1`) parses back with [`KernelPlan::parse`].
 //!
 //! ```
@@ -197,6 +200,90 @@ pub enum DotLowering {
     Fma,
 }
 
+/// How a scan (`cumsum`, `cumprod`, `associative_scan`) is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScanStrategy {
+    /// In registers, then SIMD-group collectives: a running scan over each thread's chunk,
+    /// an exclusive prefix of chunk totals across lanes (shuffles), then the totals of
+    /// earlier SIMD-groups through threadgroup memory. Only forward `cumsum`/`cumprod` of
+    /// f32, f16, i32 or u32 whose scanned axis lies within one round of the blocked layout
+    /// (register, lane and SIMD-group bits: [`scan_fits_one_round`]).
+    Collective,
+    /// Staged whole in threadgroup memory (row-major), one thread per line walking it in
+    /// order: any scan, reverse scans and combine functions included.
+    Serial,
+}
+
+impl ScanStrategy {
+    /// Every variant.
+    pub const ALL: [ScanStrategy; 2] = [ScanStrategy::Collective, ScanStrategy::Serial];
+
+    /// The name in the plan's text form.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanStrategy::Collective => "collective",
+            ScanStrategy::Serial => "serial",
+        }
+    }
+
+    /// The strategy named `s` ([`Self::name`]).
+    pub fn parse(s: &str) -> Option<ScanStrategy> {
+        ScanStrategy::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
+/// Whether a scan over the axis ending at flat bit `axis_end` of an `n`-element block lies
+/// within one round of the blocked layout a plan with chunks of `vec` gives it on `threads`
+/// threads: every axis bit in a register of the chunk, a lane or a SIMD-group. A block of
+/// at most one chunk per thread always does (its chunk shrinks to fit, never below
+/// `n / threads`).
+pub fn scan_fits_one_round(n: usize, axis_end: u32, vec: usize, threads: usize) -> bool {
+    let lay = super::blocked::BlockedLayout::new(n, vec, threads);
+    n <= vec.saturating_mul(threads) || axis_end <= lay.vec_bits() + lay.thread_bits()
+}
+
+/// Element types [`ScanStrategy::Collective`] takes.
+fn scans_collectively(dt: DType) -> bool {
+    matches!(dt, DType::F32 | DType::F16 | DType::I32 | DType::U32)
+}
+
+/// Why the scan at `op` cannot run as [`ScanStrategy::Collective`] in a program of
+/// `threads` threads chunking by `vec`, if it cannot.
+fn scan_not_collective(k: &Kernel, op: &Op, vec: usize, threads: usize) -> Option<String> {
+    let Op::Scan {
+        kind,
+        srcs,
+        axis,
+        reverse,
+        ..
+    } = op
+    else {
+        return Some("not a scan".into());
+    };
+    let x = *srcs.first()?;
+    let (dt, shape) = (k.ty(x).dtype, &k.ty(x).shape);
+    if *kind == crate::ir::ScanKind::Custom {
+        return Some("a combine function (folded serially, in index order)".into());
+    }
+    if *reverse {
+        return Some("a reverse scan (the collectives run forward)".into());
+    }
+    if k.ty(x).ptr || !scans_collectively(dt) {
+        return Some(format!(
+            "{dt} elements (the collectives take f32, f16, i32, u32)"
+        ));
+    }
+    let geo = super::blocked::AxisGeo::new(shape, *axis as usize);
+    if !scan_fits_one_round(geo.n, geo.ib + geo.kb, vec, threads) {
+        return Some(format!(
+            "axis {axis} of {shape:?} spans more than one round of the blocked layout \
+             ({} elements over {threads} threads in chunks of {vec})",
+            geo.n
+        ));
+    }
+    None
+}
+
 /// One decision of the plan.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Decision {
@@ -204,6 +291,8 @@ pub enum Decision {
     Dot(DotLowering),
     /// A reduction's strategy.
     Reduce(ReductionLayout),
+    /// A scan's strategy.
+    Scan(ScanStrategy),
     /// A `for` loop's carried slots (indices into its init values) whose `tl.dot`
     /// accumulators stay in matrix fragments across the loop.
     Resident(Vec<usize>),
@@ -578,6 +667,24 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
                 };
                 p.decisions.insert(id, (Decision::Reduce(r), why));
             }
+            Op::Scan { .. } => {
+                let threads = printer.threads.max(1);
+                let (s, why) = match (
+                    scan_not_collective(kernel, &o.op, vec, threads),
+                    opts.reduction_layout,
+                ) {
+                    (Some(why), _) => (ScanStrategy::Serial, why),
+                    (None, Some(l)) if l != ReductionLayout::Coalesced => (
+                        ScanStrategy::Serial,
+                        format!("LaunchOptions::reduction_layout {}", l.name()),
+                    ),
+                    (None, _) => (
+                        ScanStrategy::Collective,
+                        "default: forward scan within one round of the layout".to_string(),
+                    ),
+                };
+                p.decisions.insert(id, (Decision::Scan(s), why));
+            }
             _ => {}
         }
     }
@@ -674,6 +781,22 @@ impl KernelPlan {
             Some(Decision::Reduce(r)) => *r,
             _ => ReductionLayout::Default,
         }
+    }
+
+    /// The strategy of the scan at `op` ([`ScanStrategy::Serial`] when the plan has none,
+    /// which takes every scan).
+    pub fn scan(&self, op: OpId) -> ScanStrategy {
+        match self.get(op) {
+            Some(Decision::Scan(s)) => *s,
+            _ => ScanStrategy::Serial,
+        }
+    }
+
+    /// Sets the strategy of the scan at `op`, recording `why` ([`Self::verify`] tells
+    /// whether the scan admits it); the arena's buffers are dropped, to be placed again
+    /// ([`Self::place_arena`]).
+    pub fn set_scan(&mut self, op: OpId, s: ScanStrategy, why: impl Into<String>) {
+        self.set(op, Decision::Scan(s), why);
     }
 
     /// The ring size of load `op` when it is issued ahead ([`Decision::Ahead`]).
@@ -1044,8 +1167,13 @@ impl KernelPlan {
     /// kind, and the kernel and printer admit the choice.
     pub fn verify(&self, kernel: &Kernel) -> Result<()> {
         let bad = |op: OpId, msg: String| {
+            let at = kernel
+                .ops
+                .get(op.index())
+                .map(|o| format!(" (`{}` at {})", o.op.name(), o.loc))
+                .unwrap_or_default();
             Err(Error::InvalidArgument(format!(
-                "layout plan of `{}`: {op}: {msg}",
+                "layout plan of `{}`: {op}{at}: {msg}",
                 self.kernel
             )))
         };
@@ -1097,6 +1225,14 @@ impl KernelPlan {
                     let dt = kernel.ty(srcs[0]).dtype;
                     if *r == ReductionLayout::Coalesced && !shuffles(dt) {
                         return bad(op, format!("COALESCED on {dt}, which has no SIMD shuffles"));
+                    }
+                }
+                (Decision::Scan(s), Op::Scan { .. }) => {
+                    if *s == ScanStrategy::Collective {
+                        let threads = self.printer.threads.max(1);
+                        if let Some(why) = scan_not_collective(kernel, &o.op, self.vec, threads) {
+                            return bad(op, format!("scan collective on {why}; use serial"));
+                        }
                     }
                 }
                 (Decision::Resident(slots), Op::For { body, .. }) => {
@@ -1343,6 +1479,9 @@ impl KernelPlan {
                         .find(|x| x.name() == *r)
                         .ok_or_else(|| err(l, "reduction layout"))?,
                 ),
+                ["scan", st] => {
+                    Decision::Scan(ScanStrategy::parse(st).ok_or_else(|| err(l, "scan strategy"))?)
+                }
                 ["load", "ahead", st] => Decision::Ahead {
                     stages: num(st, "stages=")?,
                 },
@@ -1364,7 +1503,7 @@ impl KernelPlan {
 
 impl fmt::Display for Decision {
     /// The decision as the plan's text form spells it (`dot simdgroup stage=f16`,
-    /// `reduce COALESCED`, `for resident=0`).
+    /// `reduce COALESCED`, `scan collective`, `for resident=0`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Decision::Dot(DotLowering::Simdgroup { stage }) => {
@@ -1380,6 +1519,7 @@ impl fmt::Display for Decision {
             Decision::Dot(DotLowering::Rows) => write!(f, "dot rows"),
             Decision::Dot(DotLowering::Fma) => write!(f, "dot fma"),
             Decision::Reduce(r) => write!(f, "reduce {}", r.name()),
+            Decision::Scan(s) => write!(f, "scan {}", s.name()),
             Decision::Ahead { stages } => write!(f, "load ahead stages={stages}"),
             Decision::Resident(s) => write!(
                 f,
