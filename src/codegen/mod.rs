@@ -53,9 +53,7 @@ mod mma;
 pub mod nvrtc;
 mod reduce;
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use cuda::CudaProgram;
@@ -65,6 +63,7 @@ pub use metal::MetalProgram;
 use crate::error::Result;
 use crate::ir::Kernel;
 pub use crate::opt::options::{LaunchOptions, ReductionLayout};
+use crate::opt::plan::KernelPlan;
 
 pub use crate::cache::CACHE_DIR_ENV;
 pub use crate::settings::DEBUG_ENV;
@@ -78,22 +77,17 @@ pub struct LayoutChoice {
     pub layout: String,
 }
 
-fn cache() -> &'static Mutex<HashMap<u64, Arc<MetalProgram>>> {
-    static CACHE: OnceLock<Mutex<HashMap<u64, Arc<MetalProgram>>>> = OnceLock::new();
+fn cache() -> &'static Mutex<HashMap<String, Arc<MetalProgram>>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<MetalProgram>>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The cache key: hash of the IR text (which includes the constexprs), the target's
-/// profile and the options.
-pub fn cache_key(kernel: &Kernel, opts: &LaunchOptions) -> u64 {
-    let mut h = DefaultHasher::new();
-    kernel.ir().hash(&mut h);
-    kernel.constexprs.hash(&mut h);
-    opts.num_warps.hash(&mut h);
-    opts.reduction_layout.hash(&mut h);
-    opts.num_stages.hash(&mut h);
-    format!("{:?}", opts.target).hash(&mut h);
-    h.finish()
+/// The cache key: a SHA-256 digest (hex) of the IR text, the
+/// constexprs, the options (target profile included) and, for a plan given instead of the
+/// optimizer's ([`msl_planned`], [`cuda_planned`]), that plan's text, which determines every
+/// decision the printer spells.
+pub fn cache_key(kernel: &Kernel, opts: &LaunchOptions, plan: Option<&KernelPlan>) -> String {
+    in_place_key(kernel, opts, &[], plan)
 }
 
 /// The Metal program of a kernel specialisation under `opts`, compiled once per process
@@ -119,16 +113,45 @@ pub fn msl_in_place(
     )
 }
 
-/// [`cache_key`] extended by the parameters updated in place (none: the same key).
-fn in_place_key(kernel: &Kernel, opts: &LaunchOptions, in_place: &[usize]) -> u64 {
-    let key = cache_key(kernel, opts);
-    if in_place.is_empty() {
-        return key;
-    }
-    let mut h = DefaultHasher::new();
-    key.hash(&mut h);
-    in_place.hash(&mut h);
-    h.finish()
+/// [`msl_in_place`] spelling `plan` ([`metal::plan`]'s, edited) instead of the optimizer's
+/// plan; cached per plan text too. Errors as [`metal::compile_with`], which verifies it.
+pub fn msl_planned(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    in_place: &[usize],
+    plan: &KernelPlan,
+) -> Result<Arc<MetalProgram>> {
+    let dir = crate::cache::source_dir()?;
+    msl_cached(
+        kernel,
+        (opts, Some(plan)),
+        in_place,
+        crate::settings::debug_enabled(),
+        dir.as_deref(),
+    )
+}
+
+/// [`cache_key`] extended by the parameters updated in place.
+fn in_place_key(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    in_place: &[usize],
+    plan: Option<&KernelPlan>,
+) -> String {
+    let (ir, constexprs, options) = (
+        kernel.ir(),
+        format!("{:?}", kernel.constexprs),
+        format!("{opts:?}"),
+    );
+    let in_place = format!("{in_place:?}");
+    let plan = plan.map_or(String::new(), |p| p.to_string());
+    crate::cache::hash_key(&[
+        ir.as_bytes(),
+        constexprs.as_bytes(),
+        options.as_bytes(),
+        in_place.as_bytes(),
+        plan.as_bytes(),
+    ])
 }
 
 fn msl_with(
@@ -138,11 +161,24 @@ fn msl_with(
     debug: bool,
     source_dir: Option<&std::path::Path>,
 ) -> Result<Arc<MetalProgram>> {
-    let key = in_place_key(kernel, opts, in_place);
+    msl_cached(kernel, (opts, None), in_place, debug, source_dir)
+}
+
+fn msl_cached(
+    kernel: &Kernel,
+    (opts, given): (&LaunchOptions, Option<&KernelPlan>),
+    in_place: &[usize],
+    debug: bool,
+    source_dir: Option<&std::path::Path>,
+) -> Result<Arc<MetalProgram>> {
+    let key = in_place_key(kernel, opts, in_place, given);
     if let Some(p) = cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }
-    let plan = metal::plan(kernel, opts);
+    let plan = match given {
+        Some(p) => p.clone(),
+        None => metal::plan(kernel, opts),
+    };
     if debug {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
         eprintln!("[triton-metal] layout plan:\n{plan}");
@@ -179,8 +215,8 @@ fn msl_with(
     Ok(prog)
 }
 
-fn cuda_cache() -> &'static Mutex<HashMap<u64, Arc<CudaProgram>>> {
-    static CACHE: OnceLock<Mutex<HashMap<u64, Arc<CudaProgram>>>> = OnceLock::new();
+fn cuda_cache() -> &'static Mutex<HashMap<String, Arc<CudaProgram>>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<CudaProgram>>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -199,12 +235,35 @@ pub fn cuda_in_place(
     opts: &LaunchOptions,
     in_place: &[usize],
 ) -> Result<Arc<CudaProgram>> {
-    let key = in_place_key(kernel, opts, in_place);
+    cuda_cached(kernel, opts, in_place, None)
+}
+
+/// [`cuda_in_place`] spelling `plan` ([`cuda::plan`]'s, edited) instead of the optimizer's
+/// plan; cached per plan text too. Errors as [`cuda::compile_with`], which verifies it.
+pub fn cuda_planned(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    in_place: &[usize],
+    plan: &KernelPlan,
+) -> Result<Arc<CudaProgram>> {
+    cuda_cached(kernel, opts, in_place, Some(plan))
+}
+
+fn cuda_cached(
+    kernel: &Kernel,
+    opts: &LaunchOptions,
+    in_place: &[usize],
+    given: Option<&KernelPlan>,
+) -> Result<Arc<CudaProgram>> {
+    let key = in_place_key(kernel, opts, in_place, given);
     if let Some(p) = cuda_cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }
     let debug = crate::settings::debug_enabled();
-    let plan = cuda::plan(kernel, opts);
+    let plan = match given {
+        Some(p) => p.clone(),
+        None => cuda::plan(kernel, opts),
+    };
     if debug {
         eprintln!("[triton-metal] IR before lowering:\n{}", kernel.ir());
         eprintln!("[triton-metal] layout plan:\n{plan}");

@@ -59,6 +59,7 @@ use crate::emu::{self, EmuBuffer, LaneOrder};
 use crate::error::{Error, Result};
 use crate::exec::{ExecArg, PtrTable, ReduceStrategy};
 use crate::ir::{Kernel, Op, ParamKind};
+use crate::opt::plan::KernelPlan;
 use crate::opt::HardwareProfile;
 use crate::passes::{specializable, IntFact, IntSpec, PassOptions};
 use crate::runtime::mlx_kernel::{
@@ -559,7 +560,14 @@ pub struct Launch<'k> {
     passes: Option<PassOptions>,
     not_specialized: Vec<String>,
     int_spec: Option<bool>,
+    plan_edits: Vec<Arc<PlanEdit>>,
 }
+
+/// An edit of a launch's layout plan ([`Launch::override_plan`]): it gets the plan the
+/// optimizer made, the specialised kernel the plan is for (op ids index `kernel.ops`) and
+/// the options it was planned under (`options.target` is the target's hardware profile).
+pub type PlanEdit =
+    dyn Fn(&mut KernelPlan, &Kernel, &LaunchOptions) -> Result<()> + Send + Sync + 'static;
 
 impl JitKernel {
     /// Starts a launch: `kernel.launch().grid(..).args(..).constexpr(..).run()`.
@@ -576,6 +584,7 @@ impl JitKernel {
             passes: None,
             not_specialized: Vec::new(),
             int_spec: None,
+            plan_edits: Vec::new(),
         }
     }
 }
@@ -697,6 +706,129 @@ impl<'k> Launch<'k> {
         self
     }
 
+    /// Edits the layout plan the compiler prints this launch with, on every compiled
+    /// target: Metal and emulated Metal, CUDA, and the compiled CPU executor. The plan
+    /// ([`KernelPlan`]) holds every decision the printers spell (a `tl.dot`'s lowering, each
+    /// reduction's and scan's strategy, accumulators kept in fragments, staging buffers, K
+    /// slices, threadgroup memory, barriers, the compiled CPU executor's one-thread
+    /// specialisations), each with its reason; `f` changes some of them with the plan's
+    /// setters ([`KernelPlan::set`], [`KernelPlan::set_scan`], [`KernelPlan::set_reuse`],
+    /// ...). It is called with the optimizer's plan for the target at hand, the specialised
+    /// kernel, and the options planned under; an `Err` it returns fails the launch. Several
+    /// calls edit in turn.
+    ///
+    /// The edited plan is checked against the kernel ([`KernelPlan::verify`]) before
+    /// anything is compiled: a decision the kernel cannot take fails the launch with an
+    /// error naming the kernel, the op, its source line and what is wrong. Compiled
+    /// programs are cached by the edited plan's text with the kernel and options, so a
+    /// launch never runs a program printed from another plan. [`Target::Cpu`] interprets
+    /// the IR and has no layout plan: it ignores the edit (results agree on every target;
+    /// only the generated code differs).
+    ///
+    /// ```no_run
+    /// use triton_metal::opt::plan::{Decision, ScanStrategy};
+    /// use triton_metal::runtime::{out, Target};
+    /// use triton_metal::{tl, Array, DType::F32};
+    /// let cumsum = tl::jit("cumsum", |k| {
+    ///     let (x, y) = (k.ptr(F32, "x"), k.ptr(F32, "y"));
+    ///     let offs = tl::arange(0, 512);
+    ///     tl::store(y + offs, tl::cumsum(tl::load(x + offs), 0));
+    /// })?;
+    /// let x = Array::from_slice(&[1.0f32; 512], &[512])?;
+    /// let launch = cumsum.launch().grid([1]).args((&x, out(&[512], F32)))
+    ///     .target(Target::Emulated(Default::default()))
+    ///     // Every scan staged in threadgroup memory instead of the SIMD-group collectives.
+    ///     .override_plan(|plan, _kernel, _options| {
+    ///         let scans: Vec<_> = plan.decisions()
+    ///             .filter(|(_, d, _)| matches!(d, Decision::Scan(_)))
+    ///             .map(|(op, _, _)| op)
+    ///             .collect();
+    ///         for op in scans {
+    ///             plan.set_scan(op, ScanStrategy::Serial, "staged, for comparison");
+    ///         }
+    ///         Ok(())
+    ///     });
+    /// println!("{}", launch.plan()?);          // the plan the printer spells
+    /// let [y] = launch.run()?.try_into().unwrap();
+    /// # Ok::<(), triton_metal::Error>(())
+    /// ```
+    pub fn override_plan(
+        mut self,
+        f: impl Fn(&mut KernelPlan, &Kernel, &LaunchOptions) -> Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.plan_edits.push(Arc::new(f));
+        self
+    }
+
+    /// The layout plan this launch compiles with on its target, after the edits of
+    /// [`Launch::override_plan`], as the printer consumes it (threadgroup buffers placed):
+    /// to read, print (`{plan}` is its text form, [`KernelPlan::parse`] reads it back) and
+    /// edit. `Unsupported` for [`Target::Cpu`], which interprets the IR without a plan
+    /// (choose a compiled target with [`Launch::target`]), and errors as
+    /// [`Launch::run`] would give for a plan the kernel cannot take.
+    pub fn plan(&self) -> Result<KernelPlan> {
+        let kernel = self.specialize_for(false)?;
+        let name = kernel.name.clone();
+        let plan = (|| match self.resolve_target(&kernel)? {
+            Target::Auto | Target::Cpu => Err(Error::Unsupported(format!(
+                "kernel `{name}`: Target::Cpu interprets the kernel's IR and has no layout \
+                 plan; ask a compiled target (.target(Target::CpuCompiled), \
+                 Target::Emulated(..), Target::Metal or Target::Cuda)"
+            ))),
+            Target::CpuCompiled => {
+                let kernel = self.specialize_for(true)?;
+                let plan = match self.cpu_plan(&kernel)? {
+                    Some(p) => p,
+                    None => codegen::cpu::plan(&kernel),
+                };
+                Ok(codegen::cpu::compile_with(&kernel, false, &plan)?.plan)
+            }
+            Target::Metal | Target::Emulated(_) => Ok(self.msl()?.plan.clone()),
+            Target::Cuda => Ok(self.cuda()?.plan.clone()),
+        })();
+        plan.map_err(|e| with_kernel(e, &name))
+    }
+
+    /// `default`, edited by [`Launch::override_plan`]'s functions and verified, or `None`
+    /// when the launch edits nothing. `what` names the printer in errors.
+    fn edit_plan(
+        &self,
+        kernel: &Kernel,
+        opts: &LaunchOptions,
+        default: impl FnOnce() -> KernelPlan,
+        what: &str,
+    ) -> Result<Option<KernelPlan>> {
+        if self.plan_edits.is_empty() {
+            return Ok(None);
+        }
+        let mut plan = default();
+        for f in &self.plan_edits {
+            f(&mut plan, kernel, opts).map_err(|e| {
+                self.err(format!("the plan override failed on the {what} plan: {e}"))
+            })?;
+        }
+        plan.verify(kernel).map_err(|e| {
+            self.err(format!(
+                "the plan override gives a {what} plan the kernel cannot take: {}",
+                match e {
+                    Error::InvalidArgument(m) => m,
+                    e => e.to_string(),
+                }
+            ))
+        })?;
+        Ok(Some(plan))
+    }
+
+    /// The edited plan of the compiled CPU executor for `kernel`, if the launch edits it.
+    fn cpu_plan(&self, kernel: &Kernel) -> Result<Option<KernelPlan>> {
+        self.edit_plan(
+            kernel,
+            &codegen::cpu::cpu_options(),
+            || codegen::cpu::plan(kernel),
+            "compiled CPU",
+        )
+    }
+
     /// Chooses where to run (default [`Target::Auto`]).
     pub fn target(mut self, t: Target) -> Self {
         self.target = t;
@@ -797,29 +929,7 @@ impl<'k> Launch<'k> {
         let grid = self.eval_grid()?;
         let plan = self.bind(&kernel)?;
         check_memory(&kernel, &plan)?;
-        let target = match self.target {
-            Target::Auto => match Target::from_env().map_err(|e| with_kernel(e, &kernel.name))? {
-                Some(t) => t,
-                None if device::default_device()? == Device::Gpu => {
-                    match crate::device::HardwareInfo::detect()?.backend {
-                        crate::device::Backend::Metal => Target::Metal,
-                        // Only a `cuda` build asks MLX about CUDA; without the feature a
-                        // GPU default device here would be a Metal-less, CUDA-less MLX.
-                        crate::device::Backend::Cuda if cfg!(feature = "cuda") => Target::Cuda,
-                        other => {
-                            return Err(Error::Unsupported(format!(
-                                "kernel `{}`: MLX's default device is a {other} GPU and this \
-                                 build has no launcher for it (build with feature `cuda` for \
-                                 NVIDIA GPUs, or use .target(Target::Cpu))",
-                                kernel.name
-                            )))
-                        }
-                    }
-                }
-                None => Target::Cpu,
-            },
-            t => t,
-        };
+        let target = self.resolve_target(&kernel)?;
         let kernel = match target {
             Target::Auto | Target::Cpu | Target::CpuCompiled => self.specialize_for(true)?,
             Target::Metal | Target::Emulated(_) => {
@@ -849,7 +959,8 @@ impl<'k> Launch<'k> {
                         kernel.name
                     )));
                 }
-                run_cpu(kernel, grid, plan, CpuRun::Compiled)
+                let edited = self.cpu_plan(&kernel)?;
+                run_cpu(kernel, grid, plan, CpuRun::Compiled(edited.map(Arc::new)))
             }
             Target::Metal => {
                 let mut plan = plan;
@@ -873,6 +984,34 @@ impl<'k> Launch<'k> {
             }
         })();
         run.map_err(|e| with_kernel(e, &name))
+    }
+
+    /// Where the launch runs: its target, or for [`Target::Auto`] the environment's or MLX's
+    /// default device's.
+    fn resolve_target(&self, kernel: &Kernel) -> Result<Target> {
+        Ok(match self.target {
+            Target::Auto => match Target::from_env().map_err(|e| with_kernel(e, &kernel.name))? {
+                Some(t) => t,
+                None if device::default_device()? == Device::Gpu => {
+                    match crate::device::HardwareInfo::detect()?.backend {
+                        crate::device::Backend::Metal => Target::Metal,
+                        // Only a `cuda` build asks MLX about CUDA; without the feature a
+                        // GPU default device here would be a Metal-less, CUDA-less MLX.
+                        crate::device::Backend::Cuda if cfg!(feature = "cuda") => Target::Cuda,
+                        other => {
+                            return Err(Error::Unsupported(format!(
+                                "kernel `{}`: MLX's default device is a {other} GPU and this \
+                                 build has no launcher for it (build with feature `cuda` for \
+                                 NVIDIA GPUs, or use .target(Target::Cpu))",
+                                kernel.name
+                            )))
+                        }
+                    }
+                }
+                None => Target::Cpu,
+            },
+            t => t,
+        })
     }
 
     /// MLX's `metal_kernel` counts its grid in threads, in an `int`: axis 0's programs times
@@ -945,7 +1084,11 @@ impl<'k> Launch<'k> {
             target,
             num_stages: self.num_stages,
         };
-        codegen::cuda_in_place(kernel, &opts, in_place)
+        let plan = || codegen::cuda::plan(kernel, &opts);
+        match self.edit_plan(kernel, &opts, plan, "CUDA")? {
+            Some(p) => codegen::cuda_planned(kernel, &opts, in_place, &p),
+            None => codegen::cuda_in_place(kernel, &opts, in_place),
+        }
     }
 
     fn metal_program(&self, kernel: &Kernel, in_place: &[usize]) -> Result<Arc<MetalProgram>> {
@@ -961,7 +1104,11 @@ impl<'k> Launch<'k> {
             target,
             num_stages: self.num_stages,
         };
-        codegen::msl_in_place(kernel, &opts, in_place)
+        let plan = || codegen::metal::plan(kernel, &opts);
+        match self.edit_plan(kernel, &opts, plan, "Metal")? {
+            Some(p) => codegen::msl_planned(kernel, &opts, in_place, &p),
+            None => codegen::msl_in_place(kernel, &opts, in_place),
+        }
     }
 
     /// Matches arguments to parameters, checking count, kinds, dtypes and ranges.
@@ -1397,12 +1544,12 @@ fn check_memory(kernel: &Kernel, plan: &Bound) -> Result<()> {
 }
 
 /// How a CPU launch runs its kernel.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum CpuRun {
     /// The interpreter, reductions in the given order (`None`: its fastest).
     Interpret(Option<ReduceStrategy>),
-    /// Compiled to native code.
-    Compiled,
+    /// Compiled to native code, spelling the given plan (`None`: the optimizer's).
+    Compiled(Option<Arc<KernelPlan>>),
 }
 
 /// How a CPU output buffer is prepared before the kernel runs.
@@ -1477,11 +1624,14 @@ fn run_cpu(kernel: Arc<Kernel>, grid: [usize; 3], plan: Bound, how: CpuRun) -> R
                 s => buffer(s),
             });
         }
-        match how {
+        match &how {
             CpuRun::Interpret(strategy) => {
-                crate::exec::execute_with(&kernel, grid, &mut args, strategy)
+                crate::exec::execute_with(&kernel, grid, &mut args, *strategy)
             }
-            CpuRun::Compiled => crate::native::execute_native(&kernel, grid, &mut args),
+            CpuRun::Compiled(None) => crate::native::execute_native(&kernel, grid, &mut args),
+            CpuRun::Compiled(Some(p)) => {
+                crate::native::execute_native_with(&kernel, p, grid, &mut args)
+            }
         }
     };
     let refs: Vec<&Array> = inputs.iter().collect();

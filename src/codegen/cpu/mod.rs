@@ -111,7 +111,7 @@ pub struct CpuProgram {
 
 /// The launch options the compiled CPU executor plans with: one thread per program, the
 /// CPU profile.
-fn cpu_options() -> LaunchOptions {
+pub fn cpu_options() -> LaunchOptions {
     LaunchOptions {
         num_warps: 1,
         reduction_layout: None,

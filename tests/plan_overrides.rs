@@ -1,0 +1,466 @@
+//! Layout plans edited from a launch (`Launch::override_plan`), as a user would: for each
+//! kind of decision the launch builds the plan two ways (the optimizer's and an override),
+//! the printed code differs accordingly and the results agree on every target (the
+//! interpreter, which has no plan, the compiled CPU executor, emulated Metal in both lane
+//! orders; CUDA printed and compiled by NVRTC). A bad override fails the launch with a
+//! clear error, and programs printed from different plans never share a cache entry.
+
+mod support;
+
+use std::sync::Arc;
+
+use support::{cuda_compiles, every_target, targets};
+use triton_metal::ir::{Kernel, OpId};
+use triton_metal::runtime::{
+    out, Decision, KernelPlan, LaneOrder, Launch, LaunchOptions, ReductionLayout, Scalar,
+    ScanStrategy, Target,
+};
+use triton_metal::tl::{self, JitKernel};
+use triton_metal::{
+    Array,
+    DType::{F32, I32},
+    Error, Result,
+};
+
+const ROWS: usize = 4;
+const COLS: usize = 256;
+/// Ragged: the blocks are `ROWS x COLS`, the arrays smaller.
+const N_ROWS: usize = 7;
+const N_COLS: usize = 203;
+
+/// Deterministic pseudo-random numbers in `[0, 1)`.
+fn uniform(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect()
+}
+
+/// Random f32 rows with edge values planted: NaN, ±inf, ±0, subnormals and the smallest
+/// normal; row 0 starts with -0.0s (whose sum is -0.0) and row 1 has no specials at all.
+fn f32_input(seed: u64) -> Vec<f32> {
+    let mut x: Vec<f32> = uniform(N_ROWS * N_COLS, seed)
+        .into_iter()
+        .map(|u| (u * 8.0 - 4.0) as f32)
+        .collect();
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        f32::MIN_POSITIVE,
+        -1e-45,
+        1e-45,
+    ];
+    for (i, u) in uniform(3 * N_ROWS, seed ^ 0x5eed).chunks(3).enumerate() {
+        if i == 1 {
+            continue;
+        }
+        let at = i * N_COLS + 8 + (u[0] * (N_COLS - 8) as f64) as usize;
+        x[at] = specials[(u[1] * specials.len() as f64) as usize];
+        let at = i * N_COLS + 8 + (u[2] * (N_COLS - 8) as f64) as usize;
+        x[at] = specials[i % specials.len()];
+    }
+    x[..8].fill(-0.0);
+    x[2 * N_COLS + 100] = f32::INFINITY;
+    x[2 * N_COLS + 150] = f32::NEG_INFINITY;
+    x[3 * N_COLS + 5] = f32::NAN;
+    x
+}
+
+/// The inclusive prefix sums of each row in f64, with IEEE's specials: NaN after a NaN or
+/// after both infinities, an infinity after one, -0.0 while only -0.0s have been added.
+fn f32_cumsum_ref(x: &[f32]) -> Vec<(f64, f64)> {
+    let mut want = Vec::with_capacity(x.len());
+    for row in x.chunks(N_COLS) {
+        let (mut sum, mut abs, mut all_neg_zero) = (0.0f64, 0.0f64, true);
+        let (mut nan, mut pinf, mut ninf) = (false, false, false);
+        for &v in row {
+            nan |= v.is_nan();
+            pinf |= v == f32::INFINITY;
+            ninf |= v == f32::NEG_INFINITY;
+            all_neg_zero &= v == 0.0 && v.is_sign_negative();
+            if v.is_finite() {
+                sum += v as f64;
+                abs += (v as f64).abs();
+            }
+            want.push(match () {
+                _ if nan || (pinf && ninf) => (f64::NAN, 0.0),
+                _ if pinf => (f64::INFINITY, 0.0),
+                _ if ninf => (f64::NEG_INFINITY, 0.0),
+                _ if all_neg_zero => (-0.0, 0.0),
+                _ => (sum, abs),
+            });
+        }
+    }
+    want
+}
+
+/// `got` against [`f32_cumsum_ref`]: specials exactly, -0.0 by its sign, sums within
+/// float reassociation of the magnitudes added.
+fn check_f32_cumsum(got: &[f32], want: &[(f64, f64)], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (&g, &(w, abs))) in got.iter().zip(want).enumerate() {
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() || (w == 0.0 && w.is_sign_negative() && abs == 0.0) {
+            g as f64 == w && g.is_sign_negative() == w.is_sign_negative()
+        } else {
+            ((g as f64) - w).abs() <= 1e-5 * abs.max(1.0)
+        };
+        assert!(
+            ok,
+            "{what}: element {i} (row {}, col {}) is {g}, want {w}",
+            i / N_COLS,
+            i % N_COLS
+        );
+    }
+}
+
+/// Row-wise `cumsum` of a ragged `N_ROWS x N_COLS` array in `ROWS x COLS` blocks.
+fn cumsum_rows(name: &str, dtype: triton_metal::DType) -> JitKernel {
+    tl::jit(name, move |k| {
+        let (x, y) = (k.ptr(dtype, "x"), k.ptr(dtype, "y"));
+        let (n_rows, n_cols) = (k.scalar(I32, "n_rows"), k.scalar(I32, "n_cols"));
+        let rows = tl::program_id(0) * ROWS as i64 + tl::arange(0, ROWS as i64);
+        let cols = tl::arange(0, COLS as i64);
+        let offs = rows.col() * n_cols + cols.row();
+        let mask = rows.col().lt(n_rows) & cols.row().lt(n_cols);
+        let v = tl::load(x + offs).mask(mask).other(0);
+        tl::store(y + offs, tl::cumsum(v, 1)).mask(mask);
+    })
+    .unwrap()
+}
+
+/// The ops of `plan` holding a decision that `pick` selects.
+fn ops_where(plan: &KernelPlan, pick: impl Fn(&Decision) -> bool) -> Vec<OpId> {
+    plan.decisions()
+        .filter(|(_, d, _)| pick(d))
+        .map(|(op, _, _)| op)
+        .collect()
+}
+
+/// The override of the scan tests: every scan staged and walked serially.
+fn serial_scans(plan: &mut KernelPlan, _: &Kernel, _: &LaunchOptions) -> Result<()> {
+    for op in ops_where(plan, |d| matches!(d, Decision::Scan(_))) {
+        plan.set_scan(op, ScanStrategy::Serial, "test: staged");
+    }
+    Ok(())
+}
+
+/// The launch of [`cumsum_rows`] on `x` (`dtype`, outputs poisoned with `poison`), its
+/// scans staged when `serial`.
+fn scan_launch<'k>(l: Launch<'k>, x: &Array, poison: Scalar, serial: bool) -> Launch<'k> {
+    let l = l.grid([N_ROWS.div_ceil(ROWS)]).args((
+        x,
+        out(&[N_ROWS, N_COLS], x.dtype()).fill(poison),
+        N_ROWS as i32,
+        N_COLS as i32,
+    ));
+    if serial {
+        l.override_plan(serial_scans)
+    } else {
+        l
+    }
+}
+
+#[test]
+fn scan_strategy_override_changes_the_code_not_the_result() {
+    let k = cumsum_rows("cumsum_f32", F32);
+    let x = f32_input(0xc0ffee);
+    let xa = Array::from_slice(&x, &[N_ROWS, N_COLS]).unwrap();
+    let want = f32_cumsum_ref(&x);
+    let nan = Scalar::from(f32::NAN);
+    // The optimizer runs this scan on SIMD-group collectives; the override stages it.
+    let metal = |serial| {
+        let l =
+            scan_launch(k.launch(), &xa, nan, serial).target(Target::Emulated(LaneOrder::Forward));
+        (l.plan().unwrap(), l.msl().unwrap())
+    };
+    let ((p0, m0), (p1, m1)) = (metal(false), metal(true));
+    assert!(p0.to_string().contains("scan collective ; default"), "{p0}");
+    assert!(
+        p1.to_string().contains("scan serial ; test: staged"),
+        "{p1}"
+    );
+    assert!(m0.source.contains("tm_lane"), "{}", m0.source);
+    assert!(!m1.source.contains("tm_lane"), "{}", m1.source);
+    assert!(m1.source.contains("tm_run"), "{}", m1.source);
+    let cuda = |serial| scan_launch(k.launch(), &xa, nan, serial).cuda().unwrap();
+    let (c0, c1) = (cuda(false), cuda(true));
+    assert!(c0.source.contains("__shfl_up_sync"), "{}", c0.source);
+    assert!(!c1.source.contains("__shfl_up_sync"), "{}", c1.source);
+    for serial in [false, true] {
+        for (t, outs) in every_target(&k, |l| scan_launch(l, &xa, nan, serial)) {
+            let got = outs[0].to_vec::<f32>().unwrap();
+            check_f32_cumsum(&got, &want, &format!("serial={serial} on {t:?}"));
+        }
+    }
+}
+
+#[test]
+fn integer_scans_agree_exactly_under_both_strategies() {
+    let k = cumsum_rows("cumsum_i32", I32);
+    let mut x: Vec<i32> = uniform(N_ROWS * N_COLS, 77)
+        .into_iter()
+        .map(|u| (u * 4e9 - 2e9) as i32)
+        .collect();
+    for (i, v) in [i32::MAX, i32::MIN, 0, -1, i32::MAX, 1, i32::MIN]
+        .iter()
+        .enumerate()
+    {
+        x[i * N_COLS + 3 * i + 1] = *v;
+    }
+    // Two's complement wraps: every order of the additions gives the same bits.
+    let want: Vec<i32> = x
+        .chunks(N_COLS)
+        .flat_map(|r| {
+            r.iter().scan(0i32, |s, &v| {
+                *s = s.wrapping_add(v);
+                Some(*s)
+            })
+        })
+        .collect();
+    let xa = Array::from_slice(&x, &[N_ROWS, N_COLS]).unwrap();
+    for serial in [false, true] {
+        let got = every_target(&k, |l| scan_launch(l, &xa, Scalar::from(-7), serial));
+        for (t, outs) in got {
+            assert_eq!(
+                outs[0].to_vec::<i32>().unwrap(),
+                want,
+                "serial={serial} on {t:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn per_op_reduction_strategies_from_a_launch() {
+    let k = tl::jit("row_stats", |k| {
+        let (x, s, m) = (k.ptr(F32, "x"), k.ptr(F32, "s"), k.ptr(F32, "m"));
+        let (n_rows, n_cols) = (k.scalar(I32, "n_rows"), k.scalar(I32, "n_cols"));
+        let rows = tl::program_id(0) * ROWS as i64 + tl::arange(0, ROWS as i64);
+        let cols = tl::arange(0, COLS as i64);
+        let mask = rows.col().lt(n_rows) & cols.row().lt(n_cols);
+        let v = tl::load(x + rows.col() * n_cols + cols.row())
+            .mask(mask)
+            .other(0);
+        let w = tl::load(x + rows.col() * n_cols + cols.row())
+            .mask(mask)
+            .other(f32::NEG_INFINITY);
+        tl::store(s + rows, tl::sum(v, 1)).mask(rows.lt(n_rows));
+        tl::store(m + rows, w.max(1)).mask(rows.lt(n_rows));
+    })
+    .unwrap();
+    let x = f32_input(0xbeef);
+    let xa = Array::from_slice(&x, &[N_ROWS, N_COLS]).unwrap();
+    let emu = Target::Emulated(LaneOrder::Forward);
+    let p = stats_launch(k.launch(), &xa, true)
+        .target(emu)
+        .plan()
+        .unwrap()
+        .to_string();
+    assert!(p.contains("reduce TILED ; test: tree"), "{p}");
+    assert!(p.contains("reduce COLUMN_MAJOR ; test: columns"), "{p}");
+    let src = |s| {
+        stats_launch(k.launch(), &xa, s)
+            .msl()
+            .unwrap()
+            .source
+            .clone()
+    };
+    assert_ne!(src(false), src(true));
+    let cu = |s| {
+        stats_launch(k.launch(), &xa, s)
+            .cuda()
+            .unwrap()
+            .source
+            .clone()
+    };
+    assert_ne!(cu(false), cu(true));
+    for s in [false, true] {
+        for (t, outs) in every_target(&k, |l| stats_launch(l, &xa, s)) {
+            let (sum, max) = (
+                outs[0].to_vec::<f32>().unwrap(),
+                outs[1].to_vec::<f32>().unwrap(),
+            );
+            for (r, row) in x.chunks(N_COLS).enumerate() {
+                let want_max = row
+                    .iter()
+                    .copied()
+                    .filter(|v| !v.is_nan())
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let what = format!("split={s} on {t:?}, row {r}");
+                assert_eq!(max[r].to_bits(), want_max.to_bits(), "max {what}");
+                let want = f32_cumsum_ref(row);
+                let (w, abs) = want[N_COLS - 1];
+                let ok = if w.is_nan() {
+                    sum[r].is_nan()
+                } else if w.is_infinite() || w == 0.0 && abs == 0.0 {
+                    sum[r] as f64 == w && sum[r].is_sign_negative() == w.is_sign_negative()
+                } else {
+                    ((sum[r] as f64) - w).abs() <= 1e-5 * abs.max(1.0)
+                };
+                assert!(ok, "sum {what}: {} want {w}", sum[r]);
+            }
+        }
+    }
+}
+
+/// The launch of `row_stats` on `x`, outputs poisoned; with `split`, the sum takes a
+/// pairwise tree and the max a walk down the staged columns.
+fn stats_launch<'k>(l: Launch<'k>, x: &Array, split: bool) -> Launch<'k> {
+    let l = l.grid([N_ROWS.div_ceil(ROWS)]).args((
+        x,
+        out(&[N_ROWS], F32).fill(f32::NAN),
+        out(&[N_ROWS], F32).fill(f32::NAN),
+        N_ROWS as i32,
+        N_COLS as i32,
+    ));
+    if !split {
+        return l;
+    }
+    l.override_plan(|plan, _, _| {
+        let reds = ops_where(plan, |d| matches!(d, Decision::Reduce(_)));
+        let [sum, max] = reds[..] else {
+            return Err(Error::InvalidArgument(format!(
+                "two reductions, got {reds:?}"
+            )));
+        };
+        plan.set(sum, Decision::Reduce(ReductionLayout::Tiled), "test: tree");
+        plan.set(
+            max,
+            Decision::Reduce(ReductionLayout::ColumnMajor),
+            "test: columns",
+        );
+        Ok(())
+    })
+}
+
+#[test]
+fn a_bad_override_is_refused_naming_kernel_op_and_line() {
+    let k = tl::jit("rev_cumsum", |k| {
+        let (x, y) = (k.ptr(F32, "x"), k.ptr(F32, "y"));
+        let offs = tl::arange(0, 128);
+        tl::store(y + offs, tl::cumsum_reverse(tl::load(x + offs), 0));
+    })
+    .unwrap();
+    let xa = Array::from_slice(&[1.0f32; 128], &[128]).unwrap();
+    fn collective(plan: &mut KernelPlan, _: &Kernel, _: &LaunchOptions) -> Result<()> {
+        for op in ops_where(plan, |d| matches!(d, Decision::Scan(_))) {
+            plan.set_scan(op, ScanStrategy::Collective, "test");
+        }
+        Ok(())
+    }
+    let compiled: Vec<Target> = targets("rev_cumsum")
+        .into_iter()
+        .filter(|t| *t != Target::Cpu)
+        .chain([Target::Cuda])
+        .collect();
+    for t in compiled {
+        let launch = || {
+            k.launch()
+                .grid([1])
+                .args((&xa, out(&[128], F32)))
+                .target(t)
+                .override_plan(collective)
+        };
+        let msg = match t {
+            Target::Cuda => launch().cuda().map(|_| ()),
+            _ => launch().run().map(|_| ()),
+        }
+        .expect_err("a collective reverse scan")
+        .to_string();
+        for part in [
+            "rev_cumsum",
+            "scan",
+            "a reverse scan",
+            "plan_overrides.rs",
+            "use serial",
+        ] {
+            assert!(msg.contains(part), "{t:?}: `{part}` not in: {msg}");
+        }
+        assert!(launch().plan().is_err(), "{t:?}");
+    }
+    // The interpreter has no plan to edit: it runs.
+    let y = k
+        .launch()
+        .grid([1])
+        .args((&xa, out(&[128], F32)))
+        .target(Target::Cpu)
+        .override_plan(collective)
+        .run()
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap()[0], 128.0);
+    // An error of the edit itself fails the launch, naming the kernel.
+    let e = k
+        .launch()
+        .grid([1])
+        .args((&xa, out(&[128], F32)))
+        .target(Target::Emulated(LaneOrder::Forward))
+        .override_plan(|_, _, _| Err(Error::InvalidArgument("no such op".into())))
+        .msl()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rev_cumsum") && e.contains("no such op"), "{e}");
+}
+
+#[test]
+fn launches_differing_only_in_the_plan_do_not_share_programs() {
+    let k = cumsum_rows("cumsum_cache", F32);
+    let xa = Array::from_slice(&f32_input(5), &[N_ROWS, N_COLS]).unwrap();
+    let launch = |serial: bool| {
+        let l = k
+            .launch()
+            .grid([N_ROWS.div_ceil(ROWS)])
+            .args((
+                &xa,
+                out(&[N_ROWS, N_COLS], F32),
+                N_ROWS as i32,
+                N_COLS as i32,
+            ))
+            .target(Target::Emulated(LaneOrder::Forward));
+        if serial {
+            l.override_plan(serial_scans)
+        } else {
+            l
+        }
+    };
+    let (a, b, again) = (
+        launch(false).msl().unwrap(),
+        launch(true).msl().unwrap(),
+        launch(true).msl().unwrap(),
+    );
+    assert!(!Arc::ptr_eq(&a, &b));
+    assert_ne!(a.name, b.name);
+    assert_ne!(a.source, b.source);
+    // The same edit finds the program it printed before.
+    assert!(Arc::ptr_eq(&b, &again));
+    let (a, b, again) = (
+        launch(false).cuda().unwrap(),
+        launch(true).cuda().unwrap(),
+        launch(true).cuda().unwrap(),
+    );
+    assert!(!Arc::ptr_eq(&a, &b));
+    assert_ne!(a.source, b.source);
+    assert!(Arc::ptr_eq(&b, &again));
+    // An edit that sets the decision the optimizer made prints the same code (but is its
+    // own entry: keyed by the plan text, reasons included).
+    let same = launch(false)
+        .override_plan(|plan, _, _| {
+            for op in ops_where(plan, |d| matches!(d, Decision::Scan(_))) {
+                plan.set_scan(op, ScanStrategy::Collective, "test: as planned");
+            }
+            Ok(())
+        })
+        .msl()
+        .unwrap();
+    assert_eq!(same.source, launch(false).msl().unwrap().source);
+    cuda_compiles(&launch(true)).unwrap();
+}
