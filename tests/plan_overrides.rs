@@ -9,8 +9,10 @@ mod support;
 
 use std::sync::Arc;
 
+use half::f16;
 use support::{cuda_compiles, every_target, targets};
 use triton_metal::ir::{Kernel, OpId};
+use triton_metal::opt::plan::DotLowering;
 use triton_metal::runtime::{
     out, Decision, KernelPlan, LaneOrder, Launch, LaunchOptions, ReductionLayout, Scalar,
     ScanStrategy, Target,
@@ -18,7 +20,7 @@ use triton_metal::runtime::{
 use triton_metal::tl::{self, JitKernel};
 use triton_metal::{
     Array,
-    DType::{F32, I32},
+    DType::{F16, F32, I32},
     Error, Result,
 };
 
@@ -74,11 +76,12 @@ fn f32_input(seed: u64) -> Vec<f32> {
     x
 }
 
-/// The inclusive prefix sums of each row in f64, with IEEE's specials: NaN after a NaN or
-/// after both infinities, an infinity after one, -0.0 while only -0.0s have been added.
-fn f32_cumsum_ref(x: &[f32]) -> Vec<(f64, f64)> {
+/// The inclusive prefix sums of each row (of `n_cols`) in f64, with IEEE's specials: NaN
+/// after a NaN or after both infinities, an infinity after one, -0.0 while only -0.0s have
+/// been added.
+fn f32_cumsum_ref(x: &[f32], n_cols: usize) -> Vec<(f64, f64)> {
     let mut want = Vec::with_capacity(x.len());
-    for row in x.chunks(N_COLS) {
+    for row in x.chunks(n_cols) {
         let (mut sum, mut abs, mut all_neg_zero) = (0.0f64, 0.0f64, true);
         let (mut nan, mut pinf, mut ninf) = (false, false, false);
         for &v in row {
@@ -104,7 +107,7 @@ fn f32_cumsum_ref(x: &[f32]) -> Vec<(f64, f64)> {
 
 /// `got` against [`f32_cumsum_ref`]: specials exactly, -0.0 by its sign, sums within
 /// float reassociation of the magnitudes added.
-fn check_f32_cumsum(got: &[f32], want: &[(f64, f64)], what: &str) {
+fn check_f32_cumsum(got: &[f32], want: &[(f64, f64)], n_cols: usize, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}");
     for (i, (&g, &(w, abs))) in got.iter().zip(want).enumerate() {
         let ok = if w.is_nan() {
@@ -117,19 +120,19 @@ fn check_f32_cumsum(got: &[f32], want: &[(f64, f64)], what: &str) {
         assert!(
             ok,
             "{what}: element {i} (row {}, col {}) is {g}, want {w}",
-            i / N_COLS,
-            i % N_COLS
+            i / n_cols,
+            i % n_cols
         );
     }
 }
 
-/// Row-wise `cumsum` of a ragged `N_ROWS x N_COLS` array in `ROWS x COLS` blocks.
-fn cumsum_rows(name: &str, dtype: triton_metal::DType) -> JitKernel {
+/// Row-wise `cumsum` of a ragged array in `[rows, cols]` blocks.
+fn cumsum_rows(name: &str, dtype: triton_metal::DType, [rows, cols]: [usize; 2]) -> JitKernel {
     tl::jit(name, move |k| {
         let (x, y) = (k.ptr(dtype, "x"), k.ptr(dtype, "y"));
         let (n_rows, n_cols) = (k.scalar(I32, "n_rows"), k.scalar(I32, "n_cols"));
-        let rows = tl::program_id(0) * ROWS as i64 + tl::arange(0, ROWS as i64);
-        let cols = tl::arange(0, COLS as i64);
+        let rows = tl::program_id(0) * rows as i64 + tl::arange(0, rows as i64);
+        let cols = tl::arange(0, cols as i64);
         let offs = rows.col() * n_cols + cols.row();
         let mask = rows.col().lt(n_rows) & cols.row().lt(n_cols);
         let v = tl::load(x + offs).mask(mask).other(0);
@@ -154,14 +157,20 @@ fn serial_scans(plan: &mut KernelPlan, _: &Kernel, _: &LaunchOptions) -> Result<
     Ok(())
 }
 
-/// The launch of [`cumsum_rows`] on `x` (`dtype`, outputs poisoned with `poison`), its
-/// scans staged when `serial`.
-fn scan_launch<'k>(l: Launch<'k>, x: &Array, poison: Scalar, serial: bool) -> Launch<'k> {
-    let l = l.grid([N_ROWS.div_ceil(ROWS)]).args((
+/// The launch of [`cumsum_rows`] (blocks of `rows` rows) on the 2-D array `x`, the output
+/// poisoned with `poison`, its scans staged when `serial`.
+fn scan_launch<'k>(
+    l: Launch<'k>,
+    (x, rows): (&Array, usize),
+    poison: Scalar,
+    serial: bool,
+) -> Launch<'k> {
+    let shape = x.shape();
+    let l = l.grid([shape[0].div_ceil(rows)]).args((
         x,
-        out(&[N_ROWS, N_COLS], x.dtype()).fill(poison),
-        N_ROWS as i32,
-        N_COLS as i32,
+        out(&shape, x.dtype()).fill(poison),
+        shape[0] as i32,
+        shape[1] as i32,
     ));
     if serial {
         l.override_plan(serial_scans)
@@ -172,15 +181,15 @@ fn scan_launch<'k>(l: Launch<'k>, x: &Array, poison: Scalar, serial: bool) -> La
 
 #[test]
 fn scan_strategy_override_changes_the_code_not_the_result() {
-    let k = cumsum_rows("cumsum_f32", F32);
+    let k = cumsum_rows("cumsum_f32", F32, [ROWS, COLS]);
     let x = f32_input(0xc0ffee);
     let xa = Array::from_slice(&x, &[N_ROWS, N_COLS]).unwrap();
-    let want = f32_cumsum_ref(&x);
+    let want = f32_cumsum_ref(&x, N_COLS);
     let nan = Scalar::from(f32::NAN);
     // The optimizer runs this scan on SIMD-group collectives; the override stages it.
     let metal = |serial| {
-        let l =
-            scan_launch(k.launch(), &xa, nan, serial).target(Target::Emulated(LaneOrder::Forward));
+        let l = scan_launch(k.launch(), (&xa, ROWS), nan, serial)
+            .target(Target::Emulated(LaneOrder::Forward));
         (l.plan().unwrap(), l.msl().unwrap())
     };
     let ((p0, m0), (p1, m1)) = (metal(false), metal(true));
@@ -192,21 +201,68 @@ fn scan_strategy_override_changes_the_code_not_the_result() {
     assert!(m0.source.contains("tm_lane"), "{}", m0.source);
     assert!(!m1.source.contains("tm_lane"), "{}", m1.source);
     assert!(m1.source.contains("tm_run"), "{}", m1.source);
-    let cuda = |serial| scan_launch(k.launch(), &xa, nan, serial).cuda().unwrap();
+    let cuda = |serial| {
+        scan_launch(k.launch(), (&xa, ROWS), nan, serial)
+            .cuda()
+            .unwrap()
+    };
     let (c0, c1) = (cuda(false), cuda(true));
     assert!(c0.source.contains("__shfl_up_sync"), "{}", c0.source);
     assert!(!c1.source.contains("__shfl_up_sync"), "{}", c1.source);
     for serial in [false, true] {
-        for (t, outs) in every_target(&k, |l| scan_launch(l, &xa, nan, serial)) {
+        for (t, outs) in every_target(&k, |l| scan_launch(l, (&xa, ROWS), nan, serial)) {
             let got = outs[0].to_vec::<f32>().unwrap();
-            check_f32_cumsum(&got, &want, &format!("serial={serial} on {t:?}"));
+            check_f32_cumsum(&got, &want, N_COLS, &format!("serial={serial} on {t:?}"));
+        }
+    }
+}
+
+/// Scans along an axis one thread's chunk holds: collective on the compiled CPU executor
+/// too (registers only), so there the override changes the plan and the code as well.
+#[test]
+fn narrow_scans_follow_the_override_on_every_compiled_target() {
+    const BLOCK: [usize; 2] = [32, 8];
+    let (n_rows, n_cols) = (45, 7);
+    let k = cumsum_rows("cumsum_narrow", F32, BLOCK);
+    // Specials in every row but the first three; the first starts with -0.0s.
+    let mut x: Vec<f32> = uniform(n_rows * n_cols, 99)
+        .into_iter()
+        .map(|u| (u * 2.0 - 1.0) as f32)
+        .collect();
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0, 1e-45];
+    for r in 3..n_rows {
+        x[r * n_cols + r % n_cols] = specials[r % specials.len()];
+    }
+    x[..3].fill(-0.0);
+    let want = f32_cumsum_ref(&x, n_cols);
+    let xa = Array::from_slice(&x, &[n_rows, n_cols]).unwrap();
+    let nan = Scalar::from(f32::NAN);
+    for t in [
+        Target::CpuCompiled,
+        Target::Emulated(LaneOrder::Forward),
+        Target::Cuda,
+    ] {
+        let plan = |serial| {
+            scan_launch(k.launch(), (&xa, BLOCK[0]), nan, serial)
+                .target(t)
+                .plan()
+                .unwrap()
+                .to_string()
+        };
+        assert!(plan(false).contains("scan collective ; default"), "{t:?}");
+        assert!(plan(true).contains("scan serial ; test: staged"), "{t:?}");
+    }
+    for serial in [false, true] {
+        for (t, outs) in every_target(&k, |l| scan_launch(l, (&xa, BLOCK[0]), nan, serial)) {
+            let got = outs[0].to_vec::<f32>().unwrap();
+            check_f32_cumsum(&got, &want, n_cols, &format!("serial={serial} on {t:?}"));
         }
     }
 }
 
 #[test]
 fn integer_scans_agree_exactly_under_both_strategies() {
-    let k = cumsum_rows("cumsum_i32", I32);
+    let k = cumsum_rows("cumsum_i32", I32, [ROWS, COLS]);
     let mut x: Vec<i32> = uniform(N_ROWS * N_COLS, 77)
         .into_iter()
         .map(|u| (u * 4e9 - 2e9) as i32)
@@ -229,7 +285,9 @@ fn integer_scans_agree_exactly_under_both_strategies() {
         .collect();
     let xa = Array::from_slice(&x, &[N_ROWS, N_COLS]).unwrap();
     for serial in [false, true] {
-        let got = every_target(&k, |l| scan_launch(l, &xa, Scalar::from(-7), serial));
+        let got = every_target(&k, |l| {
+            scan_launch(l, (&xa, ROWS), Scalar::from(-7), serial)
+        });
         for (t, outs) in got {
             assert_eq!(
                 outs[0].to_vec::<i32>().unwrap(),
@@ -298,7 +356,7 @@ fn per_op_reduction_strategies_from_a_launch() {
                     .fold(f32::NEG_INFINITY, f32::max);
                 let what = format!("split={s} on {t:?}, row {r}");
                 assert_eq!(max[r].to_bits(), want_max.to_bits(), "max {what}");
-                let want = f32_cumsum_ref(row);
+                let want = f32_cumsum_ref(row, N_COLS);
                 let (w, abs) = want[N_COLS - 1];
                 let ok = if w.is_nan() {
                     sum[r].is_nan()
@@ -413,7 +471,7 @@ fn a_bad_override_is_refused_naming_kernel_op_and_line() {
 
 #[test]
 fn launches_differing_only_in_the_plan_do_not_share_programs() {
-    let k = cumsum_rows("cumsum_cache", F32);
+    let k = cumsum_rows("cumsum_cache", F32, [ROWS, COLS]);
     let xa = Array::from_slice(&f32_input(5), &[N_ROWS, N_COLS]).unwrap();
     let launch = |serial: bool| {
         let l = k
@@ -463,4 +521,154 @@ fn launches_differing_only_in_the_plan_do_not_share_programs() {
         .unwrap();
     assert_eq!(same.source, launch(false).msl().unwrap().source);
     cuda_compiles(&launch(true)).unwrap();
+}
+
+/// `c = a @ b` of f16 `[m, k] x [k, n]` into f32, in 32x32 tiles, K in steps of 16.
+fn matmul_f16() -> JitKernel {
+    tl::jit("mm_f16", |k| {
+        let (a, b, c) = (k.ptr(F16, "a"), k.ptr(F16, "b"), k.ptr(F32, "c"));
+        let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
+        let offs_m = tl::program_id(0) * 32 + tl::arange(0, 32);
+        let offs_n = tl::program_id(1) * 32 + tl::arange(0, 32);
+        let offs_k = tl::arange(0, 16);
+        let acc: tl::Tensor = tl::range(0, kk, 16).fold(tl::zeros([32, 32], F32), |k0, acc| {
+            let ks = offs_k + k0;
+            let at = tl::load(a + offs_m.col() * kk + ks.row())
+                .mask(offs_m.col().lt(m) & ks.row().lt(kk))
+                .other(0.0);
+            let bt = tl::load(b + ks.col() * n + offs_n.row())
+                .mask(ks.col().lt(kk) & offs_n.row().lt(n))
+                .other(0.0);
+            tl::dot(at, bt, acc)
+        });
+        tl::store(c + offs_m.col() * n + offs_n.row(), acc)
+            .mask(offs_m.col().lt(m) & offs_n.row().lt(n));
+    })
+    .unwrap()
+}
+
+/// The override of the dot test: every `tl.dot` a scalar FMA loop, its accumulator out of
+/// matrix fragments and its operands staged in their own iteration.
+fn scalar_dots(plan: &mut KernelPlan, _: &Kernel, _: &LaunchOptions) -> Result<()> {
+    for op in ops_where(plan, |d| {
+        matches!(d, Decision::Resident(_) | Decision::Ahead { .. })
+    }) {
+        plan.remove(op);
+    }
+    for op in ops_where(plan, |d| matches!(d, Decision::Dot(_))) {
+        plan.set(op, Decision::Dot(DotLowering::Fma), "test: scalar");
+    }
+    Ok(())
+}
+
+/// The launch of [`matmul_f16`] on `a` and `b`, the output poisoned, operands staged in
+/// their own iteration; with `scalar`, [`scalar_dots`].
+fn mm_launch<'k>(l: Launch<'k>, (a, b): (&Array, &Array), scalar: bool) -> Launch<'k> {
+    let (m, kk, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
+    let l = l
+        .grid([m.div_ceil(32), n.div_ceil(32)])
+        .args((
+            a,
+            b,
+            out(&[m, n], F32).fill(f32::NAN),
+            m as i32,
+            n as i32,
+            kk as i32,
+        ))
+        .num_stages(1);
+    if scalar {
+        l.override_plan(scalar_dots)
+    } else {
+        l
+    }
+}
+
+#[test]
+fn dot_lowering_override_changes_the_code_not_the_result() {
+    let k = matmul_f16();
+    let (m, n, kk) = (37usize, 45usize, 50usize);
+    let round = |v: f64| f16::from_f64(v).to_f64();
+    let mut a: Vec<f64> = uniform(m * kk, 3)
+        .into_iter()
+        .map(|u| round(u * 2.0 - 1.0))
+        .collect();
+    let b: Vec<f64> = uniform(kk * n, 4)
+        .into_iter()
+        .map(|u| round(u * 2.0 - 1.0))
+        .collect();
+    // Specials in rows of A: NaN and infinities reach whole rows of C; f16's extremes and
+    // zeros of both signs are ordinary products.
+    a[2 * kk + 7] = f64::NAN;
+    a[5 * kk + 3] = f64::INFINITY;
+    a[9 * kk] = f64::NEG_INFINITY;
+    a[11 * kk + 1] = 65504.0;
+    a[12 * kk + 2] = -65504.0;
+    a[13 * kk + 4] = -0.0;
+    a[14 * kk + 5] = 6e-8;
+    // Each element with the sum of its products' magnitudes (the scale of f32 rounding).
+    let want: Vec<(f64, f64)> = (0..m * n)
+        .map(|i| {
+            let terms = (0..kk).map(|p| a[i / n * kk + p] * b[p * n + i % n]);
+            (terms.clone().sum(), terms.map(f64::abs).sum())
+        })
+        .collect();
+    let to16 = |v: &[f64]| -> Vec<f16> { v.iter().map(|&x| f16::from_f64(x)).collect() };
+    let (aa, ba) = (
+        Array::from_slice(&to16(&a), &[m, kk]).unwrap(),
+        Array::from_slice(&to16(&b), &[kk, n]).unwrap(),
+    );
+    let emu = Target::Emulated(LaneOrder::Forward);
+    let metal = |s| {
+        mm_launch(k.launch(), (&aa, &ba), s)
+            .target(emu)
+            .msl()
+            .unwrap()
+            .source
+            .clone()
+    };
+    assert!(metal(false).contains("simdgroup_multiply_accumulate"));
+    assert!(!metal(true).contains("simdgroup_multiply_accumulate"));
+    let cuda = |s| {
+        mm_launch(k.launch(), (&aa, &ba), s)
+            .cuda()
+            .unwrap()
+            .source
+            .clone()
+    };
+    assert!(cuda(false).contains("mma.sync"));
+    assert!(!cuda(true).contains("mma.sync"));
+    let cpu = |s| {
+        let p = mm_launch(k.launch(), (&aa, &ba), s)
+            .target(Target::CpuCompiled)
+            .plan()
+            .unwrap();
+        p.decisions()
+            .filter_map(|(_, d, _)| match d {
+                Decision::Dot(l) => Some(*l),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(cpu(false), [DotLowering::Rows]);
+    assert_eq!(cpu(true), [DotLowering::Fma]);
+    for s in [false, true] {
+        for (t, outs) in every_target(&k, |l| mm_launch(l, (&aa, &ba), s)) {
+            let got = outs[0].to_vec::<f32>().unwrap();
+            for (i, (&g, &(w, abs))) in got.iter().zip(&want).enumerate() {
+                let ok = if w.is_nan() {
+                    g.is_nan()
+                } else if w.is_infinite() {
+                    g as f64 == w
+                } else {
+                    (g as f64 - w).abs() <= 1e-5 * abs.max(1.0)
+                };
+                assert!(
+                    ok,
+                    "scalar={s} on {t:?}: c[{}, {}] = {g}, want {w}",
+                    i / n,
+                    i % n
+                );
+            }
+        }
+    }
 }

@@ -759,6 +759,16 @@ impl KernelPlan {
         self.barriers.clear();
     }
 
+    /// Drops the decision for `op`, returning it: the printers then take the op's fallback
+    /// (a scalar FMA `tl.dot`, a DEFAULT reduction, a serial scan, a loop keeping nothing in
+    /// fragments, a load issued in its own iteration). The arena's buffers are dropped, to
+    /// be placed again ([`Self::place_arena`]).
+    pub fn remove(&mut self, op: OpId) -> Option<Decision> {
+        self.arena.buffers.clear();
+        self.barriers.clear();
+        self.decisions.remove(&op).map(|(d, _)| d)
+    }
+
     /// Turns sharing of bytes between buffers never live together on or off; the buffers
     /// are dropped, to be placed again ([`Self::place_arena`]).
     pub fn set_reuse(&mut self, reuse: bool) {
