@@ -446,6 +446,23 @@ fn a_bad_override_is_refused_naming_kernel_op_and_line() {
         }
         assert!(launch().plan().is_err(), "{t:?}");
     }
+    // What the plan is for is not the edit's to change.
+    let e = k
+        .launch()
+        .grid([1])
+        .args((&xa, out(&[128], F32)))
+        .target(Target::Emulated(LaneOrder::Forward))
+        .override_plan(|plan, _, _| {
+            plan.printer.threads = 64;
+            Ok(())
+        })
+        .msl()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rev_cumsum") && e.contains(".num_warps(..)"),
+        "{e}"
+    );
     // The interpreter has no plan to edit: it runs.
     let y = k
         .launch()
@@ -668,6 +685,121 @@ fn dot_lowering_override_changes_the_code_not_the_result() {
                     i / n,
                     i % n
                 );
+            }
+        }
+    }
+}
+
+/// Edits of every kind, sensible or not, on a tiled matmul and a kernel of reductions and
+/// scans: each compiles or is refused with an error naming the kernel, never a panic.
+#[test]
+fn every_edit_compiles_or_is_refused_with_the_kernels_name() {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    type Edit = fn(&mut KernelPlan, &Kernel, &LaunchOptions);
+    fn each(plan: &mut KernelPlan, pick: fn(&Decision) -> bool, f: &dyn Fn(&mut KernelPlan, OpId)) {
+        for op in ops_where(plan, pick) {
+            f(plan, op);
+        }
+    }
+    let edits: Vec<(&str, Edit)> = vec![
+        ("chunks of 1", |p, _, _| p.vec = 1),
+        ("chunks of 8", |p, _, _| p.vec = 8),
+        ("chunks of 16", |p, _, _| p.vec = 16),
+        ("tiles staged as f32", |p, _, _| {
+            each(p, |d| matches!(d, Decision::Dot(_)), &|p, o| {
+                p.set(o, Decision::Dot(DotLowering::Simdgroup { stage: F32 }), "t")
+            })
+        }),
+        ("rows of C", |p, _, _| {
+            each(p, |d| matches!(d, Decision::Dot(_)), &|p, o| {
+                p.set(o, Decision::Dot(DotLowering::Rows), "t")
+            })
+        }),
+        ("K slices of 8", |p, _, _| {
+            each(p, |d| matches!(d, Decision::Dot(_)), &|p, o| {
+                p.set_k_slice(o, 8, "t")
+            })
+        }),
+        ("K slices of 3", |p, _, _| {
+            each(p, |d| matches!(d, Decision::Dot(_)), &|p, o| {
+                p.set_k_slice(o, 3, "t")
+            })
+        }),
+        ("bands of 8 rows", |p, _, _| {
+            each(
+                p,
+                |d| matches!(d, Decision::Dot(_) | Decision::Resident(_)),
+                &|p, o| p.set_band_rows(o, (32, 32), 8, "t"),
+            )
+        }),
+        ("bands of 7 rows", |p, _, _| {
+            each(
+                p,
+                |d| matches!(d, Decision::Dot(_) | Decision::Resident(_)),
+                &|p, o| p.set_band_rows(o, (32, 32), 7, "t"),
+            )
+        }),
+        ("tiled reductions", |p, _, _| {
+            each(p, |d| matches!(d, Decision::Reduce(_)), &|p, o| {
+                p.set(o, Decision::Reduce(ReductionLayout::Tiled), "t")
+            })
+        }),
+        ("collective scans", |p, _, _| {
+            each(p, |d| matches!(d, Decision::Scan(_)), &|p, o| {
+                p.set_scan(o, ScanStrategy::Collective, "t")
+            })
+        }),
+        ("no buffer sharing", |p, _, _| p.set_reuse(false)),
+        ("barriers everywhere", |p, k, o| {
+            p.set_barrier_everywhere(k, o)
+        }),
+        ("every decision dropped", |p, _, _| {
+            each(p, |_| true, &|p, o| {
+                p.remove(o);
+            })
+        }),
+        ("a scan decision on a dot", |p, _, _| {
+            each(p, |d| matches!(d, Decision::Dot(_)), &|p, o| {
+                p.set_scan(o, ScanStrategy::Serial, "t")
+            })
+        }),
+    ];
+    let mm = matmul_f16();
+    let stats = cumsum_rows("scans_for_edits", F32, [8, 64]);
+    let a = Array::from_slice(&[f16::ONE; 32 * 48], &[32, 48]).unwrap();
+    let b = Array::from_slice(&[f16::ONE; 48 * 32], &[48, 32]).unwrap();
+    let x = Array::from_slice(&[1.0f32; 8 * 64], &[8, 64]).unwrap();
+    let nan = Scalar::from(f32::NAN);
+    for (what, edit) in edits {
+        for t in [
+            Target::Emulated(LaneOrder::Forward),
+            Target::Cuda,
+            Target::CpuCompiled,
+        ] {
+            for warps in [1, 4] {
+                let launches = [
+                    (mm.name(), mm_launch(mm.launch(), (&a, &b), false)),
+                    (
+                        stats.name(),
+                        scan_launch(stats.launch(), (&x, 8), nan, false),
+                    ),
+                ];
+                for (name, l) in launches {
+                    let l = l.num_warps(warps).target(t).override_plan(move |p, k, o| {
+                        edit(p, k, o);
+                        Ok(())
+                    });
+                    let got = catch_unwind(AssertUnwindSafe(|| match t {
+                        Target::Cuda => l.cuda().map(|_| ()),
+                        Target::Emulated(_) => l.msl().map(|_| ()),
+                        _ => l.plan().map(|_| ()),
+                    }))
+                    .unwrap_or_else(|_| panic!("{what} on {name}, {t:?}, {warps} warps: a panic"));
+                    if let Err(e) = got {
+                        let e = e.to_string();
+                        assert!(e.contains(&format!("`{name}`")), "{what} on {t:?}: {e}");
+                    }
+                }
             }
         }
     }

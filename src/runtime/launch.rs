@@ -719,7 +719,9 @@ impl<'k> Launch<'k> {
     ///
     /// The edited plan is checked against the kernel ([`KernelPlan::verify`]) before
     /// anything is compiled: a decision the kernel cannot take fails the launch with an
-    /// error naming the kernel, the op, its source line and what is wrong. Compiled
+    /// error naming the kernel, the op, its source line and what is wrong, and so does an
+    /// edit of what the plan is for (its kernel, [`KernelPlan::printer`], which the target
+    /// and [`Launch::num_warps`] decide, or the presence of [`KernelPlan::cpu`]). Compiled
     /// programs are cached by the edited plan's text with the kernel and options, so a
     /// launch never runs a program printed from another plan. [`Target::Cpu`] interprets
     /// the IR and has no layout plan: it ignores the edit (results agree on every target;
@@ -802,10 +804,31 @@ impl<'k> Launch<'k> {
             return Ok(None);
         }
         let mut plan = default();
+        let (printer, name, cpu) = (plan.printer, plan.kernel.clone(), plan.cpu.is_some());
         for f in &self.plan_edits {
             f(&mut plan, kernel, opts).map_err(|e| {
                 self.err(format!("the plan override failed on the {what} plan: {e}"))
             })?;
+        }
+        // What the plan is for is fixed by the kernel, the target and `num_warps`.
+        let fixed = if plan.printer != printer {
+            Some(format!(
+                "changes what the printer offers ({printer:?} to {:?}); choose threads with \
+                 .num_warps(..) and the printer with .target(..)",
+                plan.printer
+            ))
+        } else if plan.kernel != name {
+            Some(format!("renames the plan's kernel to `{}`", plan.kernel))
+        } else if plan.cpu.is_some() != cpu {
+            Some(format!(
+                "{} the compiled CPU executor's decisions (edit them in `plan.cpu`)",
+                if cpu { "drops" } else { "adds" }
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = fixed {
+            return Err(self.err(format!("the plan override of the {what} plan {why}")));
         }
         plan.verify(kernel).map_err(|e| {
             self.err(format!(
