@@ -9,7 +9,7 @@ use crate::dtype::DType::F32;
 use crate::emu::Emulator;
 use crate::exec::test_support::bytes_mut;
 use crate::exec::ExecArg;
-use crate::ir::{Kernel, Op, OpId, Value};
+use crate::ir::{Kernel, Op, OpId};
 use crate::opt::plan::KernelPlan;
 use crate::tl::{self, KernelBuilder, Tensor};
 
@@ -71,20 +71,12 @@ fn overridden(k: &Kernel, kind: &str) -> KernelPlan {
             cpu.recipes_why = "override".into();
         }
         "lazy" => {
-            let vs: Vec<Value> = cpu.lazy_decisions().filter(|d| d.1).map(|d| d.0).collect();
-            assert!(!vs.is_empty());
-            for v in vs {
+            for v in taken(cpu.lazy_decisions()) {
                 cpu.set_lazy(v, false, "override");
             }
         }
         "unswitch" => {
-            let vs: Vec<Value> = cpu
-                .unswitch_decisions()
-                .filter(|d| d.1)
-                .map(|d| d.0)
-                .collect();
-            assert!(!vs.is_empty());
-            for v in vs {
+            for v in taken(cpu.unswitch_decisions()) {
                 cpu.set_unswitched(v, false, "override");
             }
         }
@@ -99,9 +91,30 @@ fn overridden(k: &Kernel, kind: &str) -> KernelPlan {
                 cpu.set_lanes(op, lanes, "override");
             }
         }
+        "whole" => {
+            for op in taken(cpu.whole_decisions()) {
+                cpu.set_whole(op, false, "override");
+            }
+        }
+        "rows" => {
+            for op in taken(cpu.rows_decisions()) {
+                cpu.set_rows(op, false, "override");
+            }
+        }
+        "branch_free" => {
+            cpu.branch_free = false;
+            cpu.branch_free_why = "override".into();
+        }
         _ => unreachable!("{kind}"),
     }
     p
+}
+
+/// What the decisions take (at least one).
+fn taken<'a, K>(decisions: impl Iterator<Item = (K, bool, &'a str)>) -> Vec<K> {
+    let on: Vec<K> = decisions.filter(|d| d.1).map(|d| d.0).collect();
+    assert!(!on.is_empty());
+    on
 }
 
 fn ops_where(k: &Kernel, f: impl Fn(&Op) -> bool) -> Vec<OpId> {
@@ -119,7 +132,21 @@ fn reductions(k: &Kernel) -> Vec<OpId> {
     ops_where(k, |o| matches!(o, Op::Reduce { .. }))
 }
 
-const KINDS: [&str; 6] = ["recipes", "lazy", "unswitch", "peel", "lanes1", "lanes8"];
+const KINDS: [&str; 8] = [
+    "recipes",
+    "lazy",
+    "unswitch",
+    "peel",
+    "lanes1",
+    "lanes8",
+    "whole",
+    "branch_free",
+];
+
+/// Whether `src` combines conditions with `&` (a `bool(..) & bool(..)` chain).
+fn branch_free(src: &str) -> bool {
+    src.contains(") & bool(")
+}
 
 #[test]
 fn every_cpu_decision_names_its_reason_and_the_text_round_trips() {
@@ -168,6 +195,30 @@ fn every_cpu_decision_names_its_reason_and_the_text_round_trips() {
     assert!(text.contains("runs of 128 consecutive i32"), "{text}");
     // The loads: read by one op each, computed where they are read.
     assert!(text.contains(" lazy ; one use, by `"), "{text}");
+    // Every access runs +1 over its 128 elements: checked once for the whole block. The
+    // blocks are 1-D: no row copies.
+    let accesses = ops_where(&k, |o| matches!(o, Op::Load { .. } | Op::Store { .. }));
+    let block_accesses: Vec<OpId> = accesses
+        .into_iter()
+        .filter(|&o| match &k.op(o).op {
+            Op::Load { ptr, .. } | Op::Store { ptr, .. } => k.ty(*ptr).is_block(),
+            _ => false,
+        })
+        .collect();
+    assert_eq!(block_accesses.len(), 3, "{text}");
+    for op in block_accesses {
+        assert!(cpu.whole(op), "{op}: {text}");
+        assert!(
+            text.contains(&format!("cpu {op} whole=on ; offsets through %"))
+                && text.contains("run +1 over all 128 elements"),
+            "{text}"
+        );
+    }
+    assert_eq!(cpu.rows_decisions().count(), 0, "{text}");
+    assert!(
+        cpu.branch_free && text.contains("cpu branch_free=on ; one thread per program"),
+        "{text}"
+    );
     assert_eq!(KernelPlan::parse(&text).unwrap(), p, "{text}");
     for kind in KINDS {
         let o = overridden(&k, kind);
@@ -222,6 +273,35 @@ fn the_verifier_refuses_cpu_decisions_the_kernel_cannot_take() {
     let mut p = default.clone();
     p.cpu.as_mut().unwrap().lazy_depth = 0;
     refuse(&p, "depth 0");
+    // Whole-block accesses and row copies only on loads and stores of the right shape.
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_whole(red, true, "test");
+    refuse(&p, "not a load or store");
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_rows(load, true, "test");
+    refuse(&p, "a block of 1 dimension(s)");
+    let store = ops_where(&k, |o| matches!(o, Op::Store { .. }))[0];
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_rows(store, true, "test");
+    refuse(&p, "row copies on an op that is not a load");
+    // A 2-D tile whose rows are `stride` apart runs +1 along its rows only.
+    let t = tile_kernel();
+    let tload = ops_where(&t, |o| matches!(o, Op::Load { .. }))[0];
+    let mut p = super::cpu::plan(&t);
+    p.cpu.as_mut().unwrap().set_whole(tload, true, "test");
+    let e = super::cpu::compile_with(&t, false, &p)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("run +1 over 32 of its 256 elements, not all"),
+        "{e}"
+    );
+    // An unknown setting is no CPU decision.
+    let text = default
+        .to_string()
+        .replace("branch_free=on", "branch_free=maybe");
+    let e = KernelPlan::parse(&text).unwrap_err().to_string();
+    assert!(e.contains("CPU decision"), "{e}");
     // A plan without CPU decisions, or CPU decisions on a program of many threads.
     let mut p = default.clone();
     p.cpu = None;
@@ -251,6 +331,8 @@ fn each_cpu_decision_changes_the_code_not_the_result() {
         "{base}"
     );
     assert!(lane_decl(&base, 32), "{base}");
+    assert!(base.contains("float* tm_dst = "), "{base}");
+    assert!(branch_free(&base), "{base}");
     let mut srcs = vec![base.clone()];
     for kind in KINDS {
         let src = body(&k, &overridden(&k, kind));
@@ -263,7 +345,9 @@ fn each_cpu_decision_changes_the_code_not_the_result() {
                 "{src}"
             ),
             "lanes1" => assert!(!src.contains("float lane"), "{src}"),
-            _ => assert!(lane_decl(&src, 8) && !lane_decl(&src, 32), "{src}"),
+            "lanes8" => assert!(lane_decl(&src, 8) && !lane_decl(&src, 32), "{src}"),
+            "whole" => assert!(!src.contains("tm_dst"), "{src}"),
+            _ => assert!(!branch_free(&src), "{src}"),
         }
         assert!(
             !srcs.contains(&src),
@@ -393,6 +477,157 @@ fn check(got: &[Vec<u32>; 3], want: &Reference, what: &str) {
         assert_ne!(g, POISON, "{what}: max[{r}] was not written");
         if let Some(w) = w {
             close(g, *w, r, format!("max[{r}]"));
+        }
+    }
+}
+
+const BM: i64 = 8;
+const BN: i64 = 32;
+
+/// Per program, a `[BM, BN]` tile of rows `stride` apart, masked to `m` rows and `n`
+/// columns (`other` 0): `y = 2x` (dense, `n` per row) and each row's sum.
+fn tile(k: &mut KernelBuilder) {
+    let (x, y, sums) = (
+        k.ptr(F32, "x_ptr"),
+        k.ptr(F32, "y_ptr"),
+        k.ptr(F32, "sum_ptr"),
+    );
+    let m = k.scalar(crate::DType::I32, "m");
+    let n = k.scalar(crate::DType::I32, "n");
+    let stride = k.scalar(crate::DType::I32, "stride");
+    let (bm, bn) = (k.constexpr("BM"), k.constexpr("BN"));
+    let rows = tl::program_id(0) * bm + tl::arange(0, bm);
+    let cols = tl::arange(0, bn);
+    let mask = rows.col().lt(m) & cols.row().lt(n);
+    let v = tl::load(x + rows.col() * stride + cols.row())
+        .mask(mask)
+        .other(0.0f32);
+    tl::store(y + rows.col() * n + cols.row(), v * 2.0f32).mask(mask);
+    tl::store(sums + rows, v.sum(1)).mask(rows.lt(m));
+}
+
+fn tile_kernel() -> Kernel {
+    build("tile", &[("BM", BM), ("BN", BN)], tile)
+}
+
+#[test]
+fn row_copies_change_the_code_not_the_result() {
+    let k = tile_kernel();
+    let default = super::cpu::plan(&k);
+    let text = default.to_string();
+    let cpu = default.cpu.as_ref().expect("CPU decisions");
+    let load = ops_where(&k, |o| matches!(o, Op::Load { .. }))[0];
+    assert!(cpu.rows(load), "{text}");
+    assert!(
+        text.contains(&format!(
+            "cpu {load} rows=on ; 8 rows of 32 f32 (128 bytes, a cache line or more)"
+        )),
+        "{text}"
+    );
+    // Rows `stride` apart: not one run over the whole block.
+    assert!(!cpu.whole(load), "{text}");
+    assert_eq!(KernelPlan::parse(&text).unwrap(), default);
+    let rows_off = overridden(&k, "rows");
+    let branchy = overridden(&k, "branch_free");
+    for p in [&rows_off, &branchy] {
+        let t = p.to_string();
+        assert!(t.contains("; override"), "{t}");
+        assert_eq!(KernelPlan::parse(&t).unwrap(), *p, "{t}");
+    }
+    let base = body(&k, &default);
+    assert!(base.contains("__builtin_memcpy(&"), "{base}");
+    // The row's mask lanes, all evaluated: `tm_run &= bool(..)`.
+    assert!(base.contains("tm_run &= bool("), "{base}");
+    let no_rows = body(&k, &rows_off);
+    assert!(!no_rows.contains("__builtin_memcpy"), "{no_rows}");
+    let no_bits = body(&k, &branchy);
+    assert!(
+        no_bits.contains("__builtin_memcpy(&") && !no_bits.contains("tm_run &= bool("),
+        "{no_bits}"
+    );
+    if !Emulator::should_run("compiled CPU executor").expect("clang check") {
+        return;
+    }
+    for (m, n, stride) in [(24usize, 32usize, 40usize), (21, 19, 23), (5, 32, 32)] {
+        let mut x = rnd(m * stride, (m * n) as u64, -4.0, 4.0);
+        // Between rows: values a read past a row's end would put into the sums.
+        for r in 0..m {
+            x[r * stride + n..(r + 1) * stride].fill(1e20);
+        }
+        x[1] = f32::NAN;
+        x[stride + 2] = f32::INFINITY;
+        x[2 * stride + 3] = f32::NEG_INFINITY;
+        x[2 * stride + 4] = f32::INFINITY;
+        x[3 * stride..3 * stride + n].fill(-0.0);
+        x[4 * stride + 1] = 1e30;
+        x[4 * stride + 2] = -3e29;
+        let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let run = |plan: Option<&KernelPlan>| -> [Vec<u32>; 2] {
+            let mut y = vec![POISON; m * n];
+            let mut s = vec![POISON; m];
+            let mut args = [
+                ExecArg::from(&xb[..]),
+                ExecArg::from(bytes_mut(&mut y)),
+                ExecArg::from(bytes_mut(&mut s)),
+                ExecArg::from(m as i32),
+                ExecArg::from(n as i32),
+                ExecArg::from(stride as i32),
+            ];
+            let grid = [m.div_ceil(BM as usize), 1, 1];
+            match plan {
+                None => crate::exec::execute(&k, grid, &mut args),
+                Some(p) => crate::native::execute_native_with(&k, p, grid, &mut args),
+            }
+            .unwrap_or_else(|e| panic!("{e}"));
+            [y, s]
+        };
+        let want_y: Vec<f64> = (0..m * n)
+            .map(|i| 2.0 * x[i / n * stride + i % n] as f64)
+            .collect();
+        let rows: Vec<&[f32]> = (0..m).map(|r| &x[r * stride..r * stride + n]).collect();
+        // Masked lanes add `other` (+0): a row of -0 sums to +0 unless it fills the tile.
+        let start = if n < BN as usize { 0.0 } else { -0.0 };
+        let want_s: Vec<f64> = rows
+            .iter()
+            .map(|r| r.iter().fold(start, |a, v| a + *v as f64))
+            .collect();
+        let scale: Vec<f64> = rows
+            .iter()
+            .map(|r| r.iter().map(|v| (*v as f64).abs()).sum::<f64>())
+            .map(|s| if s.is_finite() { s } else { 0.0 })
+            .collect();
+        let close = |g: u32, w: f64, scale: f64, what: &str| {
+            assert_ne!(g, POISON, "{what} was not written");
+            let g = f32::from_bits(g);
+            let ok = if w.is_nan() {
+                g.is_nan()
+            } else if w.is_infinite() || w == 0.0 {
+                (g as f64) == w && g.is_sign_negative() == w.is_sign_negative()
+            } else {
+                (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs() + 2.0 * scale)
+            };
+            assert!(ok, "{what}: got {g}, want {w}");
+        };
+        let plans = [None, Some(&default), Some(&rows_off), Some(&branchy)];
+        for (i, p) in plans.into_iter().enumerate() {
+            let what = [
+                "interpreter",
+                "compiled",
+                "compiled, no rows",
+                "compiled, &&",
+            ][i];
+            let [y, s] = run(p);
+            for (j, (&g, &w)) in y.iter().zip(&want_y).enumerate() {
+                close(
+                    g,
+                    w,
+                    0.0,
+                    &format!("{what} {m}x{n}: y[{}][{}]", j / n, j % n),
+                );
+            }
+            for (r, (&g, &w)) in s.iter().zip(&want_s).enumerate() {
+                close(g, w, scale[r], &format!("{what} {m}x{n}: sum[{r}]"));
+            }
         }
     }
 }

@@ -1015,12 +1015,12 @@ impl<'k> Lowering<'k> {
         Ok(self.idents[p].clone())
     }
 
-    fn is_output_ptr(&self, v: Value) -> bool {
+    pub(super) fn is_output_ptr(&self, v: Value) -> bool {
         self.prov[v.index()].is_some_and(|p| self.k.params[p].stored)
     }
 
     /// The parameter `v` derives from when that parameter is updated in place.
-    fn in_place_param(&self, v: Value) -> Option<usize> {
+    pub(super) fn in_place_param(&self, v: Value) -> Option<usize> {
         self.prov[v.index()].filter(|&p| self.in_place[p])
     }
 
@@ -1293,8 +1293,8 @@ impl<'k> Lowering<'k> {
                     }
                 })?;
             }
-            Op::Load { ptr, mask, other } => self.load(res, *ptr, *mask, *other)?,
-            Op::Store { ptr, value, mask } => self.store(*ptr, *value, *mask)?,
+            Op::Load { ptr, mask, other } => self.load(id, res, *ptr, *mask, *other)?,
+            Op::Store { ptr, value, mask } => self.store(id, *ptr, *value, *mask)?,
             Op::AtomicRmw {
                 kind,
                 ptr,
@@ -1583,7 +1583,7 @@ impl<'k> Lowering<'k> {
 
     // ---- memory -----------------------------------------------------------------------
 
-    fn access(&self, ptr: Value, off: &str) -> Result<String> {
+    pub(super) fn access(&self, ptr: Value, off: &str) -> Result<String> {
         let p = self.param_name(ptr)?;
         let read = |p: &str| -> Result<String> {
             if let Some(dt) = self.in_words(ptr) {
@@ -1619,6 +1619,7 @@ impl<'k> Lowering<'k> {
 
     fn load(
         &mut self,
+        id: OpId,
         res: Value,
         ptr: Value,
         mask: Option<Value>,
@@ -1654,7 +1655,7 @@ impl<'k> Lowering<'k> {
         } else {
             String::new()
         };
-        let whole_block = !lazy && self.whole_block_access(ptr, lay);
+        let whole_block = !lazy && self.open_whole_load(id, &name, ptr, mask, other, lay, &zero)?;
         if lazy {
             // One bounds check of the whole block; the eager load below runs only when it
             // fails (a ragged last block), reading the active lanes with checks.
@@ -1665,28 +1666,6 @@ impl<'k> Lowering<'k> {
                 lay.n
             ));
             self.open(format!("if (!{fast})"));
-        } else if whole_block {
-            // One bounds check, then one loop the compiler vectorises: every element is
-            // read (in bounds), masked lanes then take `other`.
-            let p = self.param_name(ptr)?;
-            let off0 = self.el(ptr, "0u");
-            self.open(format!("if (tm_in_bounds({p}, {off0}, {}))", lay.n));
-            let ct = self.cty(dt)?;
-            self.line(format!("const {ct}* tm_src = {p}.base + {off0};"));
-            self.open(format!("for (uint tm_i = 0; tm_i < {}u; ++tm_i)", lay.n));
-            match mask {
-                Some(m) => {
-                    let m = self.el(m, "tm_i");
-                    let o = other.map_or(zero.clone(), |o| self.el(o, "tm_i"));
-                    self.line(format!("const {ct} tm_x = tm_src[tm_i];"));
-                    self.line(format!("{name}[tm_i] = {m} ? tm_x : {o};"));
-                }
-                None => self.line(format!("{name}[tm_i] = tm_src[tm_i];")),
-            }
-            self.close();
-            self.indent -= 1;
-            self.line("} else {");
-            self.indent += 1;
         }
         self.layouts.push(LayoutChoice {
             op: format!("load {name}: {}", self.ty(res)),
@@ -1697,7 +1676,7 @@ impl<'k> Lowering<'k> {
                 lay.regs()
             ),
         });
-        if let Some(c) = self.contiguous_rows(res, ptr, lay) {
+        if let Some(c) = self.contiguous_rows(id, res, ptr) {
             self.load_rows(&name, ptr, mask, other, lay, c, &zero)?;
         } else if let Some(vt) = self.vector_type(ptr, dt, lay)? {
             self.load_vector(&name, &vt, ptr, mask, other, lay, &zero)?;
@@ -1732,18 +1711,6 @@ impl<'k> Lowering<'k> {
         }
         self.set(res, Repr::Block(name));
         Ok(())
-    }
-
-    /// Whether an access through `ptr` can be checked once for the whole block and then
-    /// run as one plain loop: one thread per program (the CPU), offsets consecutive over the
-    /// whole block, and not an output that is accessed atomically.
-    fn whole_block_access(&self, ptr: Value, lay: BlockedLayout) -> bool {
-        self.threads == 1
-            && self.prov[ptr.index()].is_some()
-            && !(self.atomic_outputs && self.is_output_ptr(ptr))
-            && self.in_place_param(ptr).is_none()
-            && self.axis[ptr.index()].contig >= lay.n as u64
-            && matches!(self.repr(ptr), Repr::Block(_))
     }
 
     /// The packed vector type for a chunk-wide access through `ptr`, when the offsets are
@@ -1836,11 +1803,10 @@ impl<'k> Lowering<'k> {
         Ok((whole, each))
     }
 
-    /// The conjunction of side-effect-free conditions. Where blocks are local arrays of one
-    /// thread (the CPU), `&` evaluates them all without branches so the compiler can test a
-    /// chunk's mask lanes as one vector; elsewhere `&&`.
-    fn all_of(&self, conds: &[String]) -> String {
-        if self.threads == 1 {
+    /// The conjunction of side-effect-free conditions: with `&` where the plan has them
+    /// evaluated without branches ([`crate::opt::cpu::CpuPlan::branch_free`]), else `&&`.
+    pub(super) fn all_of(&self, conds: &[String]) -> String {
+        if self.cpu.as_ref().is_some_and(|c| c.plan.branch_free) {
             conds
                 .iter()
                 .map(|c| format!("bool({c})"))
@@ -1923,110 +1889,6 @@ impl<'k> Lowering<'k> {
         self.layouts.push(LayoutChoice {
             op: format!("load {name}"),
             layout: format!("vectorised: {vt} per chunk"),
-        });
-        Ok(())
-    }
-
-    /// The row length when a block load through `ptr` may copy whole rows: a one-thread
-    /// program (the CPU), a block of two or more dimensions whose rows (along the last
-    /// one) span at least a cache line, offsets proven to run +1 along every row or at
-    /// least along chunks where a run-time check passes (then [`Self::load_rows`] checks
-    /// each row), through a parameter read plainly (not atomically, not updated in place,
-    /// not packed in words).
-    fn contiguous_rows(&self, res: Value, ptr: Value, lay: BlockedLayout) -> Option<usize> {
-        let shape = &self.ty(res).shape;
-        let c = *shape.last()?;
-        let p = self.prov[ptr.index()]?;
-        let ok = self.threads == 1
-            && shape.len() >= 2
-            && c < lay.n
-            && c * self.edt(res).size_bytes() >= 64
-            && !lay.has_idle_threads()
-            && !self.dynamic[ptr.index()]
-            && self.in_words(ptr).is_none()
-            && !self.in_place[p]
-            && !(self.atomic_outputs && self.k.params[p].stored)
-            && self.axis_unchecked[ptr.index()].contig >= c.min(lay.vec) as u64
-            && matches!(self.repr(ptr), Repr::Block(_));
-        ok.then_some(c)
-    }
-
-    /// A block load as rows of `c` elements: a row whose mask lanes are all set, whose
-    /// offsets run +1 (checked here unless proven) and which lies inside the argument is
-    /// one copy; any other row reads element by element, each checked, masked lanes taking
-    /// `other`, so a bad access is reported as the element-wise load reports it.
-    #[allow(clippy::too_many_arguments)]
-    fn load_rows(
-        &mut self,
-        name: &str,
-        ptr: Value,
-        mask: Option<Value>,
-        other: Option<Value>,
-        lay: BlockedLayout,
-        c: usize,
-        zero: &str,
-    ) -> Result<()> {
-        let p = self.param_name(ptr)?;
-        // Per-element conditions of a row's copy (element `tm_i + tm_e`).
-        let mut each = Vec::new();
-        if self.axis[ptr.index()].contig < c as u64 {
-            let ut = self.cty(if self.off_dtype == DType::I64 {
-                DType::U64
-            } else {
-                DType::U32
-            })?;
-            each.push(format!(
-                "{ut}({}) == {ut}({}) + tm_e",
-                self.el(ptr, "tm_i + tm_e"),
-                self.el(ptr, "tm_i")
-            ));
-        }
-        let mut whole = Vec::new();
-        if let Some(m) = mask {
-            if self.axis[m.index()].cst >= c as u64 || self.is_uniform(m) {
-                whole.push(self.el(m, "tm_i"));
-            } else {
-                each.push(self.el(m, "tm_i + tm_e"));
-            }
-        }
-        self.open(format!(
-            "for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
-            lay.n / c
-        ));
-        self.line(format!("const uint tm_i = tm_r * {c}u;"));
-        if !each.is_empty() {
-            self.line("bool tm_run = true;");
-            self.line(format!(
-                "for (uint tm_e = 0; tm_e < {c}u; ++tm_e) tm_run &= {};",
-                self.all_of(&each)
-            ));
-            whole.push("tm_run".into());
-        }
-        let off0 = self.el(ptr, "tm_i");
-        whole.push(format!("tm_in_bounds({p}, {off0}, {c})"));
-        self.open(format!("if ({})", whole.join(" && ")));
-        self.line(format!(
-            "__builtin_memcpy(&{name}[tm_i], {p}.base + {off0}, {c}u * sizeof({name}[0]));"
-        ));
-        self.indent -= 1;
-        self.line("} else {");
-        self.indent += 1;
-        let a = self.access(ptr, &self.el(ptr, "tm_i + tm_e"))?;
-        let e = match mask {
-            Some(m) => {
-                let o = other.map_or(zero.to_string(), |o| self.el(o, "tm_i + tm_e"));
-                format!("{} ? {a} : {o}", self.el(m, "tm_i + tm_e"))
-            }
-            None => a,
-        };
-        self.line(format!(
-            "for (uint tm_e = 0; tm_e < {c}u; ++tm_e) {name}[tm_i + tm_e] = {e};"
-        ));
-        self.close();
-        self.close();
-        self.layouts.push(LayoutChoice {
-            op: format!("load {name}"),
-            layout: format!("rows of {c}: one bounds check and one copy per row"),
         });
         Ok(())
     }
@@ -2114,7 +1976,7 @@ impl<'k> Lowering<'k> {
         })
     }
 
-    fn store(&mut self, ptr: Value, value: Value, mask: Option<Value>) -> Result<()> {
+    fn store(&mut self, id: OpId, ptr: Value, value: Value, mask: Option<Value>) -> Result<()> {
         if self.ty(ptr).is_scalar() {
             // One writer: every thread holds the same value.
             let mut cond = "tm_lid == 0".to_string();
@@ -2126,30 +1988,7 @@ impl<'k> Lowering<'k> {
             return Ok(());
         }
         let lay = self.layout(ptr);
-        let whole_block = self.whole_block_access(ptr, lay);
-        if whole_block {
-            // One bounds check for the block, then one loop the compiler vectorises
-            // (masked lanes as masked stores); a block not all in bounds takes the checked
-            // path below.
-            let p = self.param_name(ptr)?;
-            let off0 = self.el(ptr, "0u");
-            self.open(format!("if (tm_in_bounds({p}, {off0}, {}))", lay.n));
-            let ct = self.cty(self.edt(value))?;
-            self.line(format!("{ct}* tm_dst = {p}.base + {off0};"));
-            self.open(format!("for (uint tm_i = 0; tm_i < {}u; ++tm_i)", lay.n));
-            let val = self.el(value, "tm_i");
-            match mask {
-                Some(m) => {
-                    let m = self.el(m, "tm_i");
-                    self.line(format!("if ({m}) tm_dst[tm_i] = {val};"));
-                }
-                None => self.line(format!("tm_dst[tm_i] = {val};")),
-            }
-            self.close();
-            self.indent -= 1;
-            self.line("} else {");
-            self.indent += 1;
-        }
+        let whole_block = self.open_whole_store(id, ptr, value, mask, lay)?;
         let r = self.store_checked(ptr, value, mask, lay);
         if whole_block {
             self.close();

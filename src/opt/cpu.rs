@@ -19,7 +19,14 @@
 //!   carried blocks start uniform (`tl.zeros` accumulators) runs its first iteration apart,
 //!   where those blocks are still one value;
 //! - **reduction lanes** ([`CpuPlan::lanes`]): a reduction folds its axis in that many
-//!   independent accumulators, combined pairwise at the end.
+//!   independent accumulators, combined pairwise at the end;
+//! - **whole-block accesses** ([`CpuPlan::whole`]): a load or store whose offsets run +1
+//!   over the whole block is bounds-checked once and then runs as one plain loop;
+//! - **row copies** ([`CpuPlan::rows`]): a load of two or more dimensions whose rows span a
+//!   cache line or more copies each row at once where the row checks pass;
+//! - **branch-free conditions** ([`CpuPlan::branch_free`]): the conditions of a chunk or
+//!   row of an access are combined with `&`, without branches, so that clang tests mask
+//!   lanes as one vector.
 //!
 //! Every decision can be overridden (the `set_*` methods) on the plan given to
 //! `codegen::cpu::compile_with`; [`CpuPlan::verify`] refuses what the kernel cannot take.
@@ -30,6 +37,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::axis::AxisInfo;
+use super::blocked::BlockedLayout;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, CmpPred, Kernel, Op, OpId, ReduceKind, RegionId, Value};
@@ -63,15 +71,27 @@ pub struct CpuPlan {
     pub lazy_depth: usize,
     /// Why [`Self::lazy_depth`].
     pub lazy_depth_why: String,
+    /// Whether the conditions of a chunk or row of an access are combined with `&` (each
+    /// evaluated, no branches) instead of `&&`.
+    pub branch_free: bool,
+    /// Why [`Self::branch_free`].
+    pub branch_free_why: String,
     lazy: BTreeMap<Value, (bool, String)>,
     unswitch: BTreeMap<Value, (bool, String)>,
     peel: BTreeMap<OpId, (Vec<usize>, String)>,
     lanes: BTreeMap<OpId, (usize, String)>,
+    whole: BTreeMap<OpId, (bool, String)>,
+    rows: BTreeMap<OpId, (bool, String)>,
 }
 
 /// The decisions for `k` on a one-thread program; `resident(op)` tells whether the plan
-/// keeps carried values of `for` loop `op` in matrix fragments (such loops are not peeled).
-pub fn plan(k: &Kernel, resident: impl Fn(OpId) -> bool) -> CpuPlan {
+/// keeps carried values of `for` loop `op` in matrix fragments (such loops are not peeled),
+/// `layout(n)` the blocked layout of an `n`-element block.
+pub fn plan(
+    k: &Kernel,
+    resident: impl Fn(OpId) -> bool,
+    layout: impl Fn(usize) -> BlockedLayout,
+) -> CpuPlan {
     let mut p = CpuPlan {
         recipes: true,
         recipes_why: "one thread per program: a block's flat index is its register index".into(),
@@ -80,10 +100,17 @@ pub fn plan(k: &Kernel, resident: impl Fn(OpId) -> bool) -> CpuPlan {
             "chains of more than {LAZY_DEPTH} lazy blocks nest too deep for clang to inline \
              quickly"
         ),
+        branch_free: true,
+        branch_free_why: "one thread per program: every condition is a cheap read of local \
+                          arrays, so a chunk's are all evaluated and clang tests its lanes as \
+                          one vector"
+            .into(),
         lazy: BTreeMap::new(),
         unswitch: BTreeMap::new(),
         peel: BTreeMap::new(),
         lanes: BTreeMap::new(),
+        whole: BTreeMap::new(),
+        rows: BTreeMap::new(),
     };
     for (i, why) in lazy_values(k).into_iter().enumerate() {
         if let Some(why) = why {
@@ -118,6 +145,14 @@ pub fn plan(k: &Kernel, resident: impl Fn(OpId) -> bool) -> CpuPlan {
                          vector width)"
                     );
                     p.lanes.insert(id, (REDUCE_LANES, why));
+                }
+            }
+            Op::Load { ptr, .. } | Op::Store { ptr, .. } => {
+                if let Ok(why) = facts.whole_block(*ptr) {
+                    p.whole.insert(id, (true, why));
+                }
+                if let Some(why) = facts.rows(id, &layout) {
+                    p.rows.insert(id, (true, why));
                 }
             }
             _ => {}
@@ -167,6 +202,39 @@ impl CpuPlan {
     /// Folds reduction `op` in `lanes` accumulators, recording `why`.
     pub fn set_lanes(&mut self, op: OpId, lanes: usize, why: impl Into<String>) {
         self.lanes.insert(op, (lanes, why.into()));
+    }
+
+    /// Whether block load or store `op` is bounds-checked once for the whole block and then
+    /// runs as one plain loop (falling back to checked chunks when the check fails).
+    pub fn whole(&self, op: OpId) -> bool {
+        self.whole.get(&op).is_some_and(|x| x.0)
+    }
+
+    /// Checks block access `op` once for the whole block (`on`) or per chunk, recording
+    /// `why`.
+    pub fn set_whole(&mut self, op: OpId, on: bool, why: impl Into<String>) {
+        self.whole.insert(op, (on, why.into()));
+    }
+
+    /// Whether block load `op` copies each of its rows (along the last dimension) at once
+    /// where the row's checks pass.
+    pub fn rows(&self, op: OpId) -> bool {
+        self.rows.get(&op).is_some_and(|x| x.0)
+    }
+
+    /// Copies block load `op` by rows (`on`) or reads it by chunks, recording `why`.
+    pub fn set_rows(&mut self, op: OpId, on: bool, why: impl Into<String>) {
+        self.rows.insert(op, (on, why.into()));
+    }
+
+    /// Accesses with a whole-block decision: the op, checked once or not, and why.
+    pub fn whole_decisions(&self) -> impl Iterator<Item = (OpId, bool, &str)> {
+        self.whole.iter().map(|(o, (on, w))| (*o, *on, w.as_str()))
+    }
+
+    /// Loads with a row-copy decision: the op, copied by rows or not, and why.
+    pub fn rows_decisions(&self) -> impl Iterator<Item = (OpId, bool, &str)> {
+        self.rows.iter().map(|(o, (on, w))| (*o, *on, w.as_str()))
     }
 
     /// Values with a lazy decision: the value, computed where read or not, and why.
@@ -257,6 +325,33 @@ impl CpuPlan {
                 ));
             }
         }
+        for (&op, (on, _)) in &self.whole {
+            let ptr = match kernel.ops.get(op.index()).map(|o| &o.op) {
+                Some(Op::Load { ptr, .. } | Op::Store { ptr, .. }) => *ptr,
+                _ => {
+                    return bad(format!(
+                        "{op}: a whole-block access on an op that is not a load or store"
+                    ))
+                }
+            };
+            if *on {
+                if let Err(e) = facts.whole_block(ptr) {
+                    return bad(format!("{op} checked once for the whole block: {e}"));
+                }
+            }
+        }
+        for (&op, (on, _)) in &self.rows {
+            let res = match kernel.ops.get(op.index()).map(|o| (&o.op, o.result())) {
+                Some((Op::Load { .. }, Some(res))) => res,
+                _ => return bad(format!("{op}: row copies on an op that is not a load")),
+            };
+            if *on && kernel.ty(res).shape.len() < 2 {
+                return bad(format!(
+                    "{op} copied by rows: a block of {} dimension(s) (rows need two or more)",
+                    kernel.ty(res).shape.len()
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -280,6 +375,10 @@ impl CpuPlan {
                 self.lazy_depth = d.strip_prefix("lazy_depth=")?.parse().ok()?;
                 self.lazy_depth_why = why;
             }
+            [b] if b.starts_with("branch_free=") => {
+                self.branch_free = onoff(b.strip_prefix("branch_free=")?)?;
+                self.branch_free_why = why;
+            }
             [v, what] if v.starts_with('%') => {
                 let v = Value(v.strip_prefix('%')?.parse().ok()?);
                 match *what {
@@ -301,6 +400,10 @@ impl CpuPlan {
                             .collect::<Option<Vec<usize>>>()?,
                     };
                     self.set_peeled(op, slots, why);
+                } else if let Some(s) = what.strip_prefix("whole=") {
+                    self.set_whole(op, onoff(s)?, why);
+                } else if let Some(s) = what.strip_prefix("rows=") {
+                    self.set_rows(op, onoff(s)?, why);
                 } else {
                     let lanes = what.strip_prefix("lanes=")?.parse().ok()?;
                     self.set_lanes(op, lanes, why);
@@ -318,18 +421,22 @@ impl CpuPlan {
             recipes_why: String::new(),
             lazy_depth: LAZY_DEPTH,
             lazy_depth_why: String::new(),
+            branch_free: false,
+            branch_free_why: String::new(),
             lazy: BTreeMap::new(),
             unswitch: BTreeMap::new(),
             peel: BTreeMap::new(),
             lanes: BTreeMap::new(),
+            whole: BTreeMap::new(),
+            rows: BTreeMap::new(),
         }
     }
 }
 
 impl fmt::Display for CpuPlan {
     /// One line per decision, each `  cpu ... ; why`: `recipes=on`, `lazy_depth=16`,
-    /// `%N lazy` / `%N stored`, `%N unswitch` / `%N masked`, `opN peel=0,1` (`peel=none`),
-    /// `opN lanes=32`.
+    /// `branch_free=on`, `%N lazy` / `%N stored`, `%N unswitch` / `%N masked`, `opN peel=0,1`
+    /// (`peel=none`), `opN lanes=32`, `opN whole=on`, `opN rows=on` (`off`: not done).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = |b: bool| if b { "on" } else { "off" };
         writeln!(
@@ -342,6 +449,12 @@ impl fmt::Display for CpuPlan {
             f,
             "  cpu lazy_depth={} ; {}",
             self.lazy_depth, self.lazy_depth_why
+        )?;
+        writeln!(
+            f,
+            "  cpu branch_free={} ; {}",
+            on(self.branch_free),
+            self.branch_free_why
         )?;
         for (v, (b, why)) in &self.lazy {
             let what = if *b { "lazy" } else { "stored" };
@@ -365,6 +478,12 @@ impl fmt::Display for CpuPlan {
         }
         for (op, (lanes, why)) in &self.lanes {
             writeln!(f, "  cpu {op} lanes={lanes} ; {why}")?;
+        }
+        for (op, (b, why)) in &self.whole {
+            writeln!(f, "  cpu {op} whole={} ; {why}", on(*b))?;
+        }
+        for (op, (b, why)) in &self.rows {
+            writeln!(f, "  cpu {op} rows={} ; {why}", on(*b))?;
         }
         Ok(())
     }
@@ -490,6 +609,9 @@ struct Facts<'k> {
     /// and computed from index arithmetic only.
     masks: Vec<bool>,
     axis: Vec<AxisInfo>,
+    /// Contiguity where a run-time check of the offsets passes
+    /// ([`super::axis::analyse_unchecked`]).
+    axis_unchecked: Vec<AxisInfo>,
 }
 
 impl<'k> Facts<'k> {
@@ -504,7 +626,56 @@ impl<'k> Facts<'k> {
             uniform,
             masks: unswitchable_masks(k),
             axis: super::axis::analyse(k),
+            axis_unchecked: super::axis::analyse_unchecked(k),
         }
+    }
+
+    /// Why an access through `ptr` may be checked once for the whole block and run as one
+    /// plain loop (its offsets run +1 over the whole block), or why not.
+    fn whole_block(&self, ptr: Value) -> std::result::Result<String, String> {
+        let ty = self.k.ty(ptr);
+        if !ty.is_block() || self.uniform[ptr.index()] {
+            return Err(format!("{ptr} is not a block of distinct addresses"));
+        }
+        let (n, contig) = (ty.numel() as u64, self.axis[ptr.index()].contig);
+        if contig < n {
+            return Err(format!(
+                "the offsets through {ptr} run +1 over {contig} of its {n} elements, not all"
+            ));
+        }
+        Ok(format!(
+            "offsets through {ptr} run +1 over all {n} elements: one bounds check for the \
+             block, then one plain loop"
+        ))
+    }
+
+    /// Why block load `op` copies its rows at once, when it pays: two or more dimensions,
+    /// rows (along the last) of a cache line or more, at least two of them, chunks that
+    /// hold no padding, offsets running +1 along each row or along chunks where a run-time
+    /// check passes (each row's copy then checks its own).
+    fn rows(&self, op: OpId, layout: &impl Fn(usize) -> BlockedLayout) -> Option<String> {
+        let data = self.k.op(op);
+        let (Op::Load { ptr, .. }, Some(res)) = (&data.op, data.result()) else {
+            return None;
+        };
+        let ty = self.k.ty(res);
+        let c = *ty.shape.last()?;
+        let lay = layout(ty.numel());
+        let bytes = c * ty.dtype.size_bytes();
+        let contig = self.axis_unchecked[ptr.index()].contig;
+        let ok = ty.shape.len() >= 2
+            && c < lay.n
+            && bytes >= 64
+            && !lay.has_idle_threads()
+            && contig >= c.min(lay.vec) as u64;
+        ok.then(|| {
+            format!(
+                "{} rows of {c} {} ({bytes} bytes, a cache line or more), offsets through {ptr} \
+                 running +1 over {contig}: one bounds check and one copy per row",
+                lay.n / c,
+                ty.dtype
+            )
+        })
     }
 
     /// Decides the unswitched masks of region `r` (of the regions the printer unswitches

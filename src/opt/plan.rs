@@ -22,7 +22,8 @@
 //!   [`super::smem`]): every buffer a conversion goes through, with its live range and
 //!   offset, buffers that are never live together sharing bytes;
 //! - one-thread programs (the compiled CPU executor): index recipes, lazy values, unswitched
-//!   masks, peeled loops and reduction lanes ([`KernelPlan::cpu`], see [`super::cpu`]);
+//!   masks, peeled loops, reduction lanes, whole-block accesses, row copies and branch-free
+//!   conditions ([`KernelPlan::cpu`], see [`super::cpu`]);
 //! - barriers: before which op's threadgroup writes (or after which loop) threads wait
 //!   for each other, and why ([`KernelPlan::barriers`], see [`super::barriers`]).
 //!
@@ -701,7 +702,12 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
     }
     p.plan_tiling(kernel);
     if printer.threads == 1 {
-        p.cpu = Some(super::cpu::plan(kernel, |op| !p.resident(op).is_empty()));
+        let (vec, base) = (p.vec, opts.vector_elems());
+        p.cpu = Some(super::cpu::plan(
+            kernel,
+            |op| !p.resident(op).is_empty(),
+            |n| super::blocked::layout_of(n, vec, base, 1),
+        ));
     }
     p.place_arena(kernel, opts);
     p

@@ -4,9 +4,10 @@
 //! The body is printed by the shared printer with the [`CPU`] dialect: one thread per
 //! program, so each block is a local array and each op a loop over it, which clang
 //! vectorises (`-O2 -march=native`). The one-thread specialisations (index recipes and
-//! lazy values, unswitched masks, peeled loops, reduction lanes) are decided by the plan
-//! ([`crate::opt::cpu`]) and spelled by this module's lowering stage (`CpuStage` and
-//! its `lazy`, `unswitch` and `peel` parts), which the GPU printers never carry.
+//! lazy values, unswitched masks, peeled loops, reduction lanes, whole-block accesses and
+//! row copies, branch-free conditions) are decided by the plan ([`crate::opt::cpu`]) and
+//! spelled by this module's lowering stage (`CpuStage` and its `lazy`, `unswitch`, `peel`
+//! and `access` parts), which the GPU printers never carry.
 //!
 //! The function reads its arguments from arrays the host fills:
 //!
@@ -38,6 +39,7 @@ use crate::opt::cpu::CpuPlan;
 use crate::opt::plan::KernelPlan;
 use crate::opt::{Chip, HardwareProfile};
 
+mod access;
 mod lazy;
 mod peel;
 mod unswitch;
