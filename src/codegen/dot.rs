@@ -67,14 +67,27 @@ impl Lowering<'_> {
             Some(op) => self.plan.dot(op),
             None => DotLowering::Fma,
         };
+        let fragments = matches!(
+            lowering,
+            DotLowering::Simdgroup { .. } | DotLowering::Mma(_)
+        );
         for v in [a, b, acc] {
-            self.materialize(v)?;
+            // A uniform accumulator fills the fragments directly (`frags_from`).
+            if !(fragments && v == acc && self.is_uniform(acc)) {
+                self.materialize(v)?;
+            }
         }
         match lowering {
             DotLowering::Simdgroup { .. } | DotLowering::Mma(_) => {
                 let (m, n, k) = (sa[0], sb[1], sa[1]);
-                let frag = self.frags_from(acc, m, n)?;
+                let op = self
+                    .cur_op
+                    .ok_or_else(|| unsupported_on(self.d, self.k, "a tiled dot outside any op"))?;
+                let frag = self.frags_from(acc, m, n, op)?;
                 self.frag_mma(&frag, a, b, m, n, k)?;
+                if self.plan.keeps_fragments(op) {
+                    return self.keep_in_fragments(op, res, frag, m, n);
+                }
                 self.frags_to_block(res, &frag, m, n)
             }
             DotLowering::Rows => self.dot_rows(res, a, b, acc, &sa, &sb, &sc),
@@ -381,9 +394,15 @@ impl Lowering<'_> {
 
     /// Declares this SIMD-group's C fragments and loads them from block `acc` `[m, n]`
     /// (through threadgroup memory in the plan's bands).
-    pub(super) fn frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
+    pub(super) fn frags_from(
+        &mut self,
+        acc: Value,
+        m: usize,
+        n: usize,
+        dot: OpId,
+    ) -> Result<String> {
         if self.d.mma_m16n8k16 {
-            return self.mma_frags_from(acc, m, n);
+            return self.mma_frags_from(acc, m, n, dot);
         }
         let g = self.simd_grid(m, n);
         let per = g.fm * g.fn_;

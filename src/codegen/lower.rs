@@ -92,6 +92,12 @@ pub(super) struct Lowering<'k> {
     pub axis_unchecked: Vec<AxisInfo>,
     /// Accumulators held in `simdgroup_matrix` fragments across a loop: value -> array.
     pub frags: HashMap<Value, String>,
+    /// Values the plan keeps in `mma.sync` fragments that are still to be spelled there
+    /// (a resident accumulator's rescale and its factor; a dot result kept in fragments and
+    /// the elementwise ops over it).
+    pub(super) frag_vals: HashMap<Value, super::mma::FragVal>,
+    /// The warp grid of each `mma.sync` fragment array, by array name.
+    pub frag_grid: HashMap<String, crate::opt::plan::WarpGrid>,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
@@ -288,6 +294,8 @@ impl<'k> Lowering<'k> {
             axis,
             axis_unchecked,
             frags: HashMap::new(),
+            frag_vals: HashMap::new(),
+            frag_grid: HashMap::new(),
             local_bytes: 0,
             cpu: plan.cpu.clone().map(super::cpu::CpuStage::new),
             plan,
@@ -642,7 +650,7 @@ impl<'k> Lowering<'k> {
 
     /// Whether the plan moves the result of the shape op being lowered through threadgroup
     /// memory (its source is a block held in registers, [`crate::opt::buffers::held`]).
-    fn shape_through_memory(&self) -> bool {
+    pub(super) fn shape_through_memory(&self) -> bool {
         !self.d.shared_array.is_empty()
             && self.cur_op.is_some_and(|op| {
                 self.plan
@@ -1376,6 +1384,9 @@ impl<'k> Lowering<'k> {
         base: &str,
         f: &dyn Fn(&[String]) -> String,
     ) -> Result<()> {
+        if let Some(&fv) = self.frag_vals.get(&res) {
+            return self.mma_elementwise(res, args, base, f, fv);
+        }
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
         if args.iter().all(|a| self.is_uniform(*a)) {
@@ -2208,6 +2219,9 @@ impl<'k> Lowering<'k> {
     }
 
     fn broadcast(&mut self, res: Value, src: Value) -> Result<()> {
+        if let Some(&fv) = self.frag_vals.get(&res) {
+            return self.mma_broadcast_factor(res, src, fv);
+        }
         if self.is_uniform(src) && !self.shape_through_memory() {
             let s = self.el(src, "");
             self.set(res, Repr::Splat(s));
@@ -2479,8 +2493,22 @@ impl<'k> Lowering<'k> {
             if resident.contains(&k) {
                 let sh = &self.ty(*v).shape;
                 let (m, n) = (sh[0], sh[1]);
-                let f = self.frags_from(*v, m, n)?;
+                let chain =
+                    crate::opt::plan::resident_chain(self.k, body, k, self.plan.printer.matrix)
+                        .ok_or_else(|| {
+                            unsupported_on(self.d, self.k, "a resident slot without its dot")
+                        })?;
+                let f = self.frags_from(*v, m, n, chain.dot)?;
                 self.frags.insert(args[k + 1], f.clone());
+                if let Some(r) = chain.scale {
+                    let grid = self.grid_of(&f, m, n)?;
+                    for (op, in_place) in [(r.bcast, None), (r.mul, Some(args[k + 1]))] {
+                        if let Some(x) = self.k.op(op).result() {
+                            self.frag_vals
+                                .insert(x, super::mma::FragVal { grid, in_place });
+                        }
+                    }
+                }
                 frag_of[k] = Some((f, m, n));
                 vars.push(Repr::Block(String::new()));
                 continue;

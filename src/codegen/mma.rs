@@ -17,8 +17,8 @@ use super::lower::{unsupported_on, Lowering};
 use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::Value;
-use crate::opt::plan::{WarpGrid, MMA_C_PAD, MMA_OPERAND_PAD};
+use crate::ir::{OpId, Value};
+use crate::opt::plan::{DotLowering, WarpGrid, MMA_C_PAD, MMA_OPERAND_PAD};
 use crate::opt::smem::Role;
 
 /// Elements of padding per shared-memory operand row (see [`MMA_OPERAND_PAD`]).
@@ -26,6 +26,16 @@ const PAD: usize = MMA_OPERAND_PAD;
 
 /// Padding (floats) of a banded accumulator row (see [`MMA_C_PAD`]).
 const C_PAD: usize = MMA_C_PAD;
+
+/// How the printer holds a value the plan keeps in `mma.sync` C fragments (a resident
+/// accumulator's rescale, or a dot result that stays in its fragments).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FragVal {
+    /// The fragments' warp grid.
+    pub grid: WarpGrid,
+    /// The resident accumulator a rescale updates in place.
+    pub in_place: Option<Value>,
+}
 
 impl WarpGrid {
     fn regs(&self) -> usize {
@@ -85,10 +95,34 @@ impl Lowering<'_> {
         ));
     }
 
-    /// Declares this warp's C fragments and fills them from block `acc` `[m, n]`.
-    pub(super) fn mma_frags_from(&mut self, acc: Value, m: usize, n: usize) -> Result<String> {
-        let g = self.mma_grid(m, n)?;
+    /// The warp grid the plan gave dot `dot` with an `[m, n]` accumulator.
+    pub(super) fn dot_grid(&self, dot: OpId, m: usize, n: usize) -> Result<WarpGrid> {
+        match self.plan.dot(dot) {
+            DotLowering::Mma(g) if g.wm * g.fm * 16 == m && g.wn * g.fn_ * 8 == n => Ok(g),
+            _ => self.mma_grid(m, n),
+        }
+    }
+
+    /// The warp grid of fragment array `c` (recorded when it was declared).
+    pub(super) fn grid_of(&self, c: &str, m: usize, n: usize) -> Result<WarpGrid> {
+        match self.frag_grid.get(c) {
+            Some(&g) => Ok(g),
+            None => self.mma_grid(m, n),
+        }
+    }
+
+    /// Declares this warp's C fragments of dot `dot` and fills them from block `acc`
+    /// `[m, n]`.
+    pub(super) fn mma_frags_from(
+        &mut self,
+        acc: Value,
+        m: usize,
+        n: usize,
+        dot: OpId,
+    ) -> Result<String> {
+        let g = self.dot_grid(dot, m, n)?;
         let c = self.fresh("frag_c");
+        self.frag_grid.insert(c.clone(), g);
         self.line(format!("float {c}[{}];", g.regs()));
         if let super::lower::Repr::Scalar(v) | super::lower::Repr::Splat(v) = self.repr(acc).clone()
         {
@@ -109,6 +143,265 @@ impl Lowering<'_> {
         self.close();
         self.smem_read_done();
         Ok(c)
+    }
+
+    /// Block `src` (`[m, 1]` or `[1, n]`, or uniform) broadcast straight into the C
+    /// fragment layout `fv` of an `[m, n]` value (a factor of an op spelled in fragments):
+    /// read by row or column through threadgroup memory, or recomputed from its index.
+    pub(super) fn mma_broadcast_factor(
+        &mut self,
+        res: Value,
+        src: Value,
+        fv: FragVal,
+    ) -> Result<()> {
+        if self.is_uniform(src) {
+            let s = self.el(src, "");
+            self.set(res, super::lower::Repr::Splat(s));
+            return Ok(());
+        }
+        let g = fv.grid;
+        let idx = if self.ty(src).shape[0] == 1 {
+            "tm_col"
+        } else {
+            "tm_row"
+        };
+        let dt = self.edt(res);
+        let ct = self.cty(dt)?;
+        let name = self.fresh("frag_f");
+        self.line(format!("{ct} {name}[{}];", g.regs()));
+        self.local_bytes += g.regs() * dt.size_bytes();
+        let how = match self.recipe(src).filter(|_| !self.shape_through_memory()) {
+            Some(r) => {
+                self.line("#pragma unroll");
+                self.open_frag_elems(g);
+                let e = r.replace(super::lower::FLAT, &format!("({idx})"));
+                self.line(format!("{name}[tm_r] = {e};"));
+                self.close();
+                self.close();
+                "recomputed from the fragment's row or column"
+            }
+            None => {
+                let s = self.scratch_array(dt, self.ty(src).numel())?;
+                self.smem_write_begin();
+                self.stage(src, &s, 0, &|l| l.to_string())?;
+                self.smem_write_end();
+                self.line("#pragma unroll");
+                self.open_frag_elems(g);
+                self.line(format!("{name}[tm_r] = {s}[{idx}];"));
+                self.close();
+                self.close();
+                self.smem_read_done();
+                "the vector through threadgroup memory, read by the fragment's row or column"
+            }
+        };
+        self.bind_frags(res, name.clone(), g);
+        self.layouts.push(super::LayoutChoice {
+            op: format!("bcast {name}: {} -> {}", self.ty(src), self.ty(res)),
+            layout: format!("into mma fragments: {how}"),
+        });
+        Ok(())
+    }
+
+    /// An elementwise op whose result the plan keeps in the C fragment layout `fv`: every
+    /// block operand is in that layout too (or uniform). A resident accumulator's rescale
+    /// (`fv.in_place`) updates the loop's fragments in place.
+    pub(super) fn mma_elementwise(
+        &mut self,
+        res: Value,
+        args: &[Value],
+        base: &str,
+        f: &dyn Fn(&[String]) -> String,
+        fv: FragVal,
+    ) -> Result<()> {
+        let mut xs = Vec::new();
+        for &a in args {
+            let recipe = self.recipe(a);
+            xs.push(match self.frags.get(&a) {
+                Some(arr) => format!("{arr}[tm_r]"),
+                None if self.is_uniform(a) => self.el(a, ""),
+                // A block recomputed from its element index, at the fragment's element.
+                None if recipe.is_some() && self.ty(a).shape.len() == 2 => {
+                    let n = self.ty(a).shape[1];
+                    recipe
+                        .unwrap_or_default()
+                        .replace(super::lower::FLAT, &format!("(tm_row * {n}u + tm_col)"))
+                }
+                None => {
+                    return Err(unsupported_on(
+                        self.d,
+                        self.k,
+                        format!("{base} of a block outside the mma fragments"),
+                    ))
+                }
+            });
+        }
+        let g = fv.grid;
+        let name = match fv.in_place {
+            Some(acc) => self.frags.get(&acc).cloned().ok_or_else(|| {
+                unsupported_on(
+                    self.d,
+                    self.k,
+                    "a rescale of an accumulator not in fragments",
+                )
+            })?,
+            None => {
+                let dt = self.edt(res);
+                let ct = self.cty(dt)?;
+                let name = self.fresh(base);
+                self.line(format!("{ct} {name}[{}];", g.regs()));
+                self.local_bytes += g.regs() * dt.size_bytes();
+                name
+            }
+        };
+        self.line("#pragma unroll");
+        self.open_frag_elems(g);
+        self.line(format!("{name}[tm_r] = {};", f(&xs)));
+        self.close();
+        self.close();
+        self.bind_frags(res, name, g);
+        Ok(())
+    }
+
+    /// Dot `op`'s result `res` stays in its fragments `frag` (`[m, n]`): the values of its
+    /// region ([`crate::opt::fragments::region`]) are spelled there as they come.
+    pub(super) fn keep_in_fragments(
+        &mut self,
+        op: OpId,
+        res: Value,
+        frag: String,
+        m: usize,
+        n: usize,
+    ) -> Result<()> {
+        let grid = self.grid_of(&frag, m, n)?;
+        let region = crate::opt::fragments::region(self.k, op).ok_or_else(|| {
+            unsupported_on(self.d, self.k, "fragments kept by a dot without a region")
+        })?;
+        for v in region.values(self.k) {
+            self.frag_vals.insert(
+                v,
+                FragVal {
+                    grid,
+                    in_place: None,
+                },
+            );
+        }
+        self.frag_vals.remove(&res);
+        self.bind_frags(res, frag, grid);
+        Ok(())
+    }
+
+    /// `reduce` along axis 1 of a value held in `mma.sync` fragments `arr`: each thread
+    /// combines its two rows per 16-row tile over its N tiles, the four lanes sharing a row
+    /// combine by shuffles, and one lane per row writes the row's result to shared memory,
+    /// read back in the blocked layout. A warp holds whole rows (the plan's grid), so no
+    /// warp waits for another before the write.
+    pub(super) fn mma_reduce_rows(
+        &mut self,
+        kind: crate::ir::ReduceKind,
+        x: Value,
+        res: Value,
+        arr: &str,
+    ) -> Result<()> {
+        let (m, n) = (self.ty(x).shape[0], self.ty(x).shape[1]);
+        let g = self.grid_of(arr, m, n)?;
+        if g.wn != 1 {
+            return Err(unsupported_on(
+                self.d,
+                self.k,
+                "a row reduction of fragments split over warps along N",
+            ));
+        }
+        let dt = self.edt(x);
+        let ct = self.cty(dt)?;
+        let rows = 2 * g.fm;
+        let part = self.fresh("rows");
+        self.line(format!("{ct} {part}[{rows}];"));
+        self.line("{");
+        self.indent += 1;
+        self.line("const uint tm_w = tm_lid >> 5;");
+        self.line("const uint tm_ln = tm_lid & 31u;");
+        if g.active() < self.threads / 32 {
+            self.open(format!("if (tm_w < {}u)", g.active()));
+        } else {
+            self.line("{");
+            self.indent += 1;
+        }
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_p = 0; tm_p < {rows}u; ++tm_p)"));
+        // Row slot p: tile row p / 2, upper or lower half p % 2; register 2 * (p % 2) + e
+        // of N tile j.
+        self.line(format!(
+            "{part}[tm_p] = {arr}[4u * ((tm_p >> 1) * {}u) + 2u * (tm_p & 1u)];",
+            g.fn_
+        ));
+        let fold = |l: &mut Self, v: String| -> Result<()> {
+            let c = l.combine(kind, dt, &format!("{part}[tm_p]"), "", &v, "")?;
+            l.line(c);
+            Ok(())
+        };
+        fold(
+            self,
+            format!(
+                "{arr}[4u * ((tm_p >> 1) * {}u) + 2u * (tm_p & 1u) + 1u]",
+                g.fn_
+            ),
+        )?;
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_j = 1; tm_j < {}u; ++tm_j)", g.fn_));
+        for e in 0..2 {
+            fold(
+                self,
+                format!(
+                    "{arr}[4u * ((tm_p >> 1) * {}u + tm_j) + 2u * (tm_p & 1u) + {e}u]",
+                    g.fn_
+                ),
+            )?;
+        }
+        self.close();
+        for mask in [1, 2] {
+            let o = self.fresh("o");
+            let sh = self
+                .d
+                .shuffle_xor
+                .replace("{x}", &format!("{part}[tm_p]"))
+                .replace("{m}", &format!("{mask}u"));
+            self.line(format!("const {ct} {o} = {sh};"));
+            fold(self, o)?;
+        }
+        self.close();
+        self.close();
+        self.close();
+        let s = self.scratch_array(dt, m)?;
+        self.smem_write_begin();
+        self.line("{");
+        self.indent += 1;
+        self.line("const uint tm_w = tm_lid >> 5;");
+        self.line("const uint tm_ln = tm_lid & 31u;");
+        self.open(format!("if (tm_w < {}u && (tm_ln & 3u) == 0u)", g.active()));
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_p = 0; tm_p < {rows}u; ++tm_p)"));
+        self.line(format!(
+            "{s}[tm_w * {}u + (tm_p >> 1) * 16u + (tm_ln >> 2) + (tm_p & 1u) * 8u] = {part}[tm_p];",
+            g.fm * 16
+        ));
+        self.close();
+        self.close();
+        self.close();
+        self.smem_write_end();
+        let r = self.read_result(res, kind, &s)?;
+        self.set(res, r);
+        self.layouts.push(super::LayoutChoice {
+            op: format!("reduce {} axis 1 of {}", kind.name(), self.ty(x)),
+            layout: "in mma fragments: per thread over its N tiles, shuffles over the 4 lanes of a row, one row per lane through shared memory".into(),
+        });
+        Ok(())
+    }
+
+    /// Records that `v` is held in fragment array `arr` of grid `g`.
+    pub(super) fn bind_frags(&mut self, v: Value, arr: String, g: WarpGrid) {
+        self.frag_grid.insert(arr.clone(), g);
+        self.frags.insert(v, arr.clone());
+        self.set(v, super::lower::Repr::Block(arr));
     }
 
     /// Writes block `src` (rows of `row` elements) to `arr[base + r * pitch + c]`: a whole
@@ -165,8 +458,24 @@ impl Lowering<'_> {
         n: usize,
         k: usize,
     ) -> Result<()> {
-        let g = self.mma_grid(m, n)?;
+        let g = self.grid_of(c, m, n)?;
         let din = self.edt(a);
+        // `a` held in the fragments of an earlier dot on the same rows per warp: two
+        // neighbouring N tiles of its C fragments are one A fragment here.
+        let a_regs = match self.frags.get(&a).cloned() {
+            Some(p) => {
+                let pg = self.grid_of(&p, m, k)?;
+                if pg.wn != 1 || g.wn != 1 || pg.wm != g.wm || pg.fm != g.fm {
+                    return Err(unsupported_on(
+                        self.d,
+                        self.k,
+                        "a dot operand in fragments of another warp grid",
+                    ));
+                }
+                Some((p, pg.fn_))
+            }
+            None => None,
+        };
         let (ka, nb) = (k + PAD, n + PAD);
         let boff = m * ka;
         // Operands copied ahead sit in the loop's ring, B right after A (`ahead.rs`), in
@@ -186,7 +495,9 @@ impl Lowering<'_> {
         } else {
             let s = self.smem_buf(Role::Operands, din, boff + k * nb)?;
             self.smem_write_begin();
-            self.stage_rows(a, &s, 0, k, ka)?;
+            if a_regs.is_none() {
+                self.stage_rows(a, &s, 0, k, ka)?;
+            }
             self.stage_rows(b, &s, boff, n, nb)?;
             self.smem_write_end();
             s
@@ -225,10 +536,28 @@ impl Lowering<'_> {
         self.line(format!("uint tm_fb[{}];", fnn.div_ceil(2) * 4));
         self.line("#pragma unroll");
         self.open(format!("for (uint tm_i = 0; tm_i < {fm}u; ++tm_i)"));
-        self.line(format!(
+        if let Some((p, pfn)) = &a_regs {
+            let bits = if din == DType::BF16 {
+                "__bfloat16_as_ushort"
+            } else {
+                "__half_as_ushort"
+            };
+            self.line(format!(
+                "const uint tm_t0 = 4u * (tm_i * {pfn}u + (tm_kk >> 3));"
+            ));
+            for q in 0..4 {
+                self.line(format!(
+                    "tm_fa[4 * tm_i + {q}] = (uint({bits}({p}[tm_t0 + {h}u])) << 16) | uint({bits}({p}[tm_t0 + {l}u]));",
+                    l = 2 * q,
+                    h = 2 * q + 1
+                ));
+            }
+        } else {
+            self.line(format!(
             "asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"(tm_fa[4 * tm_i]), \"=r\"(tm_fa[4 * tm_i + 1]), \"=r\"(tm_fa[4 * tm_i + 2]), \"=r\"(tm_fa[4 * tm_i + 3]) : \"r\"(tm_sa + 2u * (tm_i * {}u + tm_kk)));",
             16 * ka
         ));
+        }
         self.close();
         // `x4.trans` loads the B fragments of two neighbouring N tiles; an odd last tile
         // takes `x2.trans` (only lanes 0-15 supply addresses, all within this tile).
@@ -289,7 +618,7 @@ impl Lowering<'_> {
         m: usize,
         n: usize,
     ) -> Result<()> {
-        let g = self.mma_grid(m, n)?;
+        let g = self.grid_of(c, m, n)?;
         let dacc = self.edt(res);
         let ct = self.cty(dacc)?;
         let rows = self.c_band_rows(m, n);

@@ -964,3 +964,327 @@ fn scan_decisions_round_trip_and_refuse_what_the_scan_cannot_take() {
     assert!(a.source.contains("simd_shuffle_up"), "{}", a.source);
     assert!(!b.source.contains("simd_shuffle_up"), "{}", b.source);
 }
+
+/// `acc = dot(a, b, acc * s)` over K steps, `s` the `[BM]` vector at `s_ptr` broadcast
+/// along rows (`by_row`) or the `[BN]` vector broadcast along columns: the rescale flash
+/// attention applies to its accumulator on every step.
+fn rescaled_matmul(by_row: bool) -> impl FnOnce(&mut crate::tl::KernelBuilder) {
+    use crate::tl::{self, Tensor};
+    move |k| {
+        let (a, b, c, s) = (
+            k.ptr(F16, "a_ptr"),
+            k.ptr(F16, "b_ptr"),
+            k.ptr(F32, "c_ptr"),
+            k.ptr(F32, "s_ptr"),
+        );
+        let (m, n, kk) = (k.scalar(I32, "M"), k.scalar(I32, "N"), k.scalar(I32, "K"));
+        let (bm, bn, bk) = (k.constexpr("BM"), k.constexpr("BN"), k.constexpr("BK"));
+        let offs_m = tl::program_id(0) * bm + tl::arange(0, bm);
+        let offs_n = tl::program_id(1) * bn + tl::arange(0, bn);
+        let offs_k = tl::arange(0, bk);
+        let acc = tl::zeros([bm, bn], F32);
+        let acc: Tensor = tl::range(0, kk, bk).fold(acc, |k0, acc| {
+            let ks = offs_k + k0;
+            let at = tl::load(a + offs_m.col() * kk + ks.row())
+                .mask(offs_m.col().lt(m) & ks.row().lt(kk))
+                .other(0.0);
+            let bt = tl::load(b + ks.col() * n + offs_n.row())
+                .mask(ks.col().lt(kk) & offs_n.row().lt(n))
+                .other(0.0);
+            let scaled = if by_row {
+                let f = tl::load(s + offs_m).mask(offs_m.lt(m)).other(1.0);
+                acc * f.col()
+            } else {
+                let f = tl::load(s + offs_n).mask(offs_n.lt(n)).other(1.0);
+                acc * f.row()
+            };
+            tl::dot(at, bt, scaled)
+        });
+        let cm = offs_m.col().lt(m) & offs_n.row().lt(n);
+        tl::store(c + offs_m.col() * n + offs_n.row(), acc).mask(cm);
+    }
+}
+
+#[test]
+fn a_rescaled_accumulator_stays_in_mma_fragments() {
+    let (m, n, kk) = (37usize, 45usize, 50usize);
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    for by_row in [true, false] {
+        let k = build(
+            "rescaled",
+            &[("BM", 32), ("BN", 32), ("BK", 16)],
+            rescaled_matmul(by_row),
+        );
+        let for_ = op_where(&k, |o| matches!(o, Op::For { .. }));
+        let default = cuda::plan(&k, &sm90);
+        assert_eq!(default.resident(for_), &[0], "{default}");
+        // The rescale and its factor live in the fragments too.
+        let values = crate::opt::values::text(&k, &default, &sm90);
+        assert!(
+            values
+                .lines()
+                .filter(|l| l.contains("f32[32,32] fragments<"))
+                .count()
+                >= 4,
+            "{values}"
+        );
+        let mut staged = default.clone();
+        staged.set(for_, Decision::Resident(vec![]), "override");
+        let progs = [&default, &staged].map(|p| cuda::compile_with(&k, &sm90, p).unwrap());
+        // Resident: fragments are read back once, after the loop; staged: the accumulator
+        // goes in and out of shared memory on every step.
+        assert!(
+            !progs[0].source.contains("_accin_f32["),
+            "{}",
+            progs[0].source
+        );
+        assert!(progs[0].source.contains("frag_f["));
+        assert!(progs[1].source.contains("_accin_f32["));
+        assert!(!progs[1].source.contains("frag_f["));
+        if let Some(nv) = nvrtc() {
+            for p in &progs {
+                nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+            }
+        }
+        // Metal's simdgroup_matrix elements are not addressed one by one: the loop stages.
+        let metal_plan = metal::plan(&k, &LaunchOptions::default());
+        assert!(metal_plan.resident(for_).is_empty(), "{metal_plan}");
+        // The kernel's results on the interpreter, the compiled CPU executor and emulated
+        // Metal against f64 (CUDA is run by benches/gpu on the NVIDIA machine).
+        let round = |v: Vec<f32>| -> Vec<f32> {
+            v.into_iter()
+                .map(|x| half::f16::from_f32(x).to_f32())
+                .collect()
+        };
+        let a = round(rnd(m * kk, 31, -1.0, 1.0));
+        let b = round(rnd(kk * n, 32, -1.0, 1.0));
+        let len = if by_row { m } else { n };
+        let mut s = rnd(len, 33, 0.25, 1.5);
+        s[3] = 0.0;
+        s[5] = -1.0;
+        let steps = kk.div_ceil(16);
+        let mut want = vec![0.0f64; m * n];
+        for t in 0..steps {
+            for i in 0..m {
+                for j in 0..n {
+                    let f = s[if by_row { i } else { j }] as f64;
+                    let part: f64 = (t * 16..((t + 1) * 16).min(kk))
+                        .map(|p| a[i * kk + p] as f64 * b[p * n + j] as f64)
+                        .sum();
+                    want[i * n + j] = want[i * n + j] * f + part;
+                }
+            }
+        }
+        let bufs = |s: &[f32]| {
+            let h = |v: &[f32]| -> Vec<half::f16> {
+                v.iter().map(|x| half::f16::from_f32(*x)).collect()
+            };
+            vec![
+                EmuBuffer::new("a_ptr", &[m, kk], &h(&a)),
+                EmuBuffer::new("b_ptr", &[kk, n], &h(&b)),
+                EmuBuffer::new("s_ptr", &[s.len()], s),
+                EmuBuffer::scalar("M", m as i32),
+                EmuBuffer::scalar("N", n as i32),
+                EmuBuffer::scalar("K", kk as i32),
+            ]
+        };
+        let outs = [OutputSpec::new("c_ptr", F32, &[m, n])];
+        let half_bytes = |v: &[f32]| -> Vec<u8> {
+            v.iter()
+                .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                .collect()
+        };
+        let (ab, bb) = (half_bytes(&a), half_bytes(&b));
+        let sb: Vec<u8> = s.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let compiled =
+            crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
+        for c in [false, true].into_iter().filter(|&c| !c || compiled) {
+            let mut out = vec![f32::NAN.to_bits(); m * n];
+            let mut args = [
+                crate::exec::ExecArg::from(&ab[..]),
+                crate::exec::ExecArg::from(&bb[..]),
+                crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
+                crate::exec::ExecArg::from(&sb[..]),
+                crate::exec::ExecArg::from(m as i32),
+                crate::exec::ExecArg::from(n as i32),
+                crate::exec::ExecArg::from(kk as i32),
+            ];
+            crate::exec::test_support::run_on(c, &k, [2, 2, 1], &mut args)
+                .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
+            let got: Vec<f32> = out.into_iter().map(f32::from_bits).collect();
+            assert_close(&got, &want, 1e-4, &format!("compiled={c}, by_row {by_row}"));
+        }
+        if emu_ok("a_rescaled_accumulator_stays_in_mma_fragments") {
+            let p = metal::compile_with(&k, &LaunchOptions::default(), &metal_plan).unwrap();
+            let got = run_prog(&p, &bufs(&s), &outs, [2, 2, 1]);
+            let got = got[0].to_vec::<f32>().unwrap();
+            assert_close(
+                &got,
+                &want,
+                1e-4,
+                &format!("emulated Metal, by_row {by_row}"),
+            );
+        }
+    }
+}
+
+/// One flash-attention step on a 64-row tile: scores `q @ k` (head dim 32, 64 keys of
+/// which the first `N` are valid), their row maximum and sum, and `p @ v` normalised.
+fn attention_tile(k: &mut crate::tl::KernelBuilder) {
+    use crate::tl::{self, Tensor};
+    let (q, kt, v, o) = (
+        k.ptr(F16, "q"),
+        k.ptr(F16, "k"),
+        k.ptr(F16, "v"),
+        k.ptr(F32, "o"),
+    );
+    let n_ctx = k.scalar(I32, "N");
+    let (rows, keys, dims) = (tl::arange(0, 64), tl::arange(0, 64), tl::arange(0, 32));
+    let load = |p: Tensor, r: Tensor, c: Tensor, w: i64| tl::load(p + r.col() * w + c.row());
+    let (qt, ktt, vt) = (
+        load(q, rows, dims, 32),
+        load(kt, dims, keys, 64),
+        load(v, keys, dims, 32),
+    );
+    let s = tl::dot(qt, ktt, tl::zeros([64, 64], F32)) * 0.25;
+    let s = tl::where_(keys.row().lt(n_ctx), s, f32::NEG_INFINITY);
+    let p = tl::exp2(s - s.max(1).col());
+    let l = p.sum(1);
+    let acc = tl::dot(p.to(F16), vt, tl::zeros([64, 32], F32));
+    tl::store(o + rows.col() * 32 + dims.row(), acc / l.col());
+}
+
+#[test]
+fn dot_results_kept_in_fragments_change_the_code_not_the_result() {
+    let k = build("attn_tile", &[], attention_tile);
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let dots: Vec<OpId> = (0..k.ops.len() as u32)
+        .map(OpId)
+        .filter(|&o| matches!(k.op(o).op, Op::Dot { .. }))
+        .collect();
+    let kept = cuda::plan(&k, &sm90);
+    assert!(kept.keeps_fragments(dots[0]), "{kept}");
+    let text = kept.to_string();
+    assert!(text.contains(&format!("{} fragments ;", dots[0])), "{text}");
+    assert_eq!(KernelPlan::parse(&text).unwrap(), kept);
+    // Whole rows per warp for both dots: the scores' row reductions stay in a warp and
+    // `p` is the second dot's `a` as it lies in the registers.
+    for d in &dots {
+        assert!(
+            matches!(kept.dot(*d), DotLowering::Mma(g) if g.wn == 1 && g.wm == 4),
+            "{kept}"
+        );
+    }
+    let values = crate::opt::values::text(&k, &kept, &sm90);
+    assert!(values.contains("f32[64,64] fragments<"), "{values}");
+    // The override: the scores leave the fragments for the blocked layout.
+    let mut left = kept.clone();
+    left.set_fragments(dots[0], false, "override");
+    left.place_arena(&k, &sm90);
+    left.verify(&k).unwrap();
+    // A grid with two warps along N cannot keep whole rows: refused.
+    let mut split = kept.clone();
+    split.set(
+        dots[0],
+        Decision::Dot(DotLowering::Mma(crate::opt::plan::WarpGrid {
+            wm: 2,
+            wn: 2,
+            fm: 2,
+            fn_: 4,
+        })),
+        "override",
+    );
+    let err = split.verify(&k).unwrap_err().to_string();
+    assert!(err.contains("whole rows per warp"), "{err}");
+    let progs = [&kept, &left].map(|p| cuda::compile_with(&k, &sm90, p).unwrap());
+    assert!(progs[0].source.contains("__shfl_xor_sync"));
+    assert!(
+        progs[0].source.contains("__half_as_ushort"),
+        "a from registers"
+    );
+    assert!(!progs[0].source.contains("_accout_f32[tm_row * 64u"));
+    assert!(progs[1].source.contains("_accout_f32[tm_row * 64u"));
+    assert!(!progs[1].source.contains("__half_as_ushort"));
+    if let Some(nv) = nvrtc() {
+        for p in &progs {
+            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+        }
+    }
+    // The kernel's results on the CPU targets and emulated Metal against f64 (the CUDA
+    // kernels run in benches/gpu on the NVIDIA machine).
+    let n_ctx = 45usize;
+    let h = |v: Vec<f32>| -> Vec<f32> {
+        v.into_iter()
+            .map(|x| half::f16::from_f32(x).to_f32())
+            .collect()
+    };
+    let (q, kk, v) = (
+        h(rnd(64 * 32, 41, -2.0, 2.0)),
+        h(rnd(32 * 64, 42, -2.0, 2.0)),
+        h(rnd(64 * 32, 43, -1.0, 1.0)),
+    );
+    let mut want = vec![0.0f64; 64 * 32];
+    for i in 0..64 {
+        let s: Vec<f64> = (0..64)
+            .map(|j| {
+                if j >= n_ctx {
+                    return f64::NEG_INFINITY;
+                }
+                let d: f32 = (0..32).map(|t| q[i * 32 + t] * kk[t * 64 + j]).sum();
+                d as f64 * 0.25
+            })
+            .collect();
+        let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = s.iter().map(|x| (x - mx).exp2()).collect();
+        let l: f64 = p.iter().sum();
+        for d in 0..32 {
+            let acc: f64 = (0..64)
+                .map(|j| half::f16::from_f64(p[j]).to_f64() * v[j * 32 + d] as f64)
+                .sum();
+            want[i * 32 + d] = acc / l;
+        }
+    }
+    let hb = |x: &[f32]| -> Vec<u8> {
+        x.iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect()
+    };
+    let (qb, kb, vb) = (hb(&q), hb(&kk), hb(&v));
+    let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
+    for c in [false, true].into_iter().filter(|&c| !c || compiled) {
+        let mut out = vec![f32::NAN.to_bits(); 64 * 32];
+        let mut args = [
+            crate::exec::ExecArg::from(&qb[..]),
+            crate::exec::ExecArg::from(&kb[..]),
+            crate::exec::ExecArg::from(&vb[..]),
+            crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
+            crate::exec::ExecArg::from(n_ctx as i32),
+        ];
+        crate::exec::test_support::run_on(c, &k, [1, 1, 1], &mut args)
+            .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
+        let got: Vec<f32> = out.into_iter().map(f32::from_bits).collect();
+        assert_close(&got, &want, 2e-3, &format!("compiled={c}"));
+    }
+    if emu_ok("dot_results_kept_in_fragments_change_the_code_not_the_result") {
+        let hv =
+            |x: &[f32]| -> Vec<half::f16> { x.iter().map(|v| half::f16::from_f32(*v)).collect() };
+        let p = metal::compile(&k, &LaunchOptions::default()).unwrap();
+        let got = run_prog(
+            &p,
+            &[
+                EmuBuffer::new("q", &[64, 32], &hv(&q)),
+                EmuBuffer::new("k", &[32, 64], &hv(&kk)),
+                EmuBuffer::new("v", &[64, 32], &hv(&v)),
+                EmuBuffer::scalar("N", n_ctx as i32),
+            ],
+            &[OutputSpec::new("o", F32, &[64, 32])],
+            [1, 1, 1],
+        );
+        assert_close(
+            &got[0].to_vec::<f32>().unwrap(),
+            &want,
+            2e-3,
+            "emulated Metal",
+        );
+    }
+}

@@ -100,7 +100,7 @@ impl Lowering<'_> {
     }
 
     /// `acc (, ai) <- combine(acc (, ai), v (, vi))` as one statement.
-    fn combine(
+    pub(super) fn combine(
         &mut self,
         kind: ReduceKind,
         dt: DType,
@@ -175,6 +175,9 @@ impl Lowering<'_> {
             .iter()
             .next()
             .expect("reduce has a result");
+        if let Some(arr) = self.frags.get(&x).cloned() {
+            return self.mma_reduce_rows(kind, x, res, &arr);
+        }
         let shape = self.ty(x).shape.clone();
         let geo = Geo::new(&shape, axis);
         self.materialize(x)?;
@@ -545,7 +548,7 @@ impl Lowering<'_> {
     }
 
     /// Reads the result (scalar or canonical block) from scratch array `s` at output index.
-    fn read_result(&mut self, res: Value, kind: ReduceKind, s: &str) -> Result<Repr> {
+    pub(super) fn read_result(&mut self, res: Value, kind: ReduceKind, s: &str) -> Result<Repr> {
         let rdt = self.edt(res);
         let r = if self.ty(res).is_scalar() {
             let name = self.fresh(kind.name());

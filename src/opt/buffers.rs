@@ -188,6 +188,7 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
     let lay = |n: usize| layout_of(n, p.vec, base, threads);
     let h = held(k);
     let off = offset_dtype(k);
+    let regions = p.fragment_regions(k);
     let mut all = Vec::new();
     for (i, data) in k.ops.iter().enumerate() {
         let op = OpId(i as u32);
@@ -253,6 +254,12 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     r.push(dt, e);
                 }
             }
+            Op::Reduce { srcs, .. } if regions.iter().any(|g| g.reduces.contains(&op)) => {
+                // Row results of fragments, one per row, read back in the blocked layout.
+                if let Some(res) = res {
+                    r.push(r.edt(srcs[0]), numel(res));
+                }
+            }
             Op::Reduce {
                 kind, srcs, axis, ..
             } => {
@@ -306,7 +313,7 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     r.push(dt, geo.n);
                 }
             }
-            Op::Dot { a, b, acc } => dot(&mut r, p, (*a, *b, *acc)),
+            Op::Dot { a, b, acc } => dot(&mut r, p, (*a, *b), h[acc.index()] == Held::Uniform),
             Op::For { init, .. } => {
                 for &s in p.resident(op) {
                     let Some(&v) = init.get(s) else { continue };
@@ -393,18 +400,14 @@ pub fn double_buffer(k: &Kernel, p: &KernelPlan, op: OpId) -> Option<DoubleBuffe
     })
 }
 
-/// The buffers of `tl.dot` `r.op`.
-fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b, acc): (Value, Value, Value)) {
+/// The buffers of `tl.dot` `r.op`; a `uniform_acc` (usually zeros) fills the fragments
+/// without staging.
+fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b): (Value, Value), uniform_acc: bool) {
     let (k, op) = (r.k, r.op);
     // An accumulator a loop keeps in fragments: only the operands move.
-    let resident = {
-        let region = k.op(op).parent;
-        k.region(region).parent.is_some_and(|f| {
-            let args = &k.region(region).args;
-            matches!(k.op(f).op, Op::For { .. })
-                && p.resident(f).iter().any(|&s| args.get(s + 1) == Some(&acc))
-        })
-    };
+    let resident = p.accumulates_in_fragments(k, op);
+    // A result kept in fragments is never converted to the blocked layout.
+    let kept = p.keeps_fragments(op);
     let din = r.edt(a);
     let l = p.dot(op);
     // Operands a loop stages ahead live in its buffers.
@@ -417,8 +420,10 @@ fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b, acc): (Value, Value, Value)) {
             let kc = p.k_slice(op).unwrap_or(kk).clamp(1, kk);
             let rows = p.band_rows(op, m, n).unwrap_or(m).clamp(1, m);
             if !resident {
-                r.role = Role::AccIn;
-                r.push(DType::F32, rows * n);
+                if !uniform_acc {
+                    r.role = Role::AccIn;
+                    r.push(DType::F32, rows * n);
+                }
                 r.role = Role::AccOut;
                 r.push(DType::F32, rows * n);
             }
@@ -433,10 +438,14 @@ fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b, acc): (Value, Value, Value)) {
         (DotLowering::Mma(_), Some(mnk @ (m, n, _))) => {
             let rows = p.band_rows(op, m, n).unwrap_or(m).clamp(1, m);
             if !resident {
-                r.role = Role::AccIn;
-                r.push(DType::F32, m * n);
-                r.role = Role::AccOut;
-                r.push(DType::F32, acc_out_elems(true, m, n, rows));
+                if !uniform_acc {
+                    r.role = Role::AccIn;
+                    r.push(DType::F32, m * n);
+                }
+                if !kept {
+                    r.role = Role::AccOut;
+                    r.push(DType::F32, acc_out_elems(true, m, n, rows));
+                }
             }
             if !(ahead(a) && ahead(b)) {
                 let elems = |o: usize| {

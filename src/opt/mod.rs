@@ -20,6 +20,7 @@ pub mod barriers;
 pub mod blocked;
 pub mod buffers;
 pub mod cpu;
+pub mod fragments;
 pub mod hardware;
 pub mod layout;
 pub mod options;

@@ -11,8 +11,13 @@
 //! - `cumsum`/`cumprod`/`associative_scan`: the strategy ([`ScanStrategy`]: registers and
 //!   SIMD-group collectives, or staged whole and walked serially);
 //! - `for` loops: which carried `tl.dot` accumulators stay in matrix fragments across
-//!   the loop, and through how many buffers the dot's operand loads are staged ahead
-//!   (CUDA's `cp.async` ring; on Metal two threadgroup buffers where they fit the budget);
+//!   the loop (on `mma.sync` also through a rescale by a broadcast vector,
+//!   [`ResidentChain`]), and through how many buffers the dot's operand loads are staged
+//!   ahead (CUDA's `cp.async` ring; on Metal two threadgroup buffers where they fit the
+//!   budget);
+//! - `mma.sync` dots whose result stays in its C fragments for the elementwise ops, row
+//!   reductions and next dot that read it ([`KernelPlan::keeps_fragments`], see
+//!   [`super::fragments`]), on a grid of whole rows per warp;
 //! - the kernel: elements per chunk of the blocked layout ([`KernelPlan::vec`]), from the
 //!   profile's vector width and the contiguity of its loads and stores;
 //! - tiled `tl.dot`s: the K slice staged at once ([`KernelPlan::k_slice`]) and the rows of
@@ -327,6 +332,8 @@ pub struct KernelPlan {
     decisions: BTreeMap<OpId, (Decision, String)>,
     /// Per tiled `tl.dot`: the K slice A and B are staged in.
     k_slices: BTreeMap<OpId, (usize, String)>,
+    /// `mma.sync` dots whose results stay in their C fragments ([`super::fragments`]).
+    fragments: BTreeMap<OpId, String>,
     /// Per op converting an `[m, n]` accumulator between fragments and the blocked layout
     /// (the dot, or the `for` keeping it in fragments): rows per band.
     bands: BTreeMap<(OpId, usize, usize), (usize, String)>,
@@ -627,6 +634,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
         vec_why,
         decisions: BTreeMap::new(),
         k_slices: BTreeMap::new(),
+        fragments: BTreeMap::new(),
         bands: BTreeMap::new(),
         arena: {
             let (limit, why) = budget(opts, printer);
@@ -689,6 +697,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
             _ => {}
         }
     }
+    p.plan_fragments(kernel);
     for (i, o) in kernel.ops.iter().enumerate() {
         if let Op::For { body, .. } = &o.op {
             let slots = p.resident_candidates(kernel, *body);
@@ -735,6 +744,84 @@ fn shuffles(dt: DType) -> bool {
             | DType::I8
             | DType::U8
     )
+}
+
+/// How carried slot `slot` of loop body `body` reaches the dot that accumulates into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResidentChain {
+    /// The loop's block argument for the slot.
+    pub arg: Value,
+    /// The dot whose `acc` is the argument or its rescale.
+    pub dot: OpId,
+    /// `acc * f` on the way, `f` a row or column vector broadcast over the accumulator
+    /// (flash attention's `acc * alpha[:, None]`): applied to the fragments in place.
+    pub scale: Option<Rescale>,
+}
+
+/// The elementwise rescale of a resident accumulator ([`ResidentChain::scale`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rescale {
+    /// The `mul` op.
+    pub mul: OpId,
+    /// The broadcast op producing the factor `f`.
+    pub bcast: OpId,
+}
+
+/// The chain from carried slot `slot` of `body` to its dot, when the slot's only use is
+/// that dot's `acc`, or (on tensor cores, whose fragment elements the printer addresses
+/// one by one) a `mul` by a broadcast `[m, 1]` or `[1, n]` block whose only use is that
+/// `acc`. Shared by the plan, the value layouts, the buffer sizes and the printers.
+pub fn resident_chain(
+    k: &Kernel,
+    body: RegionId,
+    slot: usize,
+    matrix: MatrixUnit,
+) -> Option<ResidentChain> {
+    let region = k.region(body);
+    let arg = *region.args.get(slot + 1)?;
+    let uses = use_counts(k);
+    let only_use = |v: Value| -> Option<OpId> {
+        if uses[v.index()] != 1 {
+            return None;
+        }
+        region.ops.iter().copied().find(|&o| {
+            let mut hit = false;
+            k.op(o).op.for_each_operand(|x| hit |= x == v);
+            hit
+        })
+    };
+    let user = only_use(arg)?;
+    match &k.op(user).op {
+        Op::Dot { acc, .. } if *acc == arg => Some(ResidentChain {
+            arg,
+            dot: user,
+            scale: None,
+        }),
+        Op::Binary {
+            kind: crate::ir::BinaryOp::Mul,
+            lhs,
+            rhs,
+        } if matrix == MatrixUnit::MmaM16N8K16 && lhs != rhs => {
+            let f = if *lhs == arg { *rhs } else { *lhs };
+            let bcast = k.def_op(f).filter(|&b| k.op(b).parent == body)?;
+            let Op::Broadcast { src } = k.op(bcast).op else {
+                return None;
+            };
+            let (ss, ds) = (&k.ty(src).shape, &k.ty(f).shape);
+            let vector = ss.len() == 2 && ds.len() == 2 && (ss[0] == 1) != (ss[1] == 1);
+            if !vector || only_use(f) != Some(user) {
+                return None;
+            }
+            let res = k.op(user).result()?;
+            let dot = only_use(res)?;
+            matches!(k.op(dot).op, Op::Dot { acc, .. } if acc == res).then_some(ResidentChain {
+                arg,
+                dot,
+                scale: Some(Rescale { mul: user, bcast }),
+            })
+        }
+        _ => None,
+    }
 }
 
 fn use_counts(k: &Kernel) -> Vec<u32> {
@@ -1149,8 +1236,97 @@ impl KernelPlan {
         }
     }
 
-    /// Carried slots of a `for` body whose value is only the `acc` of a dot in the body
-    /// itself that this plan puts on tiles, and whose result is only yielded back there.
+    /// Keeps in their fragments the results of `mma.sync` dots that have a
+    /// [`super::fragments::region`], giving each such dot and the dots taking its values as
+    /// `a` one warp along N (whole rows per warp).
+    fn plan_fragments(&mut self, k: &Kernel) {
+        let warps = (self.printer.threads / 32).max(1);
+        for i in 0..k.ops.len() {
+            let id = OpId(i as u32);
+            if !matches!(self.dot(id), DotLowering::Mma(_)) {
+                continue;
+            }
+            let Some(r) = super::fragments::region(k, id) else {
+                continue;
+            };
+            let rows = |n: usize| WarpGrid {
+                wm: warps,
+                wn: 1,
+                fm: r.m / 16 / warps,
+                fn_: n / 8,
+            };
+            let consumers: Option<Vec<(OpId, usize)>> = r
+                .a_of
+                .iter()
+                .map(|&c| {
+                    let n = k.op(c).result().map(|v| k.ty(v).shape[1])?;
+                    (matches!(self.dot(c), DotLowering::Mma(_)) && n % 8 == 0).then_some((c, n))
+                })
+                .collect();
+            let Some(consumers) = consumers else { continue };
+            if r.m % (16 * warps) != 0 || r.n % 16 != 0 {
+                continue;
+            }
+            for &(c, n) in &consumers {
+                self.set(
+                    c,
+                    Decision::Dot(DotLowering::Mma(rows(n))),
+                    format!("sm80+ mma.sync; whole rows per warp: `a` from the registers of {id}'s fragments"),
+                );
+            }
+            self.set(
+                id,
+                Decision::Dot(DotLowering::Mma(rows(r.n))),
+                "sm80+ mma.sync; whole rows per warp, so the result stays in its fragments",
+            );
+            for &red in &r.reduces {
+                if let Some(Decision::Reduce(l)) = self.get(red).cloned() {
+                    self.set(
+                        red,
+                        Decision::Reduce(l),
+                        format!("rows of {id}'s fragments: shuffles within a warp ({} applies only if they leave)", l.name()),
+                    );
+                }
+            }
+            self.fragments.insert(
+                id,
+                format!(
+                    "{} elementwise op(s), {} row reduction(s) and {} dot(s) read it there",
+                    r.ops.len(),
+                    r.reduces.len(),
+                    r.a_of.len()
+                ),
+            );
+        }
+    }
+
+    /// Whether `mma.sync` dot `op` keeps its result in its C fragments.
+    pub fn keeps_fragments(&self, op: OpId) -> bool {
+        self.fragments.contains_key(&op)
+    }
+
+    /// Keeps (or not) dot `op`'s result in its fragments; [`Self::verify`] checks the
+    /// kernel and the dots' warp grids allow it.
+    pub fn set_fragments(&mut self, op: OpId, keep: bool, why: impl Into<String>) {
+        if keep {
+            self.fragments.insert(op, why.into());
+        } else {
+            self.fragments.remove(&op);
+        }
+        self.arena.buffers.clear();
+        self.barriers.clear();
+    }
+
+    /// The region of every dot keeping its result in fragments.
+    pub fn fragment_regions(&self, k: &Kernel) -> Vec<super::fragments::Region> {
+        self.fragments
+            .keys()
+            .filter_map(|&d| super::fragments::region(k, d))
+            .collect()
+    }
+
+    /// Carried slots of a `for` body that can stay in the fragments of a dot in the body
+    /// this plan puts on tiles ([`resident_chain`]), whose result is only yielded back.
     fn resident_candidates(&self, k: &Kernel, body: RegionId) -> Vec<usize> {
         let uses = use_counts(k);
         let region = k.region(body);
@@ -1158,25 +1334,35 @@ impl KernelPlan {
             Some(Op::Yield { values }) => values.clone(),
             _ => return Vec::new(),
         };
-        region.args[1..]
-            .iter()
-            .enumerate()
-            .filter(|&(s, &arg)| {
+        (0..region.args.len().saturating_sub(1))
+            .filter(|&s| {
+                let Some(c) = resident_chain(k, body, s, self.printer.matrix) else {
+                    return false;
+                };
                 let Some(&y) = yields.get(s) else {
                     return false;
                 };
-                let Some(def) = k.def_op(y) else { return false };
-                region.ops.contains(&def)
-                    && uses[arg.index()] == 1
+                k.def_op(y) == Some(c.dot)
                     && uses[y.index()] == 1
-                    && matches!(k.op(def).op, Op::Dot { acc, .. } if acc == arg)
                     && matches!(
-                        self.dot(def),
+                        self.dot(c.dot),
                         DotLowering::Simdgroup { .. } | DotLowering::Mma(_)
                     )
             })
-            .map(|(s, _)| s)
             .collect()
+    }
+
+    /// Whether dot `op` accumulates into a value a loop keeps in fragments (a resident
+    /// slot, or its rescale): its accumulator is not staged.
+    pub fn accumulates_in_fragments(&self, k: &Kernel, op: OpId) -> bool {
+        let body = k.op(op).parent;
+        let Some(f) = k.region(body).parent else {
+            return false;
+        };
+        matches!(k.op(f).op, Op::For { .. })
+            && self.resident(f).iter().any(|&s| {
+                resident_chain(k, body, s, self.printer.matrix).is_some_and(|c| c.dot == op)
+            })
     }
 
     /// Checks every decision against `kernel`: the op exists and is of the decision's
@@ -1229,6 +1415,15 @@ impl KernelPlan {
                                     Ok(())
                                 }
                                 (t, l) if t == l => Ok(()),
+                                // Any grid of whole tiles on the program's warps.
+                                (DotLowering::Mma(t), DotLowering::Mma(g))
+                                    if g.wm * g.fm == t.wm * t.fm
+                                        && g.wn * g.fn_ == t.wn * t.fn_
+                                        && g.wm * g.wn <= warps
+                                        && g.fm * g.fn_ > 0 =>
+                                {
+                                    Ok(())
+                                }
                                 (t, l) => Err(format!("{l:?} where the tiles admit {t:?}")),
                             },
                         ),
@@ -1320,6 +1515,38 @@ impl KernelPlan {
                 None => return bad(op, "a K slice on an op that is not a 2-D dot".into()),
             }
         }
+        for &op in self.fragments.keys() {
+            let Some(r) = kernel
+                .ops
+                .get(op.index())
+                .and_then(|_| super::fragments::region(kernel, op))
+            else {
+                return bad(op, "its result cannot stay in fragments (no region)".into());
+            };
+            let DotLowering::Mma(g) = self.dot(op) else {
+                return bad(op, "fragments kept by a dot not on mma.sync".into());
+            };
+            if g.wn != 1 {
+                return bad(
+                    op,
+                    format!(
+                        "fragments kept with {} warps along N (whole rows per warp needed)",
+                        g.wn
+                    ),
+                );
+            }
+            for &c in &r.a_of {
+                match self.dot(c) {
+                    DotLowering::Mma(h) if h.wn == 1 && h.wm == g.wm && h.fm == g.fm => {}
+                    _ => {
+                        return bad(
+                            c,
+                            format!("takes `a` from {op}'s fragments on another warp grid"),
+                        )
+                    }
+                }
+            }
+        }
         for (&(op, m, _), &(rows, _)) in &self.bands {
             if op.index() >= kernel.ops.len() || rows == 0 || m % rows != 0 {
                 return bad(op, format!("bands of {rows} rows of {m}"));
@@ -1403,6 +1630,7 @@ impl KernelPlan {
             vec_why,
             decisions: BTreeMap::new(),
             k_slices: BTreeMap::new(),
+            fragments: BTreeMap::new(),
             bands: BTreeMap::new(),
             arena: Arena::new(0, String::new()),
             cpu: None,
@@ -1461,6 +1689,10 @@ impl KernelPlan {
                     .ok_or_else(|| err(l, key))
             };
             let d = match &w[1..] {
+                ["fragments"] => {
+                    p.fragments.insert(op, why.to_string());
+                    continue;
+                }
                 [kc] if kc.starts_with("kslice=") => {
                     p.k_slices
                         .insert(op, (num(kc, "kslice=")?, why.to_string()));
@@ -1574,6 +1806,9 @@ impl fmt::Display for KernelPlan {
         }
         for (op, (kc, why)) in &self.k_slices {
             writeln!(f, "  {op} kslice={kc} ; {why}")?;
+        }
+        for (op, why) in &self.fragments {
+            writeln!(f, "  {op} fragments ; {why}")?;
         }
         for ((op, m, n), (rows, why)) in &self.bands {
             writeln!(f, "  {op} band {m}x{n} rows={rows} ; {why}")?;

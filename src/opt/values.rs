@@ -6,14 +6,15 @@
 //! `reshape` and `expand_dims` never move data. The exceptions are the `tl.dot`
 //! accumulators a `for` loop keeps in matrix fragments ([`Decision::Resident`]): the loop's
 //! carried values in those slots and the dots that accumulate into them live in the dot's
-//! fragments until the loop ends. Every move between layouts is a `convert` record of the
+//! fragments until the loop ends, and so does a rescale on the way (`acc * alpha[:, None]`,
+//! [`super::plan::ResidentChain`]) with its broadcast factor. Every move between layouts is a `convert` record of the
 //! plan; the printers read each value's layout from here.
 
 use std::fmt;
 
 use super::blocked::{layout_of, BlockedLayout};
 use super::options::LaunchOptions;
-use super::plan::{Decision, DotLowering, KernelPlan};
+use super::plan::{resident_chain, Decision, DotLowering, KernelPlan};
 use crate::ir::{Kernel, Op, OpId, ValueDef};
 
 /// Where one value's elements live.
@@ -85,6 +86,15 @@ pub fn value_layouts(k: &Kernel, plan: &KernelPlan, opts: &LaunchOptions) -> Vec
             }
         })
         .collect();
+    for r in plan.fragment_regions(k) {
+        let frags = ValueLayout::Fragments {
+            dot: r.dot,
+            lowering: plan.dot(r.dot),
+        };
+        for v in r.values(k) {
+            out[v.index()] = frags;
+        }
+    }
     // Program order: a loop's resident slots are marked before its body's dots are seen.
     for id in k.walk() {
         let data = k.op(id);
@@ -92,10 +102,20 @@ pub fn value_layouts(k: &Kernel, plan: &KernelPlan, opts: &LaunchOptions) -> Vec
             Op::For { body, .. } => {
                 let args = &k.region(*body).args;
                 for &slot in plan.resident(id) {
-                    if let Some(dot) = resident_dot(k, *body, slot) {
-                        let lowering = plan.dot(dot);
+                    if let Some(c) = resident_chain(k, *body, slot, plan.printer.matrix) {
+                        let frags = ValueLayout::Fragments {
+                            dot: c.dot,
+                            lowering: plan.dot(c.dot),
+                        };
                         if let Some(arg) = args.get(slot + 1) {
-                            out[arg.index()] = ValueLayout::Fragments { dot, lowering };
+                            out[arg.index()] = frags;
+                        }
+                        // A rescale on the way is applied to the fragments: its factor is
+                        // broadcast straight into them.
+                        for op in c.scale.iter().flat_map(|r| [r.bcast, r.mul]) {
+                            if let Some(v) = k.op(op).result() {
+                                out[v.index()] = frags;
+                            }
                         }
                     }
                 }
@@ -111,17 +131,6 @@ pub fn value_layouts(k: &Kernel, plan: &KernelPlan, opts: &LaunchOptions) -> Vec
         }
     }
     out
-}
-
-/// The dot of loop body `body` accumulating into carried slot `slot` (the plan keeps a slot
-/// resident only when it has one).
-fn resident_dot(k: &Kernel, body: crate::ir::RegionId, slot: usize) -> Option<OpId> {
-    let arg = *k.region(body).args.get(slot + 1)?;
-    k.region(body)
-        .ops
-        .iter()
-        .copied()
-        .find(|&id| matches!(&k.op(id).op, Op::Dot { acc, .. } if *acc == arg))
 }
 
 /// One line per value: `%v dtype[shape] layout`, with the op defining it (or the loop
