@@ -139,9 +139,10 @@ fn cases() -> Result<Vec<Case>> {
             programs: [((size / bm) * (size / bn)) as usize, 1, 1],
         });
     }
-    // Attention forward (tutorial 06's benchmark shape: batch 4, 32 heads, head dim 64).
+    // Attention forward (tutorial 06's benchmark shape: batch 4, 32 heads, head dim 64),
+    // with the tile and warps of `triton_ref.attention`.
     let (z, h, d) = (4i64, 32i64, 64i64);
-    let (bm, bn, warps) = (64i64, 64i64, 4u32);
+    let (bm, bn, warps) = (128i64, 64i64, 4u32);
     for n_ctx in [1024i64, 4096] {
         for causal in [false, true] {
             let stride = |dim: i64| Val::I(dim);
