@@ -631,3 +631,123 @@ fn row_copies_change_the_code_not_the_result() {
         }
     }
 }
+
+/// Per program a `BM`×`BN` block of `y[i][j] = x[(i % m) * ld + j % n]` (row and column
+/// offsets wrapped with `%`, as Triton's matmul tutorial wraps its operands' rows).
+fn wrapped_copy(k: &mut KernelBuilder) {
+    let (x, y) = (k.ptr(F32, "x_ptr"), k.ptr(F32, "y_ptr"));
+    let m = k.scalar(crate::DType::I32, "m");
+    let n = k.scalar(crate::DType::I32, "n");
+    let ld = k.scalar(crate::DType::I32, "ld");
+    let (bm, bn) = (k.constexpr("BM"), k.constexpr("BN"));
+    let i = tl::program_id(0) * bm + tl::arange(0, bm);
+    let j = tl::program_id(1) * bn + tl::arange(0, bn);
+    let rows = i % m;
+    let cols = j % n;
+    let v = tl::load(x + (rows.col() * ld + cols.row()));
+    tl::store(y + (i.col() * bn * tl::num_programs(1) + j.row()), v);
+}
+
+#[test]
+fn wrapped_offsets_are_tabled_once_per_row_and_give_the_same_results() {
+    let (bm, bn) = (16usize, 32usize);
+    let k = build(
+        "wrapped",
+        &[("BM", bm as i64), ("BN", bn as i64)],
+        wrapped_copy,
+    );
+    let default = super::cpu::plan(&k);
+    let cpu = default.cpu.as_ref().expect("CPU decisions");
+    let rems: Vec<crate::ir::Value> = ops_where(&k, |o| {
+        matches!(
+            o,
+            Op::Binary {
+                kind: crate::ir::BinaryOp::Rem,
+                ..
+            }
+        )
+    })
+    .into_iter()
+    .filter_map(|o| k.op(o).result())
+    .filter(|v| k.ty(*v).is_block())
+    .collect();
+    assert_eq!(rems.len(), 2);
+    let text = default.to_string();
+    for &r in &rems {
+        assert!(cpu.tabled(r), "{text}");
+    }
+    assert!(
+        text.contains("integer `%` over 16 elements read through a broadcast to 512"),
+        "{text}"
+    );
+    assert_eq!(KernelPlan::parse(&text).unwrap(), default, "{text}");
+    let mut off = default.clone();
+    for &r in &rems {
+        off.cpu.as_mut().unwrap().set_tabled(r, false, "override");
+    }
+    let off_text = off.to_string();
+    assert!(
+        off_text.contains(&format!("{} recomputed ; override", rems[0])),
+        "{off_text}"
+    );
+    assert_eq!(KernelPlan::parse(&off_text).unwrap(), off, "{off_text}");
+    let (on_src, off_src) = (body(&k, &default), body(&k, &off));
+    // Tabled: a division per row and per column, read through the table where the pointer
+    // block's offsets are computed.
+    assert!(on_src.contains("rem_at[(((tm_k >> 5) & 15u))]"), "{on_src}");
+    assert_eq!(on_src.matches("% m)").count(), 1, "{on_src}");
+    assert!(off_src.matches("% m)").count() > 1, "{off_src}");
+    assert!(!off_src.contains("_at["), "{off_src}");
+    // A float block is no index table.
+    let load = ops_where(&k, |o| matches!(o, Op::Load { .. }))[0];
+    let mut bad = default.clone();
+    bad.cpu
+        .as_mut()
+        .unwrap()
+        .set_tabled(k.op(load).result().unwrap(), true, "test");
+    let e = super::cpu::compile_with(&k, false, &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a block of integers"), "{e}");
+    if !Emulator::should_run("compiled CPU executor").expect("clang check") {
+        return;
+    }
+    // Ragged wraps, then a negative row pitch: the first bad offset is reported the same
+    // way by every plan.
+    for (m, n, ld) in [(5i32, 7i32, 9i32), (16, 32, 32), (3, 1, 1), (5, 7, -9)] {
+        let (gm, gn) = (2usize, 2usize);
+        let x = rnd(64 * 64, (m * 100 + n + ld) as u64, -4.0, 4.0);
+        let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let run = |plan: Option<&KernelPlan>| {
+            let mut y = vec![POISON; gm * bm * gn * bn];
+            let mut args = [
+                ExecArg::from(&xb[..]),
+                ExecArg::from(bytes_mut(&mut y)),
+                ExecArg::from(m),
+                ExecArg::from(n),
+                ExecArg::from(ld),
+            ];
+            let grid = [gm, gn, 1];
+            match plan {
+                None => crate::exec::execute(&k, grid, &mut args),
+                Some(p) => crate::native::execute_native_with(&k, p, grid, &mut args),
+            }
+            .map(|_| y)
+            .map_err(|e| e.to_string())
+        };
+        let interp = run(None);
+        if ld > 0 {
+            let y = interp.as_ref().unwrap_or_else(|e| panic!("{e}"));
+            for (e, got) in y.iter().enumerate() {
+                let (i, j) = (e / (gn * bn), e % (gn * bn));
+                let want = x[(i as i32 % m * ld + j as i32 % n) as usize];
+                assert_eq!(*got, want.to_bits(), "m={m} n={n}: y[{i}][{j}]");
+            }
+        } else {
+            let e = interp.as_ref().err().expect("a negative offset");
+            assert!(e.contains("offset -9 is out of bounds"), "{e}");
+        }
+        assert_eq!(run(Some(&default)), interp, "tabled, m={m} n={n}");
+        assert_eq!(run(Some(&off)), interp, "recomputed, m={m} n={n}");
+    }
+}

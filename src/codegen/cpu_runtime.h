@@ -157,8 +157,10 @@ template <class T> struct tm_ptr {
 template <int N, class T> inline tm_vec<std::remove_const_t<T>, N> tm_vload(tm_ptr<T> p) {
   tm_vec<std::remove_const_t<T>, N> v;
   // Hardware prefetchers stop at 4 KiB pages and programs read several streams a block
-  // at a time: fetch ahead (a prefetch never faults, even past the buffer).
-  __builtin_prefetch((const char*)(p.buf->base + p.off) + TM_PREFETCH_BYTES);
+  // at a time: fetch ahead (a prefetch never faults, even past the buffer). The address
+  // is computed in unsigned integers: as a pointer it could leave the buffer.
+  __builtin_prefetch(reinterpret_cast<const void*>(
+      (uintptr_t)p.buf->base + (uintptr_t)p.off * sizeof(T) + TM_PREFETCH_BYTES));
   __builtin_memcpy(&v, p.chunk(N), sizeof(T) * N);
   return v;
 }

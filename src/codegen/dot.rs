@@ -889,9 +889,13 @@ mod tests {
             "{l}"
         );
         let src = super::super::cpu::compile(&k, false).unwrap().source;
+        let body = src
+            .split("#line 1 \"kernel.cpp\"")
+            .nth(1)
+            .unwrap_or_default();
         // Addresses in unsigned integers: hints past either end never form a pointer.
         assert_eq!(
-            src.matches("__builtin_prefetch(reinterpret_cast").count(),
+            body.matches("__builtin_prefetch(reinterpret_cast").count(),
             4
         );
         assert!(src.contains("const ulong tm_pf = ulong(a_ptr.base) + ("));

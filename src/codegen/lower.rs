@@ -1415,12 +1415,9 @@ impl<'k> Lowering<'k> {
                 )
             }
         });
-        if let Some(r) = &recipe {
+        if let Some(r) = recipe.clone() {
             if self.lazy_recipes() {
-                let name = self.lazy_block(base, dt, r)?;
-                self.set(res, Repr::Block(name));
-                self.recipes[res.index()] = recipe;
-                return Ok(());
+                return self.recipe_block(res, base, dt, r);
             }
         }
         if self.lazy_elementwise(res, args, base, ct, f) {

@@ -26,7 +26,10 @@
 //!   cache line or more copies each row at once where the row checks pass;
 //! - **branch-free conditions** ([`CpuPlan::branch_free`]): the conditions of a chunk or
 //!   row of an access are combined with `&`, without branches, so that clang tests mask
-//!   lanes as one vector.
+//!   lanes as one vector;
+//! - **tabled index blocks** ([`CpuPlan::tabled`]): an integer `/` or `%` block that a
+//!   broadcast reads many times per element is filled into an array once, and its index
+//!   recipe reads the array instead of dividing again at every element of the broadcast.
 //!
 //! Every decision can be overridden (the `set_*` methods) on the plan given to
 //! `codegen::cpu::compile_with`; [`CpuPlan::verify`] refuses what the kernel cannot take.
@@ -82,6 +85,7 @@ pub struct CpuPlan {
     lanes: BTreeMap<OpId, (usize, String)>,
     whole: BTreeMap<OpId, (bool, String)>,
     rows: BTreeMap<OpId, (bool, String)>,
+    table: BTreeMap<Value, (bool, String)>,
 }
 
 /// The decisions for `k` on a one-thread program; `resident(op)` tells whether the plan
@@ -111,10 +115,16 @@ pub fn plan(
         lanes: BTreeMap::new(),
         whole: BTreeMap::new(),
         rows: BTreeMap::new(),
+        table: BTreeMap::new(),
     };
     for (i, why) in lazy_values(k).into_iter().enumerate() {
         if let Some(why) = why {
             p.lazy.insert(Value(i as u32), (true, why));
+        }
+    }
+    for (i, why) in tables(k).into_iter().enumerate() {
+        if let Some(why) = why {
+            p.table.insert(Value(i as u32), (true, why));
         }
     }
     let facts = Facts::new(k);
@@ -237,6 +247,18 @@ impl CpuPlan {
         self.rows.iter().map(|(o, (on, w))| (*o, *on, w.as_str()))
     }
 
+    /// Whether index block `v` (an integer `/` or `%`) is filled into an array once and
+    /// its recipe reads the array.
+    pub fn tabled(&self, v: Value) -> bool {
+        self.table.get(&v).is_some_and(|x| x.0)
+    }
+
+    /// Fills index block `v` into an array once (`on`) or recomputes it where it is read,
+    /// recording `why`.
+    pub fn set_tabled(&mut self, v: Value, on: bool, why: impl Into<String>) {
+        self.table.insert(v, (on, why.into()));
+    }
+
     /// Values with a lazy decision: the value, computed where read or not, and why.
     pub fn lazy_decisions(&self) -> impl Iterator<Item = (Value, bool, &str)> {
         self.lazy.iter().map(|(v, (on, w))| (*v, *on, w.as_str()))
@@ -308,6 +330,18 @@ impl CpuPlan {
             };
             if let Err(e) = ok {
                 return bad(format!("{op} peeled: {e}"));
+            }
+        }
+        for (&v, (on, _)) in &self.table {
+            if v.index() >= n {
+                return bad(format!("{v}: no such value"));
+            }
+            let ty = kernel.ty(v);
+            if *on && (!ty.is_block() || ty.ptr || !ty.dtype.is_int()) {
+                return bad(format!(
+                    "{v} tabled, but it is not a block of integers ({})",
+                    ty
+                ));
             }
         }
         for (&op, &(lanes, _)) in &self.lanes {
@@ -386,6 +420,8 @@ impl CpuPlan {
                     "stored" => self.set_lazy(v, false, why),
                     "unswitch" => self.set_unswitched(v, true, why),
                     "masked" => self.set_unswitched(v, false, why),
+                    "table" => self.set_tabled(v, true, why),
+                    "recomputed" => self.set_tabled(v, false, why),
                     _ => return None,
                 }
             }
@@ -429,6 +465,7 @@ impl CpuPlan {
             lanes: BTreeMap::new(),
             whole: BTreeMap::new(),
             rows: BTreeMap::new(),
+            table: BTreeMap::new(),
         }
     }
 }
@@ -436,7 +473,8 @@ impl CpuPlan {
 impl fmt::Display for CpuPlan {
     /// One line per decision, each `  cpu ... ; why`: `recipes=on`, `lazy_depth=16`,
     /// `branch_free=on`, `%N lazy` / `%N stored`, `%N unswitch` / `%N masked`, `opN peel=0,1`
-    /// (`peel=none`), `opN lanes=32`, `opN whole=on`, `opN rows=on` (`off`: not done).
+    /// (`peel=none`), `opN lanes=32`, `opN whole=on`, `opN rows=on` (`off`: not done),
+    /// `%N table` / `%N recomputed`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = |b: bool| if b { "on" } else { "off" };
         writeln!(
@@ -485,8 +523,91 @@ impl fmt::Display for CpuPlan {
         for (op, (b, why)) in &self.rows {
             writeln!(f, "  cpu {op} rows={} ; {why}", on(*b))?;
         }
+        for (v, (b, why)) in &self.table {
+            let what = if *b { "table" } else { "recomputed" };
+            writeln!(f, "  cpu {v} {what} ; {why}")?;
+        }
         Ok(())
     }
+}
+
+/// Per value, why it is filled into an array once (a table its index recipe reads) instead
+/// of recomputed at every element that reads it: an integer `/` or `%` block that reaches a
+/// broadcast to more elements through ops that keep its element count (elementwise ops,
+/// `expand_dims`, `reshape`, `permute`). Recomputed, the broadcast's readers divide once per
+/// element of the broadcast (a 64-row offset block `% M` read by a 64×64 pointer block: 4096
+/// divisions); tabled, once per element of the block (64), and a table read costs less
+/// than an integer division.
+pub fn tables(k: &Kernel) -> Vec<Option<String>> {
+    let n = k.values.len();
+    let mut users: Vec<Vec<OpId>> = vec![Vec::new(); n];
+    for (i, o) in k.ops.iter().enumerate() {
+        o.op.for_each_operand(|v| {
+            if v.index() < n {
+                users[v.index()].push(OpId(i as u32));
+            }
+        });
+    }
+    let mut out = vec![None; n];
+    for o in &k.ops {
+        let Op::Binary { kind, .. } = &o.op else {
+            continue;
+        };
+        if !matches!(kind, BinaryOp::Div | BinaryOp::Rem) {
+            continue;
+        }
+        let Some(r) = o.results.get(0) else {
+            continue;
+        };
+        let ty = k.ty(r);
+        if !ty.is_block() || ty.ptr || !ty.dtype.is_int() {
+            continue;
+        }
+        let count = ty.numel();
+        let mut todo = vec![r];
+        let mut seen = 0;
+        let mut wide = None;
+        while let Some(v) = todo.pop() {
+            seen += 1;
+            if seen > 64 || wide.is_some() {
+                break;
+            }
+            for &u in &users[v.index()] {
+                let op = &k.op(u).op;
+                let Some(res) = k.op(u).results.get(0) else {
+                    continue;
+                };
+                let m = k.ty(res).numel();
+                match op {
+                    Op::Broadcast { .. } if m > count => wide = Some(m),
+                    Op::Unary { .. }
+                    | Op::Binary { .. }
+                    | Op::Cmp { .. }
+                    | Op::Select { .. }
+                    | Op::Fma { .. }
+                    | Op::Clamp { .. }
+                    | Op::Cast { .. }
+                    | Op::Bitcast { .. }
+                    | Op::ExpandDims { .. }
+                    | Op::Reshape { .. }
+                    | Op::Permute { .. }
+                        if m == count =>
+                    {
+                        todo.push(res)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(m) = wide {
+            let what = if *kind == BinaryOp::Div { "/" } else { "%" };
+            out[r.index()] = Some(format!(
+                "integer `{what}` over {count} elements read through a broadcast to {m}: {count} \
+                 divisions per block instead of one at each of the {m}"
+            ));
+        }
+    }
+    out
 }
 
 /// Per value, why it may be computed where it is read, for one-thread programs: each

@@ -53,6 +53,42 @@ impl Lowering<'_> {
         Ok(name)
     }
 
+    /// Prints index block `res` (element `i` is `recipe` at `i`) as a lazy block or, where
+    /// the plan tables it ([`crate::opt::cpu::CpuPlan::tabled`]), fills it into an array
+    /// once; records its representation and the recipe its readers inline, which reads the
+    /// table when there is one.
+    pub(in crate::codegen) fn recipe_block(
+        &mut self,
+        res: Value,
+        base: &str,
+        dt: DType,
+        recipe: String,
+    ) -> Result<()> {
+        if !self.cpu.as_ref().is_some_and(|c| c.plan.tabled(res)) {
+            let name = self.lazy_block(base, dt, &recipe)?;
+            self.set(res, Repr::Block(name));
+            self.recipes[res.index()] = Some(recipe);
+            return Ok(());
+        }
+        let lay = self.layout(res);
+        let name = self.declare_block(base, dt, lay.n)?;
+        self.open_regs(lay, true);
+        self.line(format!("{name}[tm_i] = {};", recipe.replace(FLAT, "tm_l")));
+        self.close();
+        // Recipes capture by value: they read the table through a pointer (nothing writes
+        // the table after this).
+        let at = self.fresh(&format!("{base}_at"));
+        let ct = self.cty(dt)?;
+        self.line(format!("const {ct}* const {at} = {name};"));
+        self.layouts.push(LayoutChoice {
+            op: format!("{base} {name}: {}", self.ty(res)),
+            layout: "filled once; recipes reading it index the array".into(),
+        });
+        self.set(res, Repr::Block(name));
+        self.recipes[res.index()] = Some(format!("{at}[{FLAT}]"));
+        Ok(())
+    }
+
     /// Prints elementwise `res = f(args)` as a lazy block computed inside its reader's
     /// loop when the plan says so and the chain of lazy blocks it reads stays within the
     /// plan's depth; returns whether it did.
