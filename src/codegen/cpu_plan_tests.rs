@@ -744,7 +744,7 @@ fn wrapped_offsets_are_tabled_once_per_row_and_give_the_same_results() {
                 assert_eq!(*got, want.to_bits(), "m={m} n={n}: y[{i}][{j}]");
             }
         } else {
-            let e = interp.as_ref().err().expect("a negative offset");
+            let e = interp.as_ref().expect_err("a negative offset");
             assert!(e.contains("offset -9 is out of bounds"), "{e}");
         }
         assert_eq!(run(Some(&default)), interp, "tabled, m={m} n={n}");
