@@ -193,6 +193,25 @@ fn every_cpu_decision_names_its_reason_and_the_text_round_trips() {
         "{text}"
     );
     assert!(text.contains("runs of 128 consecutive i32"), "{text}");
+    // The printer is handed each test: `c < n` at the ends of the one run of 128.
+    let tests = cpu.unswitch_tests(&k);
+    assert_eq!(tests.len(), 3, "{tests:?}");
+    for t in tests.values() {
+        assert!(
+            matches!(
+                t,
+                crate::opt::cpu::AllTrue::Runs {
+                    pred: crate::ir::CmpPred::Lt,
+                    dtype: crate::DType::I32,
+                    run: 128,
+                    runs: 1,
+                    step: 1,
+                    ..
+                }
+            ),
+            "{t:?}"
+        );
+    }
     // The loads: read by one op each, computed where they are read.
     assert!(text.contains(" lazy ; one use, by `"), "{text}");
     // Every access runs +1 over its 128 elements: checked once for the whole block. The

@@ -297,7 +297,7 @@ impl<'k> Lowering<'k> {
             frag_vals: HashMap::new(),
             frag_grid: HashMap::new(),
             local_bytes: 0,
-            cpu: plan.cpu.clone().map(super::cpu::CpuStage::new),
+            cpu: plan.cpu.clone().map(|c| super::cpu::CpuStage::new(c, k)),
             plan,
             in_place: vec![false; k.params.len()],
             dynamic: vec![false; k.values.len()],

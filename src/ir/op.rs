@@ -880,6 +880,23 @@ impl Op {
         }
     }
 
+    /// Whether the op computes each result element from the operands' elements at the same
+    /// index alone (unary, binary, compare, select, fma, clamp, casts): a block op that moves
+    /// no data between elements.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Unary { .. }
+                | Op::Binary { .. }
+                | Op::Cmp { .. }
+                | Op::Select { .. }
+                | Op::Fma { .. }
+                | Op::Clamp { .. }
+                | Op::Cast { .. }
+                | Op::Bitcast { .. }
+        )
+    }
+
     /// Text name of the op (family name; kinds are printed after it).
     pub fn name(&self) -> &'static str {
         match self {

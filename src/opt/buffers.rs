@@ -105,15 +105,7 @@ fn of_op(k: &Kernel, op: &Op, res: Value, h: &[Held]) -> Held {
     match op {
         Op::Constant { .. } | Op::Splat { .. } => Held::Uniform,
         Op::Arange { .. } => Held::Recipe(1),
-        Op::Unary { .. }
-        | Op::Binary { .. }
-        | Op::Cmp { .. }
-        | Op::Select { .. }
-        | Op::Fma { .. }
-        | Op::Clamp { .. }
-        | Op::Cast { .. }
-        | Op::Bitcast { .. }
-        | Op::AddPtr { .. } => {
+        op if op.is_elementwise() || matches!(op, Op::AddPtr { .. }) => {
             let mut args = Vec::new();
             op.for_each_operand(|v| args.push(at(v)));
             if args.iter().all(|a| *a == Held::Uniform) {

@@ -259,6 +259,20 @@ impl CpuPlan {
         self.table.insert(v, (on, why.into()));
     }
 
+    /// Per mask the plan unswitches, the test the printer spells to find it all true
+    /// (masks the kernel gives no such test are left out: `verify` refuses them).
+    pub fn unswitch_tests(&self, k: &Kernel) -> BTreeMap<Value, AllTrue> {
+        if !self.unswitch.values().any(|u| u.0) {
+            return BTreeMap::new();
+        }
+        let facts = Facts::new(k);
+        self.unswitch
+            .iter()
+            .filter(|(_, u)| u.0)
+            .filter_map(|(&v, _)| Some((v, facts.all_true(v)?)))
+            .collect()
+    }
+
     /// Values with a lazy decision: the value, computed where read or not, and why.
     pub fn lazy_decisions(&self) -> impl Iterator<Item = (Value, bool, &str)> {
         self.lazy.iter().map(|(v, (on, w))| (*v, *on, w.as_str()))
@@ -580,18 +594,12 @@ pub fn tables(k: &Kernel) -> Vec<Option<String>> {
                 let m = k.ty(res).numel();
                 match op {
                     Op::Broadcast { .. } if m > count => wide = Some(m),
-                    Op::Unary { .. }
-                    | Op::Binary { .. }
-                    | Op::Cmp { .. }
-                    | Op::Select { .. }
-                    | Op::Fma { .. }
-                    | Op::Clamp { .. }
-                    | Op::Cast { .. }
-                    | Op::Bitcast { .. }
-                    | Op::ExpandDims { .. }
-                    | Op::Reshape { .. }
-                    | Op::Permute { .. }
-                        if m == count =>
+                    op if m == count
+                        && (op.is_elementwise()
+                            || matches!(
+                                op,
+                                Op::ExpandDims { .. } | Op::Reshape { .. } | Op::Permute { .. }
+                            )) =>
                     {
                         todo.push(res)
                     }
@@ -643,19 +651,6 @@ pub fn lazy_values(k: &Kernel) -> Vec<Option<String>> {
             });
         }
     }
-    let elementwise = |op: &Op| {
-        matches!(
-            op,
-            Op::Unary { .. }
-                | Op::Binary { .. }
-                | Op::Cmp { .. }
-                | Op::Select { .. }
-                | Op::Fma { .. }
-                | Op::Clamp { .. }
-                | Op::Cast { .. }
-                | Op::Bitcast { .. }
-        )
-    };
     (0..n)
         .map(|v| {
             let reads_once = |&(ri, id): &(usize, OpId)| {
@@ -668,7 +663,7 @@ pub fn lazy_values(k: &Kernel) -> Vec<Option<String>> {
                     && match &k.op(id).op {
                         // Assigned to the loop's variables, element by element.
                         Op::Yield { .. } => for_body(),
-                        op if elementwise(op) => true,
+                        op if op.is_elementwise() => true,
                         Op::AddPtr { .. }
                         | Op::Load { .. }
                         | Op::Store { .. }
@@ -689,7 +684,7 @@ pub fn lazy_values(k: &Kernel) -> Vec<Option<String>> {
                         None
                     } else if uses[v] == 1 {
                         Some(format!("one use, by `{}` of its region", op.name()))
-                    } else if elementwise(op) {
+                    } else if op.is_elementwise() {
                         Some(format!(
                             "read {} times at the same index by one `{}`",
                             uses[v],
@@ -718,6 +713,61 @@ pub fn lazy_values(k: &Kernel) -> Vec<Option<String>> {
             }
         })
         .collect()
+}
+
+/// How the printer tests that every element of an unswitched mask is true, reading a few
+/// of them ([`CpuPlan::unswitch_tests`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllTrue {
+    /// The mask is one uniform value: that value.
+    Uniform(Value),
+    /// The mask is `lhs & rhs` (or a broadcast or reshape of it): both tests.
+    And(Box<AllTrue>, Box<AllTrue>),
+    /// The mask is `x pred bound` (or a broadcast or reshape of it), `bound` uniform and
+    /// `x` a block of `dtype` (32- or 64-bit integers) whose `runs` aligned runs of `run`
+    /// elements each step by `step` (0: equal, 1: consecutive, not wrapping): the compare
+    /// holds everywhere when it holds at each run's ends (its first element when equal).
+    Runs {
+        /// The integer block.
+        x: Value,
+        /// The comparison, with `x` on its left.
+        pred: CmpPred,
+        /// The uniform bound.
+        bound: Value,
+        /// `x`'s element type.
+        dtype: DType,
+        /// Elements per run.
+        run: u64,
+        /// Runs in the block.
+        runs: u64,
+        /// Step between a run's consecutive elements (0 or 1).
+        step: u64,
+    },
+}
+
+impl fmt::Display for AllTrue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllTrue::Uniform(v) => write!(f, "{v} is"),
+            AllTrue::And(a, b) => write!(f, "{a} and {b}"),
+            AllTrue::Runs {
+                x,
+                pred,
+                dtype,
+                run,
+                step,
+                ..
+            } => {
+                let what = if *step == 0 { "equal" } else { "consecutive" };
+                write!(
+                    f,
+                    "`{}` of {x} (runs of {run} {what} {dtype}) against a uniform bound holds \
+                     at each run's ends",
+                    pred.name()
+                )
+            }
+        }
+    }
 }
 
 /// The IR facts the unswitch and peel decisions read.
@@ -866,22 +916,22 @@ impl<'k> Facts<'k> {
             })
     }
 
-    /// How the printer tests that every element of the bool block `v` is true reading a
-    /// few elements, described; `None` when no such test is known.
-    fn all_true(&self, v: Value) -> Option<String> {
+    /// The test, reading a few elements, that every element of the bool block `v` is true;
+    /// `None` when no such test is known.
+    fn all_true(&self, v: Value) -> Option<AllTrue> {
         if self.uniform[v.index()] {
-            return Some(format!("{v} is"));
+            return Some(AllTrue::Uniform(v));
         }
         match &self.k.op(self.k.def_op(v)?).op {
             Op::Binary {
                 kind: BinaryOp::And,
                 lhs,
                 rhs,
-            } => Some(format!(
-                "{} and {}",
-                self.all_true(*lhs)?,
-                self.all_true(*rhs)?
+            } => Some(AllTrue::And(
+                Box::new(self.all_true(*lhs)?),
+                Box::new(self.all_true(*rhs)?),
             )),
+            // Every source element appears in the result and nothing else does.
             Op::Broadcast { src } | Op::ExpandDims { src, .. } | Op::Reshape { src } => {
                 self.all_true(*src)
             }
@@ -895,33 +945,47 @@ impl<'k> Facts<'k> {
     /// [`Self::all_true`] for `lhs pred rhs` over `n` elements: one side uniform, the other
     /// a 32- or 64-bit integer block whose aligned runs of [`MIN_RUN`]+ elements are
     /// constant or step by +1.
-    fn compare_all(&self, pred: CmpPred, lhs: Value, rhs: Value, n: u64) -> Option<String> {
+    fn compare_all(&self, pred: CmpPred, lhs: Value, rhs: Value, n: u64) -> Option<AllTrue> {
+        let (x, bound, pred) = if self.uniform[rhs.index()] {
+            (lhs, rhs, pred)
+        } else if self.uniform[lhs.index()] {
+            let flipped = match pred {
+                CmpPred::Lt => CmpPred::Gt,
+                CmpPred::Le => CmpPred::Ge,
+                CmpPred::Gt => CmpPred::Lt,
+                CmpPred::Ge => CmpPred::Le,
+                CmpPred::Eq | CmpPred::Ne => return None,
+            };
+            (rhs, lhs, flipped)
+        } else {
+            return None;
+        };
         if matches!(pred, CmpPred::Eq | CmpPred::Ne) {
             return None;
         }
-        let x = if self.uniform[rhs.index()] {
-            lhs
-        } else if self.uniform[lhs.index()] {
-            rhs
-        } else {
-            return None;
-        };
-        let dt = self.k.ty(x).dtype;
-        if !matches!(dt, DType::I32 | DType::I64 | DType::U32 | DType::U64) {
+        // 32- and 64-bit only: a run of at most 2^20 elements cannot wrap all the way round,
+        // so `first <= last` is exactly "the run did not wrap".
+        let dtype = self.k.ty(x).dtype;
+        if !matches!(dtype, DType::I32 | DType::I64 | DType::U32 | DType::U64) {
             return None;
         }
         let info = self.axis[x.index()];
-        let what = if info.cst >= MIN_RUN && n % info.cst == 0 {
-            format!("runs of {} equal", info.cst)
+        let (run, step) = if info.cst >= MIN_RUN && n % info.cst == 0 {
+            (info.cst, 0)
         } else if info.contig >= MIN_RUN && n % info.contig == 0 {
-            format!("runs of {} consecutive", info.contig)
+            (info.contig, 1)
         } else {
             return None;
         };
-        Some(format!(
-            "`{}` of {x} ({what} {dt}) against a uniform bound holds at each run's ends",
-            pred.name()
-        ))
+        Some(AllTrue::Runs {
+            x,
+            pred,
+            bound,
+            dtype,
+            run,
+            runs: n / run,
+            step,
+        })
     }
 
     /// For a `for` over `body` with initial values `init`: the carried slots that start as

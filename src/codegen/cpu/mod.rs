@@ -27,7 +27,7 @@
 //! Program `p` has ids `(p % g0, p / g0 % g1, p / (g0 g1))`, as in the interpreter. The run
 //! stops after the first program that made an out-of-bounds access.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::dialect::CPU;
 use super::lower::{check_block_shapes, printer_of, unsupported_on, Lowering};
@@ -35,7 +35,7 @@ use super::{abi, LaunchOptions, LayoutChoice};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{Kernel, Op, ParamKind, Value};
-use crate::opt::cpu::CpuPlan;
+use crate::opt::cpu::{AllTrue, CpuPlan};
 use crate::opt::plan::KernelPlan;
 use crate::opt::{Chip, HardwareProfile};
 
@@ -60,12 +60,15 @@ pub(super) struct CpuStage {
     pub splits: Vec<Vec<unswitch::Split>>,
     /// Masks whose reads go through a split's compile-time flag (`flag || mask[i]`).
     pub flags: HashMap<Value, String>,
+    /// Per unswitched mask, the plan's test that it is all true ([`CpuPlan::unswitch_tests`]).
+    pub tests: BTreeMap<Value, AllTrue>,
 }
 
 impl CpuStage {
-    /// The state for spelling `plan`, before anything is printed.
-    pub fn new(plan: CpuPlan) -> CpuStage {
+    /// The state for spelling `plan` for `kernel`, before anything is printed.
+    pub fn new(plan: CpuPlan, kernel: &Kernel) -> CpuStage {
         CpuStage {
+            tests: plan.unswitch_tests(kernel),
             plan,
             lazy_reads: HashMap::new(),
             lazy_depth: HashMap::new(),

@@ -12,16 +12,16 @@
 //!
 //! The check must cost far less than a pass over the mask (a full pass costs what one
 //! masked use does, measured), so the plan unswitches only masks whose check reads a few
-//! elements ([`Lowering::all_true`] prints it): comparisons of a run-contiguous or
+//! elements, and hands this printer that check ([`AllTrue`], from
+//! [`crate::opt::cpu::CpuPlan::unswitch_tests`]): comparisons of a run-contiguous or
 //! run-constant integer block with a uniform bound (`offs < n`, `rows[:, None] < m`), their
 //! broadcasts, and `&` of such masks; at most [`crate::opt::cpu::MAX_OPEN`] at once, since
 //! each doubles the code after it.
 
 use crate::codegen::lower::{Lowering, Repr};
-use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::{BinaryOp, CmpPred, Op, RegionId, Value};
-use crate::opt::cpu::MIN_RUN;
+use crate::ir::{CmpPred, RegionId, Value};
+use crate::opt::cpu::AllTrue;
 
 /// One unswitched mask: the lambda holding the rest of its region.
 #[derive(Clone, Debug)]
@@ -73,7 +73,12 @@ impl Lowering<'_> {
         let Repr::Block(name) = self.repr(v).clone() else {
             return;
         };
-        let Some(check) = self.all_true(v) else {
+        let Some(check) = self
+            .cpu
+            .as_ref()
+            .and_then(|c| c.tests.get(&v))
+            .and_then(|t| self.spell_all_true(t))
+        else {
             return;
         };
         let all = self.fresh(&format!("{name}_all"));
@@ -90,87 +95,53 @@ impl Lowering<'_> {
         }
     }
 
-    /// A C condition, reading a few elements, that holds exactly when every element of the
-    /// bool block `v` is true; `None` when no such cheap check is known.
-    fn all_true(&self, v: Value) -> Option<String> {
-        if self.is_uniform(v) {
-            return Some(format!("bool({})", self.el(v, "")));
-        }
-        match &self.k.op(self.k.def_op(v)?).op {
-            Op::Binary {
-                kind: BinaryOp::And,
-                lhs,
-                rhs,
-            } => Some(format!(
+    /// The plan's all-true test of a mask ([`AllTrue`]) as a C condition; `None` when a
+    /// value it names as uniform is not held as one here.
+    fn spell_all_true(&self, t: &AllTrue) -> Option<String> {
+        match t {
+            AllTrue::Uniform(v) => self
+                .is_uniform(*v)
+                .then(|| format!("bool({})", self.el(*v, ""))),
+            AllTrue::And(a, b) => Some(format!(
                 "({} && {})",
-                self.all_true(*lhs)?,
-                self.all_true(*rhs)?
+                self.spell_all_true(a)?,
+                self.spell_all_true(b)?
             )),
-            // Every source element appears in the result and nothing else does.
-            Op::Broadcast { src } | Op::ExpandDims { src, .. } | Op::Reshape { src } => {
-                self.all_true(*src)
+            AllTrue::Runs {
+                x,
+                pred,
+                bound,
+                run,
+                runs,
+                step,
+                ..
+            } => {
+                let sym = match pred {
+                    CmpPred::Lt => "<",
+                    CmpPred::Le => "<=",
+                    CmpPred::Gt => ">",
+                    CmpPred::Ge => ">=",
+                    CmpPred::Eq | CmpPred::Ne => return None,
+                };
+                let b = self.el(*bound, "");
+                let first = self.el(*x, &format!("tm_r * {run}u"));
+                let per_run = if *step == 0 {
+                    format!("{first} {sym} {b}")
+                } else {
+                    let last = self.el(*x, &format!("tm_r * {run}u + {}u", run - 1));
+                    // The run holds first..=last: the largest is `last`, the smallest `first`.
+                    let hi = match pred {
+                        CmpPred::Lt | CmpPred::Le => &last,
+                        _ => &first,
+                    };
+                    format!("{first} <= {last} && {hi} {sym} {b}")
+                };
+                Some(if *runs == 1 {
+                    format!("[&](uint tm_r) {{ return bool({per_run}); }}(0u)")
+                } else {
+                    format!("tm_all_runs({runs}u, [&](uint tm_r) {{ return bool({per_run}); }})")
+                })
             }
-            Op::Cmp { pred, lhs, rhs } => self.compare_all(*pred, *lhs, *rhs, self.ty(v).numel()),
-            _ => None,
         }
-    }
-
-    /// [`Self::all_true`] for `lhs pred rhs` over `n` elements, one side uniform, the other
-    /// an integer block whose aligned runs are constant or step by +1 (`AxisInfo`).
-    fn compare_all(&self, pred: CmpPred, lhs: Value, rhs: Value, n: usize) -> Option<String> {
-        let (x, bound, pred) = if self.is_uniform(rhs) {
-            (lhs, rhs, pred)
-        } else if self.is_uniform(lhs) {
-            let flipped = match pred {
-                CmpPred::Lt => CmpPred::Gt,
-                CmpPred::Le => CmpPred::Ge,
-                CmpPred::Gt => CmpPred::Lt,
-                CmpPred::Ge => CmpPred::Le,
-                CmpPred::Eq | CmpPred::Ne => return None,
-            };
-            (rhs, lhs, flipped)
-        } else {
-            return None;
-        };
-        // 32- and 64-bit only: a run of at most 2^20 elements cannot wrap all the way round,
-        // so `first <= last` is exactly "the run did not wrap".
-        if !matches!(
-            self.edt(x),
-            DType::I32 | DType::I64 | DType::U32 | DType::U64
-        ) {
-            return None;
-        }
-        let sym = match pred {
-            CmpPred::Lt => "<",
-            CmpPred::Le => "<=",
-            CmpPred::Gt => ">",
-            CmpPred::Ge => ">=",
-            CmpPred::Eq | CmpPred::Ne => return None,
-        };
-        let b = self.el(bound, "");
-        let info = self.axis[x.index()];
-        let n = n as u64;
-        let (run, per_run) = if info.cst >= MIN_RUN && n % info.cst == 0 {
-            let first = self.el(x, &format!("tm_r * {}u", info.cst));
-            (info.cst, format!("{first} {sym} {b}"))
-        } else if info.contig >= MIN_RUN && n % info.contig == 0 {
-            let c = info.contig;
-            let first = self.el(x, &format!("tm_r * {c}u"));
-            let last = self.el(x, &format!("tm_r * {c}u + {}u", c - 1));
-            // The run holds first..=last: the largest is `last`, the smallest `first`.
-            let (lo_ok, hi) = match pred {
-                CmpPred::Lt | CmpPred::Le => (format!("{first} <= {last}"), last.clone()),
-                _ => (format!("{first} <= {last}"), first.clone()),
-            };
-            (c, format!("{lo_ok} && {hi} {sym} {b}"))
-        } else {
-            return None;
-        };
-        let runs = n / run;
-        Some(if runs == 1 {
-            format!("[&](uint tm_r) {{ return bool({per_run}); }}(0u)")
-        } else {
-            format!("tm_all_runs({runs}u, [&](uint tm_r) {{ return bool({per_run}); }})")
-        })
     }
 }
