@@ -714,6 +714,12 @@ fn wrapped_offsets_are_tabled_once_per_row_and_give_the_same_results() {
     // Tabled: a division per row and per column, read through the table where the pointer
     // block's offsets are computed.
     assert!(on_src.contains("rem_at[(((tm_k >> 5) & 15u))]"), "{on_src}");
+    // Broadcasts of recipes are recipes too: no array filled per element.
+    assert!(
+        on_src.contains("const auto bcast = tm_lazy<int>"),
+        "{on_src}"
+    );
+    assert!(!on_src.contains("int bcast"), "{on_src}");
     assert_eq!(on_src.matches("% m)").count(), 1, "{on_src}");
     assert!(off_src.matches("% m)").count() > 1, "{off_src}");
     assert!(!off_src.contains("_at["), "{off_src}");

@@ -487,6 +487,12 @@ impl<'k> Lowering<'k> {
             self.line(format!("const {ct} {name} = {};", at("0u")));
             self.set(res, Repr::Scalar(name.clone()));
             name
+        } else if self.lazy_recipes() {
+            // Computed where it is read, like the recipe it comes from.
+            let name = self.lazy_block(base, dt, &at(FLAT))?;
+            self.set(res, Repr::Block(name.clone()));
+            self.recipes[res.index()] = Some(at(FLAT));
+            name
         } else {
             let lay = self.layout(res);
             let name = self.declare_block(base, dt, lay.n)?;
