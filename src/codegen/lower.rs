@@ -96,6 +96,8 @@ pub(super) struct Lowering<'k> {
     /// (a resident accumulator's rescale and its factor; a dot result kept in fragments and
     /// the elementwise ops over it).
     pub(super) frag_vals: HashMap<Value, super::mma::FragVal>,
+    /// Per dot whose loop-invariant operand A was staged before its loop: the buffer.
+    pub(super) hoisted: HashMap<OpId, String>,
     /// The warp grid of each `mma.sync` fragment array, by array name.
     pub frag_grid: HashMap<String, crate::opt::plan::WarpGrid>,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
@@ -296,6 +298,7 @@ impl<'k> Lowering<'k> {
             frags: HashMap::new(),
             frag_vals: HashMap::new(),
             frag_grid: HashMap::new(),
+            hoisted: HashMap::new(),
             local_bytes: 0,
             cpu: plan.cpu.clone().map(|c| super::cpu::CpuStage::new(c, k)),
             plan,
@@ -2598,6 +2601,11 @@ impl<'k> Lowering<'k> {
             (None, true) => (self.ring_of(id), None),
             (None, false) => (None, self.dbuf_of(id)),
         };
+        for d in self.k.region(body).ops.clone() {
+            if self.plan.hoists(d) && self.plan.hoistable(self.k, d) == Some(id) {
+                self.mma_hoist_operand(d)?;
+            }
+        }
         if let Some(ring) = &ring {
             self.ring_prologue(ring, body, (&l, &s, &trips), (iv_t, u))?;
         }

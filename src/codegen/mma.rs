@@ -17,7 +17,7 @@ use super::lower::{unsupported_on, Lowering};
 use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::{OpId, Value};
+use crate::ir::{Op, OpId, Value};
 use crate::opt::plan::{DotLowering, WarpGrid, MMA_C_PAD, MMA_OPERAND_PAD};
 use crate::opt::smem::Role;
 
@@ -397,6 +397,27 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// Stages dot `dot`'s loop-invariant operand A once, before its loop (the plan's
+    /// `hoist`), where [`Self::mma_accumulate`] reads it on every iteration.
+    pub(super) fn mma_hoist_operand(&mut self, dot: OpId) -> Result<()> {
+        let Op::Dot { a, .. } = self.k.op(dot).op else {
+            return Err(unsupported_on(
+                self.d,
+                self.k,
+                "a hoisted operand of no dot",
+            ));
+        };
+        let (m, k) = (self.ty(a).shape[0], self.ty(a).shape[1]);
+        let ka = k + PAD;
+        self.materialize(a)?;
+        let s = self.smem_buf(Role::Hoisted, self.edt(a), m * ka)?;
+        self.smem_write_begin();
+        self.stage_rows(a, &s, 0, k, ka)?;
+        self.smem_write_end();
+        self.hoisted.insert(dot, s);
+        Ok(())
+    }
+
     /// Records that `v` is held in fragment array `arr` of grid `g`.
     pub(super) fn bind_frags(&mut self, v: Value, arr: String, g: WarpGrid) {
         self.frag_grid.insert(arr.clone(), g);
@@ -477,7 +498,10 @@ impl Lowering<'_> {
             None => None,
         };
         let (ka, nb) = (k + PAD, n + PAD);
-        let boff = m * ka;
+        let hoisted = self.cur_op.and_then(|op| self.hoisted.get(&op).cloned());
+        // A staged here, or (from registers or staged before the loop) only B.
+        let a_here = a_regs.is_none() && hoisted.is_none();
+        let boff = if a_here { m * ka } else { 0 };
         // Operands copied ahead sit in the loop's ring, B right after A (`ahead.rs`), in
         // the layout staged here.
         let ring = self.in_ring(a) && self.in_ring(b);
@@ -495,7 +519,7 @@ impl Lowering<'_> {
         } else {
             let s = self.smem_buf(Role::Operands, din, boff + k * nb)?;
             self.smem_write_begin();
-            if a_regs.is_none() {
+            if a_here {
                 self.stage_rows(a, &s, 0, k, ka)?;
             }
             self.stage_rows(b, &s, boff, n, nb)?;
@@ -525,7 +549,8 @@ impl Lowering<'_> {
             fnn * 8
         ));
         self.line(format!(
-            "const uint tm_sa = (uint)__cvta_generic_to_shared({s}) + 2u * ((tm_r0 + (tm_ln & 15u)) * {ka}u + (tm_ln >> 4) * 8u);"
+            "const uint tm_sa = (uint)__cvta_generic_to_shared({}) + 2u * ((tm_r0 + (tm_ln & 15u)) * {ka}u + (tm_ln >> 4) * 8u);",
+            hoisted.as_deref().unwrap_or(&s)
         ));
         self.line(format!(
             "const uint tm_sb = (uint)__cvta_generic_to_shared({s}) + 2u * ({boff}u + (tm_ln & 15u) * {nb}u + tm_c0 + (tm_ln >> 4) * 8u);"

@@ -1288,3 +1288,112 @@ fn dot_results_kept_in_fragments_change_the_code_not_the_result() {
         );
     }
 }
+
+/// `acc += a @ b_t` for `T` tiles `b_t` of `b`, `a` loaded once before the loop.
+fn invariant_a(k: &mut crate::tl::KernelBuilder) {
+    use crate::tl::{self, Tensor};
+    let (a, b, c) = (k.ptr(F16, "a"), k.ptr(F16, "b"), k.ptr(F32, "c"));
+    let steps = k.scalar(I32, "T");
+    let (r, kk, n) = (tl::arange(0, 32), tl::arange(0, 16), tl::arange(0, 32));
+    let at = tl::load(a + r.col() * 16 + kk.row());
+    let acc: Tensor = tl::range(0, steps, 1).fold(tl::zeros([32, 32], F32), |t, acc| {
+        let bt = tl::load(b + t * 512 + kk.col() * 32 + n.row());
+        tl::dot(at, bt, acc)
+    });
+    tl::store(c + r.col() * 32 + n.row(), acc);
+}
+
+#[test]
+fn a_loop_invariant_operand_is_staged_once_before_the_loop() {
+    let k = build("invariant_a", &[], invariant_a);
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let dot = op_where(&k, |o| matches!(o, Op::Dot { .. }));
+    let hoisted = cuda::plan(&k, &sm90);
+    assert!(hoisted.hoists(dot), "{hoisted}");
+    let text = hoisted.to_string();
+    assert!(text.contains(&format!("{dot} hoist ;")), "{text}");
+    assert_eq!(KernelPlan::parse(&text).unwrap(), hoisted);
+    let mut each = hoisted.clone();
+    each.set_hoist(dot, false, "override");
+    each.place_arena(&k, &sm90);
+    each.verify(&k).unwrap();
+    // The tutorial matmul loads A inside its loop: nothing to stage before it.
+    let mm = mm(F16);
+    let mut wrong = cuda::plan(&mm, &sm90);
+    let mm_dot = op_where(&mm, |o| matches!(o, Op::Dot { .. }));
+    assert!(!wrong.hoists(mm_dot));
+    wrong.set_hoist(mm_dot, true, "override");
+    let err = wrong.verify(&mm).unwrap_err().to_string();
+    assert!(err.contains("staged once before a loop"), "{err}");
+    let progs = [&hoisted, &each].map(|p| cuda::compile_with(&k, &sm90, p).unwrap());
+    assert!(progs[0].source.contains("_hoist_f16"));
+    assert!(!progs[1].source.contains("_hoist_f16"));
+    if let Some(nv) = nvrtc() {
+        for p in &progs {
+            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+        }
+    }
+    // Results on the CPU targets and emulated Metal (which stages `a` in its loop)
+    // against f64; the CUDA kernel runs in benches/gpu (attention's `q`).
+    let steps = 3usize;
+    let h = |v: Vec<f32>| -> Vec<f32> {
+        v.into_iter()
+            .map(|x| half::f16::from_f32(x).to_f32())
+            .collect()
+    };
+    let (a, b) = (
+        h(rnd(32 * 16, 51, -1.0, 1.0)),
+        h(rnd(steps * 512, 52, -1.0, 1.0)),
+    );
+    let mut want = vec![0.0f64; 32 * 32];
+    for t in 0..steps {
+        for i in 0..32 {
+            for j in 0..32 {
+                want[i * 32 + j] += (0..16)
+                    .map(|p| a[i * 16 + p] as f64 * b[t * 512 + p * 32 + j] as f64)
+                    .sum::<f64>();
+            }
+        }
+    }
+    let hb = |x: &[f32]| -> Vec<u8> {
+        x.iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect()
+    };
+    let (ab, bb) = (hb(&a), hb(&b));
+    let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
+    for c in [false, true].into_iter().filter(|&c| !c || compiled) {
+        let mut out = vec![f32::NAN.to_bits(); 32 * 32];
+        let mut args = [
+            crate::exec::ExecArg::from(&ab[..]),
+            crate::exec::ExecArg::from(&bb[..]),
+            crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
+            crate::exec::ExecArg::from(steps as i32),
+        ];
+        crate::exec::test_support::run_on(c, &k, [1, 1, 1], &mut args)
+            .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
+        let got: Vec<f32> = out.into_iter().map(f32::from_bits).collect();
+        assert_close(&got, &want, 1e-4, &format!("compiled={c}"));
+    }
+    if emu_ok("a_loop_invariant_operand_is_staged_once_before_the_loop") {
+        let hv =
+            |x: &[f32]| -> Vec<half::f16> { x.iter().map(|v| half::f16::from_f32(*v)).collect() };
+        let p = metal::compile(&k, &LaunchOptions::default()).unwrap();
+        let got = run_prog(
+            &p,
+            &[
+                EmuBuffer::new("a", &[32, 16], &hv(&a)),
+                EmuBuffer::new("b", &[steps * 16, 32], &hv(&b)),
+                EmuBuffer::scalar("T", steps as i32),
+            ],
+            &[OutputSpec::new("c", F32, &[32, 32])],
+            [1, 1, 1],
+        );
+        assert_close(
+            &got[0].to_vec::<f32>().unwrap(),
+            &want,
+            1e-4,
+            "emulated Metal",
+        );
+    }
+}

@@ -324,6 +324,17 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     r.role = Role::Ring;
                     r.push(d.stage, DOUBLE_BUFFERS * d.elems);
                 }
+                // A loop-invariant operand A staged once, before the loop.
+                for d in (0..k.ops.len() as u32).map(OpId) {
+                    if !p.hoists(d) || p.hoistable(k, d) != Some(op) {
+                        continue;
+                    }
+                    if let (Op::Dot { a, .. }, Some(mnk)) = (&k.op(d).op, dot_dims(k, d)) {
+                        let (rows, _, pitch) = mma_operand_tile(mnk, 0);
+                        r.role = Role::Hoisted;
+                        r.push(r.edt(*a), rows * pitch);
+                    }
+                }
             }
             _ => {}
         }
@@ -444,8 +455,11 @@ fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b): (Value, Value), uniform_acc: bo
                     let (rows, _, pitch) = mma_operand_tile(mnk, o);
                     rows * pitch
                 };
+                // A staged before the loop or taken from registers: only B here.
+                let a_here =
+                    !p.hoists(op) && !p.fragment_regions(k).iter().any(|g| g.a_of.contains(&op));
                 r.role = Role::Operands;
-                r.push(din, elems(0) + elems(1));
+                r.push(din, if a_here { elems(0) } else { 0 } + elems(1));
             }
         }
         (DotLowering::Fma, _) if k.ty(a).shape.len() >= 2 => {

@@ -334,6 +334,9 @@ pub struct KernelPlan {
     k_slices: BTreeMap<OpId, (usize, String)>,
     /// `mma.sync` dots whose results stay in their C fragments ([`super::fragments`]).
     fragments: BTreeMap<OpId, String>,
+    /// `mma.sync` dots of a `for` body whose operand A is loop-invariant, staged once
+    /// before the loop.
+    hoists: BTreeMap<OpId, String>,
     /// Per op converting an `[m, n]` accumulator between fragments and the blocked layout
     /// (the dot, or the `for` keeping it in fragments): rows per band.
     bands: BTreeMap<(OpId, usize, usize), (usize, String)>,
@@ -635,6 +638,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
         decisions: BTreeMap::new(),
         k_slices: BTreeMap::new(),
         fragments: BTreeMap::new(),
+        hoists: BTreeMap::new(),
         bands: BTreeMap::new(),
         arena: {
             let (limit, why) = budget(opts, printer);
@@ -709,6 +713,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
             }
         }
     }
+    p.plan_hoists(kernel);
     p.plan_tiling(kernel);
     if printer.threads == 1 {
         let (vec, base) = (p.vec, opts.vector_elems());
@@ -1119,6 +1124,14 @@ impl KernelPlan {
                         .iter()
                         .filter_map(|l| k.op(l.load).result())
                         .collect(),
+                    Role::Hoisted => (0..k.ops.len() as u32)
+                        .map(OpId)
+                        .filter(|&d| self.hoists(d) && self.hoistable(k, d) == Some(b.op))
+                        .filter_map(|d| match k.op(d).op {
+                            Op::Dot { a, .. } => Some(a),
+                            _ => None,
+                        })
+                        .collect(),
                     _ => Vec::new(),
                 };
             }
@@ -1298,6 +1311,82 @@ impl KernelPlan {
                 ),
             );
         }
+    }
+
+    /// The `for` loop whose body holds dot `op` when its operand A is defined outside that
+    /// loop, is a staged block (not in fragments, not copied ahead) and the dot is the
+    /// body's only such one: the operand can be staged once before the loop.
+    pub fn hoistable(&self, k: &Kernel, op: OpId) -> Option<OpId> {
+        let Op::Dot { a, .. } = k.op(op).op else {
+            return None;
+        };
+        if !matches!(self.dot(op), DotLowering::Mma(_)) || !k.ty(a).is_block() {
+            return None;
+        }
+        let body = k.op(op).parent;
+        let f = k.region(body).parent?;
+        if !matches!(k.op(f).op, Op::For { .. }) {
+            return None;
+        }
+        // Defined before the loop in an enclosing region: its value is the same on every
+        // iteration.
+        let outside = match k.def_op(a) {
+            Some(d) => {
+                let mut r = k.op(f).parent;
+                loop {
+                    if k.op(d).parent == r {
+                        break true;
+                    }
+                    match k.region(r).parent {
+                        Some(o) => r = k.op(o).parent,
+                        None => break false,
+                    }
+                }
+            }
+            None => matches!(k.values[a.index()].def, crate::ir::ValueDef::Param(_)),
+        };
+        let from_regs = self
+            .fragments
+            .keys()
+            .filter_map(|&d| super::fragments::region(k, d))
+            .any(|r| r.a_of.contains(&op));
+        let others = k.region(body).ops.iter().filter(|&&o| {
+            o != op
+                && matches!(k.op(o).op, Op::Dot { a: x, .. } if k.ty(x).is_block() && x != a)
+                && self.hoists.contains_key(&o)
+        });
+        (outside && !from_regs && others.count() == 0).then_some(f)
+    }
+
+    /// Stages once, before their loop, the loop-invariant A operands of `mma.sync` dots in
+    /// `for` bodies (one per loop).
+    fn plan_hoists(&mut self, k: &Kernel) {
+        for i in 0..k.ops.len() {
+            let id = OpId(i as u32);
+            if let Some(f) = self.hoistable(k, id) {
+                self.hoists.insert(
+                    id,
+                    format!("`a` does not change in the loop of {f}: staged once before it"),
+                );
+            }
+        }
+    }
+
+    /// Whether dot `op`'s operand A is staged once before its loop.
+    pub fn hoists(&self, op: OpId) -> bool {
+        self.hoists.contains_key(&op)
+    }
+
+    /// Stages (or not) dot `op`'s loop-invariant operand A once before its loop;
+    /// [`Self::verify`] checks the kernel allows it.
+    pub fn set_hoist(&mut self, op: OpId, on: bool, why: impl Into<String>) {
+        if on {
+            self.hoists.insert(op, why.into());
+        } else {
+            self.hoists.remove(&op);
+        }
+        self.arena.buffers.clear();
+        self.barriers.clear();
     }
 
     /// Whether `mma.sync` dot `op` keeps its result in its C fragments.
@@ -1515,6 +1604,18 @@ impl KernelPlan {
                 None => return bad(op, "a K slice on an op that is not a 2-D dot".into()),
             }
         }
+        for &op in self.hoists.keys() {
+            let mut others = self.clone();
+            others.hoists.remove(&op);
+            if kernel.ops.get(op.index()).is_none() || others.hoistable(kernel, op).is_none() {
+                return bad(
+                    op,
+                    "its operand A cannot be staged once before a loop (not a tiled dot of a \
+                     for body with A defined before the loop, one per loop)"
+                        .into(),
+                );
+            }
+        }
         for &op in self.fragments.keys() {
             let Some(r) = kernel
                 .ops
@@ -1631,6 +1732,7 @@ impl KernelPlan {
             decisions: BTreeMap::new(),
             k_slices: BTreeMap::new(),
             fragments: BTreeMap::new(),
+            hoists: BTreeMap::new(),
             bands: BTreeMap::new(),
             arena: Arena::new(0, String::new()),
             cpu: None,
@@ -1691,6 +1793,10 @@ impl KernelPlan {
             let d = match &w[1..] {
                 ["fragments"] => {
                     p.fragments.insert(op, why.to_string());
+                    continue;
+                }
+                ["hoist"] => {
+                    p.hoists.insert(op, why.to_string());
                     continue;
                 }
                 [kc] if kc.starts_with("kslice=") => {
@@ -1809,6 +1915,9 @@ impl fmt::Display for KernelPlan {
         }
         for (op, why) in &self.fragments {
             writeln!(f, "  {op} fragments ; {why}")?;
+        }
+        for (op, why) in &self.hoists {
+            writeln!(f, "  {op} hoist ; {why}")?;
         }
         for ((op, m, n), (rows, why)) in &self.bands {
             writeln!(f, "  {op} band {m}x{n} rows={rows} ; {why}")?;

@@ -68,10 +68,13 @@ pub enum Role {
     /// (`Decision::Ahead`): blocked -> staged tiles, live through the whole loop body (not
     /// before or after the loop).
     Ring,
+    /// A loop-invariant `tl.dot` operand A of a `for` body, staged once before the loop
+    /// (`KernelPlan::hoists`): blocked -> staged tile, live through the whole loop.
+    Hoisted,
 }
 
 impl Role {
-    const ALL: [Role; 8] = [
+    const ALL: [Role; 9] = [
         Role::Operands,
         Role::AccIn,
         Role::AccOut,
@@ -80,6 +83,7 @@ impl Role {
         Role::Shape,
         Role::Atomic,
         Role::Ring,
+        Role::Hoisted,
     ];
 
     /// The role's name in the plan's text form.
@@ -93,6 +97,7 @@ impl Role {
             Role::Shape => "shape",
             Role::Atomic => "atomic",
             Role::Ring => "dot.ring",
+            Role::Hoisted => "dot.hoisted",
         }
     }
 
@@ -107,6 +112,7 @@ impl Role {
             Role::Shape => "shape",
             Role::Atomic => "atom",
             Role::Ring => "ring",
+            Role::Hoisted => "hoist",
         }
     }
 
@@ -135,6 +141,7 @@ impl Role {
             Role::Shape => ("blocked", "blocked"),
             Role::Atomic => ("scalar", "uniform"),
             Role::Ring => ("blocked", "dot.staged"),
+            Role::Hoisted => ("blocked", "dot.staged"),
         }
     }
 }
@@ -293,6 +300,8 @@ impl Arena {
                     // The body's moments lie strictly between the loop's `during` and
                     // `after`.
                     Role::Ring => (m[1], m[2].saturating_sub(1).max(m[1])),
+                    // Written before the loop, read in its body, dead once it ends.
+                    Role::Hoisted => (m[0], m[2].saturating_sub(1).max(m[0])),
                     _ => (m[0], m[2]),
                 };
                 Buffer {
