@@ -63,14 +63,32 @@ impl Lowering<'_> {
         })
     }
 
-    /// Opens the per-lane loops over this warp's accumulator registers: `tm_r` indexes the
-    /// fragment array, `tm_row`/`tm_col` are the element's coordinates in `[m, n]`. Warps
-    /// without tiles skip the block. The caller closes two scopes.
-    fn open_frag_elems(&mut self, g: WarpGrid) {
+    /// Opens a scope with `tm_w` (this thread's warp) and `tm_ln` (its lane); the caller
+    /// closes it.
+    fn open_warp_ids(&mut self) {
         self.line("{");
         self.indent += 1;
         self.line("const uint tm_w = tm_lid >> 5;");
         self.line("const uint tm_ln = tm_lid & 31u;");
+    }
+
+    /// [`Self::open_warp_ids`], then a scope only the warps of grid `g` enter; the caller
+    /// closes both.
+    fn open_active_warps(&mut self, g: WarpGrid) {
+        self.open_warp_ids();
+        if g.active() < self.threads / 32 {
+            self.open(format!("if (tm_w < {}u)", g.active()));
+        } else {
+            self.line("{");
+            self.indent += 1;
+        }
+    }
+
+    /// Opens the per-lane loops over this warp's accumulator registers: `tm_r` indexes the
+    /// fragment array, `tm_row`/`tm_col` are the element's coordinates in `[m, n]`. Warps
+    /// without tiles skip the block. The caller closes two scopes.
+    fn open_frag_elems(&mut self, g: WarpGrid) {
+        self.open_warp_ids();
         let guard = if g.active() < self.threads / 32 {
             format!("if (tm_w < {}u) ", g.active())
         } else {
@@ -316,16 +334,7 @@ impl Lowering<'_> {
         let rows = 2 * g.fm;
         let part = self.fresh("rows");
         self.line(format!("{ct} {part}[{rows}];"));
-        self.line("{");
-        self.indent += 1;
-        self.line("const uint tm_w = tm_lid >> 5;");
-        self.line("const uint tm_ln = tm_lid & 31u;");
-        if g.active() < self.threads / 32 {
-            self.open(format!("if (tm_w < {}u)", g.active()));
-        } else {
-            self.line("{");
-            self.indent += 1;
-        }
+        self.open_active_warps(g);
         self.line("#pragma unroll");
         self.open(format!("for (uint tm_p = 0; tm_p < {rows}u; ++tm_p)"));
         // Row slot p: tile row p / 2, upper or lower half p % 2; register 2 * (p % 2) + e
@@ -373,10 +382,7 @@ impl Lowering<'_> {
         self.close();
         let s = self.scratch_array(dt, m)?;
         self.smem_write_begin();
-        self.line("{");
-        self.indent += 1;
-        self.line("const uint tm_w = tm_lid >> 5;");
-        self.line("const uint tm_ln = tm_lid & 31u;");
+        self.open_warp_ids();
         self.open(format!("if (tm_w < {}u && (tm_ln & 3u) == 0u)", g.active()));
         self.line("#pragma unroll");
         self.open(format!("for (uint tm_p = 0; tm_p < {rows}u; ++tm_p)"));
@@ -528,16 +534,7 @@ impl Lowering<'_> {
         };
         let ty = if din == DType::BF16 { "bf16" } else { "f16" };
         let (fm, fnn) = (g.fm, g.fn_);
-        self.line("{");
-        self.indent += 1;
-        self.line("const uint tm_w = tm_lid >> 5;");
-        self.line("const uint tm_ln = tm_lid & 31u;");
-        if g.active() < self.threads / 32 {
-            self.open(format!("if (tm_w < {}u)", g.active()));
-        } else {
-            self.line("{");
-            self.indent += 1;
-        }
+        self.open_active_warps(g);
         self.line(format!(
             "const uint tm_r0 = (tm_w / {}u) * {}u;",
             g.wn,

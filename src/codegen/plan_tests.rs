@@ -131,23 +131,52 @@ fn run_mm_cpu(k: &Kernel, a: &[f32], b: &[f32], half: bool) -> Vec<Vec<f32>> {
         }
     };
     let (ab, bb) = (bytes(a), bytes(b));
+    let args = [
+        CpuArg::In(&ab),
+        CpuArg::In(&bb),
+        CpuArg::Out,
+        CpuArg::I32(m as i32),
+        CpuArg::I32(n as i32),
+        CpuArg::I32(kk as i32),
+    ];
+    cpu_runs(k, [2, 2, 1], m * n, &args)
+        .into_iter()
+        .map(|(_, out)| out)
+        .collect()
+}
+
+/// An argument of a kernel run by [`cpu_runs`], in parameter order.
+enum CpuArg<'a> {
+    /// An input buffer.
+    In(&'a [u8]),
+    /// The f32 output (poisoned with NaN before each run).
+    Out,
+    /// An `i32` scalar.
+    I32(i32),
+}
+
+/// Runs `k` on the interpreter and the compiled CPU executor (where clang is found, as
+/// in CI) with its f32 output of `n_out` elements poisoned: `(compiled, output)` per run.
+fn cpu_runs(k: &Kernel, grid: [usize; 3], n_out: usize, args: &[CpuArg]) -> Vec<(bool, Vec<f32>)> {
     let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
     [false, true]
         .into_iter()
         .filter(|&c| !c || compiled)
         .map(|c| {
-            let mut out = vec![f32::NAN.to_bits(); m * n];
-            let mut args = [
-                crate::exec::ExecArg::from(&ab[..]),
-                crate::exec::ExecArg::from(&bb[..]),
-                crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
-                crate::exec::ExecArg::from(m as i32),
-                crate::exec::ExecArg::from(n as i32),
-                crate::exec::ExecArg::from(kk as i32),
-            ];
-            crate::exec::test_support::run_on(c, k, [2, 2, 1], &mut args)
+            let mut out = vec![f32::NAN.to_bits(); n_out];
+            let mut out_arg = Some(crate::exec::test_support::bytes_mut(&mut out));
+            let mut xs: Vec<crate::exec::ExecArg> = args
+                .iter()
+                .map(|a| match a {
+                    CpuArg::In(b) => crate::exec::ExecArg::from(*b),
+                    CpuArg::Out => crate::exec::ExecArg::from(out_arg.take().expect("one output")),
+                    CpuArg::I32(v) => crate::exec::ExecArg::from(*v),
+                })
+                .collect();
+            crate::exec::test_support::run_on(c, k, grid, &mut xs)
                 .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
-            out.into_iter().map(f32::from_bits).collect()
+            drop(xs);
+            (c, out.into_iter().map(f32::from_bits).collect())
         })
         .collect()
 }
@@ -1096,22 +1125,16 @@ fn a_rescaled_accumulator_stays_in_mma_fragments() {
         };
         let (ab, bb) = (half_bytes(&a), half_bytes(&b));
         let sb: Vec<u8> = s.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let compiled =
-            crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
-        for c in [false, true].into_iter().filter(|&c| !c || compiled) {
-            let mut out = vec![f32::NAN.to_bits(); m * n];
-            let mut args = [
-                crate::exec::ExecArg::from(&ab[..]),
-                crate::exec::ExecArg::from(&bb[..]),
-                crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
-                crate::exec::ExecArg::from(&sb[..]),
-                crate::exec::ExecArg::from(m as i32),
-                crate::exec::ExecArg::from(n as i32),
-                crate::exec::ExecArg::from(kk as i32),
-            ];
-            crate::exec::test_support::run_on(c, &k, [2, 2, 1], &mut args)
-                .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
-            let got: Vec<f32> = out.into_iter().map(f32::from_bits).collect();
+        let args = [
+            CpuArg::In(&ab),
+            CpuArg::In(&bb),
+            CpuArg::Out,
+            CpuArg::In(&sb),
+            CpuArg::I32(m as i32),
+            CpuArg::I32(n as i32),
+            CpuArg::I32(kk as i32),
+        ];
+        for (c, got) in cpu_runs(&k, [2, 2, 1], m * n, &args) {
             assert_close(&got, &want, 1e-4, &format!("compiled={c}, by_row {by_row}"));
         }
         if emu_ok("a_rescaled_accumulator_stays_in_mma_fragments") {
@@ -1250,19 +1273,14 @@ fn dot_results_kept_in_fragments_change_the_code_not_the_result() {
             .collect()
     };
     let (qb, kb, vb) = (hb(&q), hb(&kk), hb(&v));
-    let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
-    for c in [false, true].into_iter().filter(|&c| !c || compiled) {
-        let mut out = vec![f32::NAN.to_bits(); 64 * 32];
-        let mut args = [
-            crate::exec::ExecArg::from(&qb[..]),
-            crate::exec::ExecArg::from(&kb[..]),
-            crate::exec::ExecArg::from(&vb[..]),
-            crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
-            crate::exec::ExecArg::from(n_ctx as i32),
-        ];
-        crate::exec::test_support::run_on(c, &k, [1, 1, 1], &mut args)
-            .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
-        let got: Vec<f32> = out.into_iter().map(f32::from_bits).collect();
+    let args = [
+        CpuArg::In(&qb),
+        CpuArg::In(&kb),
+        CpuArg::In(&vb),
+        CpuArg::Out,
+        CpuArg::I32(n_ctx as i32),
+    ];
+    for (c, got) in cpu_runs(&k, [1, 1, 1], 64 * 32, &args) {
         assert_close(&got, &want, 2e-3, &format!("compiled={c}"));
     }
     if emu_ok("dot_results_kept_in_fragments_change_the_code_not_the_result") {
@@ -1361,18 +1379,13 @@ fn a_loop_invariant_operand_is_staged_once_before_the_loop() {
             .collect()
     };
     let (ab, bb) = (hb(&a), hb(&b));
-    let compiled = crate::emu::Emulator::should_run("compiled CPU executor").expect("clang check");
-    for c in [false, true].into_iter().filter(|&c| !c || compiled) {
-        let mut out = vec![f32::NAN.to_bits(); 32 * 32];
-        let mut args = [
-            crate::exec::ExecArg::from(&ab[..]),
-            crate::exec::ExecArg::from(&bb[..]),
-            crate::exec::ExecArg::from(crate::exec::test_support::bytes_mut(&mut out)),
-            crate::exec::ExecArg::from(steps as i32),
-        ];
-        crate::exec::test_support::run_on(c, &k, [1, 1, 1], &mut args)
-            .unwrap_or_else(|e| panic!("compiled={c}: {e}"));
-        let got: Vec<f32> = out.into_iter().map(f32::from_bits).collect();
+    let args = [
+        CpuArg::In(&ab),
+        CpuArg::In(&bb),
+        CpuArg::Out,
+        CpuArg::I32(steps as i32),
+    ];
+    for (c, got) in cpu_runs(&k, [1, 1, 1], 32 * 32, &args) {
         assert_close(&got, &want, 1e-4, &format!("compiled={c}"));
     }
     if emu_ok("a_loop_invariant_operand_is_staged_once_before_the_loop") {

@@ -305,7 +305,17 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     r.push(dt, geo.n);
                 }
             }
-            Op::Dot { a, b, acc } => dot(&mut r, p, (*a, *b), h[acc.index()] == Held::Uniform),
+            Op::Dot { a, b, acc } => {
+                // A staged before the loop or taken from registers: not staged by the dot.
+                let a_staged = !p.hoists(op) && !regions.iter().any(|g| g.a_of.contains(&op));
+                dot(
+                    &mut r,
+                    p,
+                    (*a, *b),
+                    h[acc.index()] == Held::Uniform,
+                    a_staged,
+                )
+            }
             Op::For { init, .. } => {
                 for &s in p.resident(op) {
                     let Some(&v) = init.get(s) else { continue };
@@ -404,8 +414,14 @@ pub fn double_buffer(k: &Kernel, p: &KernelPlan, op: OpId) -> Option<DoubleBuffe
 }
 
 /// The buffers of `tl.dot` `r.op`; a `uniform_acc` (usually zeros) fills the fragments
-/// without staging.
-fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b): (Value, Value), uniform_acc: bool) {
+/// without staging, and only B is staged unless `a_staged`.
+fn dot(
+    r: &mut Reqs<'_>,
+    p: &KernelPlan,
+    (a, b): (Value, Value),
+    uniform_acc: bool,
+    a_staged: bool,
+) {
     let (k, op) = (r.k, r.op);
     // An accumulator a loop keeps in fragments: only the operands move.
     let resident = p.accumulates_in_fragments(k, op);
@@ -455,11 +471,8 @@ fn dot(r: &mut Reqs<'_>, p: &KernelPlan, (a, b): (Value, Value), uniform_acc: bo
                     let (rows, _, pitch) = mma_operand_tile(mnk, o);
                     rows * pitch
                 };
-                // A staged before the loop or taken from registers: only B here.
-                let a_here =
-                    !p.hoists(op) && !p.fragment_regions(k).iter().any(|g| g.a_of.contains(&op));
                 r.role = Role::Operands;
-                r.push(din, if a_here { elems(0) } else { 0 } + elems(1));
+                r.push(din, if a_staged { elems(0) } else { 0 } + elems(1));
             }
         }
         (DotLowering::Fma, _) if k.ty(a).shape.len() >= 2 => {

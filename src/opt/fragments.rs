@@ -10,6 +10,7 @@
 //! rows (one warp along N), so row reductions stay inside a warp and the C fragments of
 //! two neighbouring N tiles are exactly an A fragment of the next dot.
 
+use super::buffers::Held;
 use crate::dtype::DType;
 use crate::ir::{Kernel, Op, OpId, ReduceKind, Value};
 
@@ -44,15 +45,6 @@ impl Region {
     }
 }
 
-fn uniform(k: &Kernel, v: Value) -> bool {
-    k.ty(v).is_scalar()
-        || k.def_op(v).is_some_and(|d| match &k.op(d).op {
-            Op::Constant { .. } => true,
-            Op::Splat { src } => k.ty(*src).is_scalar(),
-            _ => false,
-        })
-}
-
 fn elementwise(op: &Op) -> bool {
     matches!(
         op,
@@ -72,13 +64,15 @@ pub fn region(k: &Kernel, dot: OpId) -> Option<Region> {
     };
     let res = k.op(dot).result()?;
     let ty = k.ty(res);
-    if ty.shape.len() != 2 || ty.dtype != DType::F32 || !uniform(k, acc) {
+    // How the printer holds each value: uniform, recomputed from its index, or a block.
+    let how = super::buffers::held(k);
+    let uniform = |v: Value| how[v.index()] == Held::Uniform;
+    if ty.shape.len() != 2 || ty.dtype != DType::F32 || !uniform(acc) {
         return None;
     }
     let (m, n) = (ty.shape[0], ty.shape[1]);
     let block = k.op(dot).parent;
     let uses = k.use_counts();
-    let recomputed = super::buffers::held(k);
     let mut held = vec![res];
     let mut r = Region {
         dot,
@@ -111,8 +105,8 @@ pub fn region(k: &Kernel, dot: OpId) -> Option<Region> {
                     return None;
                 }
                 for &v in &operands {
-                    let recipe = matches!(recomputed[v.index()], super::buffers::Held::Recipe(_));
-                    if held.contains(&v) || uniform(k, v) || recipe && k.ty(v).shape == ty.shape {
+                    let recipe = matches!(how[v.index()], Held::Recipe(_));
+                    if held.contains(&v) || uniform(v) || recipe && k.ty(v).shape == ty.shape {
                         continue;
                     }
                     let b = k.def_op(v)?;

@@ -100,7 +100,7 @@ fn pure_slice(k: &Kernel, r: RegionId, v: Value, allowed: &[Value]) -> Option<Ve
 }
 
 /// Whether region `def` (where a value is defined) encloses region `r`.
-fn is_outside(k: &Kernel, def: RegionId, mut r: RegionId) -> bool {
+pub(crate) fn is_outside(k: &Kernel, def: RegionId, mut r: RegionId) -> bool {
     loop {
         let Some(owner) = k.region(r).parent else {
             return false;

@@ -1331,30 +1331,18 @@ impl KernelPlan {
         // Defined before the loop in an enclosing region: its value is the same on every
         // iteration.
         let outside = match k.def_op(a) {
-            Some(d) => {
-                let mut r = k.op(f).parent;
-                loop {
-                    if k.op(d).parent == r {
-                        break true;
-                    }
-                    match k.region(r).parent {
-                        Some(o) => r = k.op(o).parent,
-                        None => break false,
-                    }
-                }
-            }
+            Some(d) => super::pipeline::is_outside(k, k.op(d).parent, body),
             None => matches!(k.values[a.index()].def, crate::ir::ValueDef::Param(_)),
         };
         let from_regs = self
-            .fragments
-            .keys()
-            .filter_map(|&d| super::fragments::region(k, d))
+            .fragment_regions(k)
+            .iter()
             .any(|r| r.a_of.contains(&op));
-        let others = k.region(body).ops.iter().filter(|&&o| {
-            o != op
-                && matches!(k.op(o).op, Op::Dot { a: x, .. } if k.ty(x).is_block() && x != a)
-                && self.hoists.contains_key(&o)
-        });
+        let others = k
+            .region(body)
+            .ops
+            .iter()
+            .filter(|&&o| o != op && self.hoists.contains_key(&o));
         (outside && !from_regs && others.count() == 0).then_some(f)
     }
 
@@ -1605,9 +1593,7 @@ impl KernelPlan {
             }
         }
         for &op in self.hoists.keys() {
-            let mut others = self.clone();
-            others.hoists.remove(&op);
-            if kernel.ops.get(op.index()).is_none() || others.hoistable(kernel, op).is_none() {
+            if kernel.ops.get(op.index()).is_none() || self.hoistable(kernel, op).is_none() {
                 return bad(
                     op,
                     "its operand A cannot be staged once before a loop (not a tiled dot of a \
