@@ -296,6 +296,7 @@ pub fn generate_with(int_spec: bool) -> Result<Vec<(String, String)>> {
             "static_shared_mem": prog.shared_mem_bytes,
             "constexprs": c.constexprs.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
             "num_warps": c.num_warps,
+            "arch": prog.nvrtc_arch("sm_90"),
             "params": params,
         }));
         files.push((file, prog.standalone()));

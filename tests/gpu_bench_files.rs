@@ -40,8 +40,21 @@ fn committed_gpu_bench_files_are_current() {
         );
     }
     if let Some(n) = support::nvrtc() {
+        let manifest: serde_json::Value = files
+            .iter()
+            .find(|(n, _)| n == "manifest.json")
+            .and_then(|(_, t)| serde_json::from_str(t).ok())
+            .unwrap();
         for (name, text) in files.iter().filter(|(n, _)| n.ends_with(".cu")) {
-            if let Err(e) = n.compile(name, text, "compute_90") {
+            let entry = manifest["kernels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|k| k["file"] == name.as_str())
+                .unwrap();
+            // The virtual architecture of the manifest's `sm_90` or `sm_90a`.
+            let arch = entry["arch"].as_str().unwrap().replace("sm_", "compute_");
+            if let Err(e) = n.compile(name, text, &arch) {
                 panic!("{e}");
             }
         }

@@ -317,7 +317,7 @@ fn check_metal_plan(
     if std::env::var_os(codegen::nvrtc::NVRTC_DIR_ENV).is_some() {
         let nvrtc = Nvrtc::from_env().unwrap();
         nvrtc
-            .compile(&prog.name, &prog.standalone(), "sm_90")
+            .compile(&prog.name, &prog.standalone(), &prog.nvrtc_arch("sm_90"))
             .unwrap_or_else(|e| panic!("NVRTC, {blocks:?} on {warps} warps: {e}"));
     }
 }

@@ -74,8 +74,11 @@ class Generated:
         if case not in self.modules:
             with open(os.path.join(self.folder, spec["file"])) as f:
                 src = f.read()
-            mod = self.cupy.RawModule(code=src, options=("-std=c++17", "--use_fast_math") if spec.get("fast_math") else ("-std=c++17",),
-                                      name_expressions=None)
+            options = ("-std=c++17", "--use_fast_math") if spec.get("fast_math") else ("-std=c++17",)
+            if spec.get("arch", "sm_90") != "sm_90":
+                # wgmma needs the architecture-specific sm_90a (MLX compiles for it too).
+                options += ("-arch=" + spec["arch"],)
+            mod = self.cupy.RawModule(code=src, options=options, name_expressions=None)
             self.modules[case] = mod.get_function(spec["entry"])
         fn = self.modules[case]
         args = []

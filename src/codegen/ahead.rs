@@ -19,7 +19,7 @@ use super::lower::{unsupported_on, Lowering, Repr};
 use crate::error::Result;
 use crate::ir::{Op, OpId, RegionId, Value};
 use crate::opt::pipeline::{ahead_loads, AheadLoad};
-use crate::opt::plan::{dot_dims, mma_operand_tile};
+use crate::opt::plan::{dot_dims, ring_operand_tile, WGMMA_RING_ALIGN, WGMMA_SWIZZLE_COLS};
 
 /// The ring of one loop.
 pub(super) struct Ring {
@@ -29,6 +29,23 @@ pub(super) struct Ring {
     stages: usize,
     /// Bytes of one buffer.
     stage_bytes: usize,
+    /// A dot reading the ring is spelled as `wgmma`: the ring starts 1024-byte aligned and
+    /// the async proxy is fenced before the dot reads what the copies wrote.
+    wgmma: bool,
+}
+
+/// Element offset, in a ring buffer's tile of `rows` rows of `row` elements (pitch
+/// `pitch`), of the element at flat index `l` of the tile: row-major with padded rows, or
+/// for a `wgmma` operand the swizzled blocks of [`ring_operand_tile`].
+fn tile_offset(wgmma: bool, (rows, row, pitch): (usize, usize, usize), l: &str) -> String {
+    if !wgmma {
+        return format!("({l} / {row}u) * {pitch}u + {l} % {row}u");
+    }
+    let w = WGMMA_SWIZZLE_COLS;
+    format!(
+        "({l} % {row}u) / {w}u * {}u + ({l} / {row}u) * {w}u + (((({l} % {w}u) >> 3) ^ (({l} / {row}u) & 7u)) << 3) + ({l} & 7u)",
+        rows * w
+    )
 }
 
 impl Lowering<'_> {
@@ -45,8 +62,10 @@ impl Lowering<'_> {
         loads.sort_by_key(|l| (l.dot, l.operand));
         let mut off = 0usize;
         let mut out = Vec::new();
+        let wgmma = loads.iter().any(|l| self.plan.wgmma(l.dot));
         for l in loads {
-            let (rows, _, pitch) = mma_operand_tile(dot_dims(self.k, l.dot)?, l.operand);
+            let (rows, _, pitch) =
+                ring_operand_tile(&self.plan, l.dot, dot_dims(self.k, l.dot)?, l.operand);
             let bytes = rows * pitch * self.edt(self.k.op(l.load).result()?).size_bytes();
             out.push((l, off));
             off += bytes.next_multiple_of(16);
@@ -55,6 +74,7 @@ impl Lowering<'_> {
             loads: out,
             stages,
             stage_bytes: off,
+            wgmma,
         })
     }
 
@@ -81,7 +101,9 @@ impl Lowering<'_> {
         let (ptr, mask) = (*ptr, *mask);
         let dims = dot_dims(self.k, l.dot)
             .ok_or_else(|| unsupported_on(self.d, self.k, "a batched dot issued ahead"))?;
-        let (_, row, pitch) = mma_operand_tile(dims, l.operand);
+        let tile = ring_operand_tile(&self.plan, l.dot, dims, l.operand);
+        let (_, row, _) = tile;
+        let swz = self.plan.wgmma(l.dot);
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
         let base = self.param_name(ptr)?;
@@ -109,8 +131,11 @@ impl Lowering<'_> {
         let bytes = v * dt.size_bytes();
         if matches!(bytes, 4 | 8 | 16) && row % v == 0 && !lay.has_idle_threads() {
             self.open_chunks(lay, true);
+            // A chunk stays inside one 16-byte unit of the swizzle, so its elements stay
+            // consecutive.
             self.line(format!(
-                "{ct}* const tm_d = tm_rb + (tm_l / {row}u) * {pitch}u + tm_l % {row}u;"
+                "{ct}* const tm_d = tm_rb + {};",
+                tile_offset(swz, tile, "tm_l")
             ));
             self.line(format!(
                 "const {ct}* const tm_s = {base} + ({});",
@@ -169,7 +194,7 @@ impl Lowering<'_> {
             if guard {
                 conds.push(format!("tm_l < {}u", lay.n));
             }
-            let dst = format!("tm_rb[(tm_l / {row}u) * {pitch}u + tm_l % {row}u]");
+            let dst = format!("tm_rb[{}]", tile_offset(swz, tile, "tm_l"));
             match masked(self, "tm_i") {
                 Some(m) => self.line(format!("{dst} = ({m}) ? {a} : {ct}(0);")),
                 None => self.line(format!("{dst} = {a};")),
@@ -219,8 +244,20 @@ impl Lowering<'_> {
         (lo, step, trips): (&str, &str, &str),
         (iv_t, u): (&str, &str),
     ) -> Result<()> {
-        self.ring_bytes = self.ring_bytes.max(ring.stages * ring.stage_bytes);
-        self.line("extern __shared__ __align__(16) uchar tm_ring[];");
+        if ring.wgmma {
+            self.ring_bytes = self
+                .ring_bytes
+                .max(ring.stages * ring.stage_bytes + WGMMA_RING_ALIGN);
+            self.line("extern __shared__ __align__(16) uchar tm_ring_base[];");
+            self.line(format!(
+                "uchar* const tm_ring = tm_ring_base + (({a}u - ((uint)__cvta_generic_to_shared(tm_ring_base) & {m}u)) & {m}u);",
+                a = WGMMA_RING_ALIGN,
+                m = WGMMA_RING_ALIGN - 1
+            ));
+        } else {
+            self.ring_bytes = self.ring_bytes.max(ring.stages * ring.stage_bytes);
+            self.line("extern __shared__ __align__(16) uchar tm_ring[];");
+        }
         let step_ops: Vec<OpId> = ring
             .loads
             .iter()
@@ -260,6 +297,11 @@ impl Lowering<'_> {
             "asm volatile(\"cp.async.wait_group {};\" ::: \"memory\");",
             s - 2
         ));
+        if ring.wgmma {
+            // The copies (and any element-wise writes) go through the generic proxy;
+            // `wgmma` reads through the async proxy.
+            self.line("asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");");
+        }
         self.line(self.d.barrier);
         self.hazard.reads_pending = false;
         let next = format!("{iv_t}({u}({iv}) + {}u * {u}({step}))", s - 1);

@@ -71,6 +71,9 @@ pub struct CudaProgram {
     pub dynamic_shared_mem_bytes: usize,
     /// The kernel uses atomics (relaxed, on plain `T*` outputs).
     pub uses_atomics: bool,
+    /// The source uses instructions only `sm_90a` has (`wgmma`): it compiles for
+    /// `compute_90a`/`sm_90a` only, which is what MLX's `cuda_kernel` gives an H100.
+    pub sm90a: bool,
     /// Layout and strategy decisions, in program order.
     pub layouts: Vec<LayoutChoice>,
     /// The plan the printer spelled, its shared-memory buffers placed.
@@ -92,6 +95,17 @@ impl CudaProgram {
             )));
         }
         Ok((grid, block))
+    }
+
+    /// The NVRTC `-arch` for this program where the caller would give `arch`
+    /// (`compute_90`, `sm_90`, ...): its architecture-specific `a` form when the source
+    /// needs `sm_90a` ([`CudaProgram::sm90a`]).
+    pub fn nvrtc_arch(&self, arch: &str) -> String {
+        if self.sm90a && arch.ends_with("_90") {
+            format!("{arch}a")
+        } else {
+            arch.to_string()
+        }
     }
 
     /// The grid in blocks (what a direct CUDA launch takes), checked against CUDA's limits.
@@ -385,6 +399,7 @@ pub fn compile_in_place(
         shared_mem_bytes: smem,
         dynamic_shared_mem_bytes: dynamic,
         uses_atomics: lw.atomic_outputs,
+        sm90a: lw.helpers.contains("wgmma"),
         layouts: lw.layouts,
         plan: lw.plan,
     })
@@ -560,6 +575,16 @@ __device__ inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0
 /// alone does not give (a row may start at any element), so each access checks the address
 /// and falls back to element accesses. The `_at` forms take an offset known to be a
 /// multiple of the chunk, so only the base pointer is checked.
+/// The 64-bit shared-memory matrix descriptor of `wgmma.mma_async` for an operand in the
+/// 128-byte swizzle (`opt::plan::ring_operand_tile`): start address, leading and stride
+/// byte offsets, each in 16-byte units in 14 bits, and the swizzle mode in bits 62-63.
+pub(super) const WGMMA: &str = r#"
+__device__ inline unsigned long long tm_wgmma_desc(uint addr, uint lead, uint stride) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lead & 0x3FFFFu) >> 4) << 16) |
+         ((unsigned long long)((stride & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+"#;
+
 pub(super) const PACKED: &str = r#"
 template <typename T, int N>
 struct __align__(sizeof(T) * N) tm_vec {

@@ -59,7 +59,11 @@ pub(super) fn check_cuda(kernel: &Kernel, opts: &LaunchOptions) -> CudaProgram {
         Err(e) => panic!("CUDA codegen of `{}` failed: {e}", kernel.name),
     };
     if let Some(n) = nvrtc() {
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_90") {
+        if let Err(e) = n.compile(
+            &format!("{}.cu", p.name),
+            &p.standalone(),
+            &p.nvrtc_arch("compute_90"),
+        ) {
             panic!("{e}\n{}", numbered(&p.standalone()));
         }
     }

@@ -396,6 +396,7 @@ pub const CUDA: Dialect = Dialect {
         ("in_place", super::cuda::IN_PLACE),
         ("philox", super::cuda::PHILOX),
         ("packed", super::cuda::PACKED),
+        ("wgmma", super::cuda::WGMMA),
         ("minmax", CUDA_MINMAX),
         ("f2i", CUDA_VALUES.1),
     ],

@@ -136,7 +136,9 @@ pub(super) fn in_place_names(i: usize) -> (String, String) {
 
 /// What `d` offers the planner for a program of `opts.num_warps` warps.
 pub(super) fn printer_of(d: &Dialect, opts: &LaunchOptions) -> Printer {
-    let matrix = if d.mma_m16n8k16 {
+    let matrix = if d.mma_m16n8k16 && opts.target.chip == crate::opt::Chip::Sm90 {
+        MatrixUnit::Wgmma
+    } else if d.mma_m16n8k16 {
         MatrixUnit::MmaM16N8K16
     } else if d.matrix_8x8 && opts.target.simdgroup_matrix {
         MatrixUnit::Simdgroup8x8

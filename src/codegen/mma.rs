@@ -503,6 +503,16 @@ impl Lowering<'_> {
             }
             None => None,
         };
+        if let Some(op) = self.cur_op.filter(|&op| self.plan.wgmma(op)) {
+            if a_regs.is_some() || !self.in_ring(a) || !self.in_ring(b) {
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    format!("wgmma for {op} without both operands in the ring"),
+                ));
+            }
+            return self.wgmma_accumulate(c, g, (a, b), (m, n, k));
+        }
         let (ka, nb) = (k + PAD, n + PAD);
         let hoisted = self.cur_op.and_then(|op| self.hoisted.get(&op).cloned());
         // A staged here, or (from registers or staged before the loop) only B.
@@ -631,6 +641,83 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// `c += a @ b` as `wgmma.mma_async`: A and B sit in the loop's ring in the swizzled
+    /// layout of [`crate::opt::plan::ring_operand_tile`]; warpgroup `g` (warps `4g .. 4g +
+    /// 4`) issues one `m64nNk16` per 16-wide K step on rows `64g .. 64g + 64`, and its
+    /// accumulator registers are this warp's C fragments of grid `g` (one 16-row tile per
+    /// warp, `n / 8` N tiles, in the order `mma.sync` keeps them).
+    fn wgmma_accumulate(
+        &mut self,
+        c: &str,
+        g: WarpGrid,
+        (a, b): (Value, Value),
+        (m, n, k): (usize, usize, usize),
+    ) -> Result<()> {
+        let din = self.edt(a);
+        let ty = if din == DType::BF16 { "bf16" } else { "f16" };
+        let block = |v: Value, l: &Self| match l.repr(v) {
+            super::lower::Repr::Block(x) => Ok(x.clone()),
+            _ => Err(unsupported_on(
+                l.d,
+                l.k,
+                "a wgmma operand that is not a ring buffer",
+            )),
+        };
+        let (sa, sb) = (block(a, self)?, block(b, self)?);
+        self.helpers.insert("wgmma");
+        let w = crate::opt::plan::WGMMA_SWIZZLE_COLS;
+        // Bytes of one swizzled block of 64 columns: A's holds all `m` rows, B's all `k`.
+        let (a_block, b_block) = (m * w * 2, k * w * 2);
+        let regs = g.regs();
+        self.line("{");
+        self.indent += 1;
+        self.line(format!(
+            "const uint tm_sa = (uint)__cvta_generic_to_shared({sa}) + (tm_lid >> 7) * {}u;",
+            64 * w * 2
+        ));
+        self.line(format!(
+            "const uint tm_sb = (uint)__cvta_generic_to_shared({sb});"
+        ));
+        self.line("asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
+        self.line("#pragma unroll");
+        self.open(format!(
+            "for (uint tm_kk = 0; tm_kk < {}u; ++tm_kk)",
+            k / 16
+        ));
+        // A K step is 32 bytes inside a 128-byte row of A's block (the hardware applies
+        // the swizzle to the address), 16 rows of 128 bytes down B's.
+        let steps = w / 16;
+        self.line(format!(
+            "const unsigned long long tm_da = tm_wgmma_desc(tm_sa + (tm_kk / {steps}u) * {a_block}u + (tm_kk % {steps}u) * 32u, 16u, 1024u);"
+        ));
+        self.line(format!(
+            "const unsigned long long tm_db = tm_wgmma_desc(tm_sb + tm_kk * {}u, {b_block}u, 1024u);",
+            16 * w * 2
+        ));
+        let outs: Vec<String> = (0..regs).map(|r| format!("%{r}")).collect();
+        let binds: Vec<String> = (0..regs).map(|r| format!("\"+f\"({c}[{r}])")).collect();
+        // Scale D and the two operand scales are 1; A is K-major, B is N-major.
+        self.line(format!(
+            "asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{}}}, %{}, %{}, 1, 1, 1, 0, 1;\" : {} : \"l\"(tm_da), \"l\"(tm_db));",
+            outs.join(", "),
+            regs,
+            regs + 1,
+            binds.join(", ")
+        ));
+        self.close();
+        self.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
+        self.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+        self.close();
+        self.layouts.push(LayoutChoice {
+            op: format!("dot {m}x{n}x{k}"),
+            layout: format!(
+                "wgmma m64n{n}k16 {ty}->f32: {} warpgroup(s), each warp 16x{n} (fragments in registers), A/B copied ahead (cp.async) into a ring of shared-memory buffers in the 128-byte swizzle",
+                g.wm / 4
+            ),
+        });
+        Ok(())
+    }
+
     /// Moves fragments `c` (`[m, n]`) into a block in the blocked layout as `res`, through
     /// shared memory whole or in the plan's row bands (padded by [`C_PAD`] floats).
     pub(super) fn mma_frags_to_block(
@@ -699,7 +786,7 @@ mod tests {
     use super::super::tests::{build, matmul};
     use super::super::LaunchOptions;
     use crate::dtype::DType::{BF16, F16, F32, I32};
-    use crate::opt::plan::{Decision, KernelPlan, WarpGrid};
+    use crate::opt::plan::{Decision, KernelPlan, WarpGrid, WGMMA_RING_ALIGN};
     use crate::opt::{Chip, HardwareProfile};
     use crate::tl::{self, KernelBuilder};
 
@@ -788,8 +875,9 @@ mod tests {
             &[("BM", 128), ("BN", 128), ("BK", 64)],
             tutorial(F16, false),
         );
-        // One buffer: A 128x(64+8) and B 64x(128+8) halves.
-        let stage = (128 * 72 + 64 * 136) * 2;
+        // One buffer on sm_90, where wgmma reads it: A 128x64 and B 64x128 halves,
+        // unpadded in the 128-byte swizzle; the ring starts 1024-byte aligned.
+        let stage = (128 * 64 + 64 * 128) * 2;
         for (stages, wait) in [(3, "wait_group 1;"), (2, "wait_group 0;")] {
             let o = LaunchOptions::default().num_warps(8).num_stages(stages);
             let p = check_cuda(&k, &o);
@@ -799,7 +887,10 @@ mod tests {
                 p.source
             );
             assert!(p.source.contains(wait), "{}", p.source);
-            assert_eq!(p.dynamic_shared_mem_bytes, stages as usize * stage);
+            assert_eq!(
+                p.dynamic_shared_mem_bytes,
+                stages as usize * stage + WGMMA_RING_ALIGN
+            );
             let l = p.layouts.iter().find(|l| l.op.starts_with("dot")).unwrap();
             assert!(l.layout.contains("copied ahead"), "{}", l.layout);
             let plan =
@@ -811,6 +902,13 @@ mod tests {
             assert_eq!(ahead.len(), 2, "{plan}");
             assert_eq!(KernelPlan::parse(&plan.to_string()).unwrap(), plan);
         }
+        // On sm_80 mma.sync reads rows padded by 8: A 128x(64+8) and B 64x(128+8).
+        let o80 = LaunchOptions::default()
+            .num_warps(8)
+            .target(HardwareProfile::of(Chip::Sm80));
+        let p = super::super::cuda::compile(&k, &o80).unwrap();
+        assert_eq!(p.dynamic_shared_mem_bytes, 3 * (128 * 72 + 64 * 136) * 2);
+        assert!(!p.sm90a && !p.source.contains("wgmma"), "{}", p.source);
         // One stage: A and B staged from registers in their own iteration.
         let p = check_cuda(&k, &LaunchOptions::default().num_warps(8).num_stages(1));
         assert!(!p.source.contains("cp.async"), "{}", p.source);
@@ -823,6 +921,107 @@ mod tests {
         );
         let p = check_cuda(&k, &LaunchOptions::default().num_warps(4));
         assert!(!p.source.contains("cp.async"), "{}", p.source);
+    }
+
+    #[test]
+    fn sm90_dots_read_the_ring_with_wgmma() {
+        for (dt, ty) in [(F16, "f16"), (BF16, "bf16")] {
+            for (bm, bn, warps) in [(128, 128, 8), (64, 64, 4), (64, 256, 4)] {
+                let k = build(
+                    "mm",
+                    &[("BM", bm), ("BN", bn), ("BK", 64)],
+                    tutorial(dt, false),
+                );
+                // NVRTC compiles it for compute_90a.
+                let p = check_cuda(&k, &LaunchOptions::default().num_warps(warps));
+                assert!(p.sm90a);
+                let l = p.layouts.iter().find(|l| l.op.starts_with("dot")).unwrap();
+                let want = format!("wgmma m64n{bn}k16 {ty}->f32: {} warpgroup(s)", warps / 4);
+                assert!(l.layout.starts_with(&want), "{}", l.layout);
+                assert!(p.source.contains(&format!(
+                    "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ty}.{ty}"
+                )));
+                assert!(p.source.contains("fence.proxy.async.shared::cta"));
+                let text = p.plan.to_string();
+                assert!(text.contains(" wgmma ; "), "{text}");
+                let back = KernelPlan::parse(&text).unwrap();
+                assert_eq!(back.to_string(), text);
+            }
+        }
+        // K = 32 is not a whole 128-byte swizzle row; 128 rows on 4 warps would need two
+        // 64-row MMAs per warpgroup: both stay on mma.sync.
+        for (bm, bk, warps) in [(64, 32, 4), (128, 64, 4)] {
+            let k = build(
+                "mm",
+                &[("BM", bm), ("BN", 64), ("BK", bk)],
+                tutorial(F16, false),
+            );
+            let p = check_cuda(&k, &LaunchOptions::default().num_warps(warps));
+            assert!(!p.sm90a && !p.source.contains("wgmma"));
+            let l = p.layouts.iter().find(|l| l.op.starts_with("dot")).unwrap();
+            assert!(l.layout.starts_with("mma.sync"), "{}", l.layout);
+        }
+    }
+
+    #[test]
+    fn wgmma_is_a_plan_decision() {
+        let k = build(
+            "mm",
+            &[("BM", 128), ("BN", 128), ("BK", 64)],
+            tutorial(F16, false),
+        );
+        let o = LaunchOptions::default()
+            .num_warps(8)
+            .target(HardwareProfile::of(Chip::Sm90));
+        let plan = super::super::cuda::plan(&k, &o);
+        let dot = k
+            .walk()
+            .into_iter()
+            .find(|&id| matches!(k.op(id).op, crate::ir::Op::Dot { .. }))
+            .unwrap();
+        assert!(plan.wgmma(dot));
+        // Off: the same warp grid on mma.sync, the ring padded again.
+        let mut off = plan.clone();
+        off.set_wgmma(dot, false, "test");
+        off.verify(&k).unwrap();
+        let p = super::super::cuda::compile_with(&k, &o, &off).unwrap();
+        assert!(!p.sm90a && !p.source.contains("wgmma"), "{}", p.source);
+        assert!(p.source.contains("mma.sync.aligned.m16n8k16"));
+        assert_eq!(p.dynamic_shared_mem_bytes, 3 * (128 * 72 + 64 * 136) * 2);
+        if let Some(n) = super::super::cuda_tests::nvrtc() {
+            n.compile(&p.name, &p.standalone(), &p.nvrtc_arch("compute_90"))
+                .unwrap();
+        }
+        // A grid other than one 16-row tile per warp is refused.
+        let mut bad = plan.clone();
+        bad.set(
+            dot,
+            Decision::Dot(crate::opt::plan::DotLowering::Mma(
+                WarpGrid::choose(128, 128, 8).unwrap(),
+            )),
+            "test",
+        );
+        let e = bad.verify(&k).unwrap_err().to_string();
+        assert!(e.contains("wgmma with"), "{e}");
+        // Operands staged in their own iteration (no ring) are refused.
+        let one = LaunchOptions {
+            num_stages: 1,
+            ..o.clone()
+        };
+        let mut staged = super::super::cuda::plan(&k, &one);
+        assert!(!staged.wgmma(dot));
+        staged.set_wgmma(dot, true, "test");
+        let e = staged.verify(&k).unwrap_err().to_string();
+        assert!(e.contains("wgmma:"), "{e}");
+        // On sm_80 the printer has no wgmma.
+        let o80 = LaunchOptions {
+            target: HardwareProfile::of(Chip::Sm80),
+            ..o
+        };
+        let mut p80 = super::super::cuda::plan(&k, &o80);
+        p80.set_wgmma(dot, true, "test");
+        let e = p80.verify(&k).unwrap_err().to_string();
+        assert!(e.contains("not wgmma"), "{e}");
     }
 
     #[test]

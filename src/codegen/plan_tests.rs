@@ -247,7 +247,8 @@ fn dot_decisions_change_the_code_not_the_result() {
     assert!(!progs[1].source.contains("mma.sync"));
     if let Some(nv) = nvrtc() {
         for p in &progs {
-            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
+                .unwrap();
         }
     }
     // The interpreter and the compiled CPU executor against f64, then every plan on
@@ -322,7 +323,8 @@ fn reduction_decisions_change_the_code_not_the_result() {
     assert_ne!(cu[0].source, cu[1].source);
     if let Some(nv) = nvrtc() {
         for p in &cu {
-            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
+                .unwrap();
         }
     }
     // The CPU targets first: their row sums against f64, their maxima and argmaxes are what
@@ -453,7 +455,8 @@ fn chunk_width_decision_changes_the_code_not_the_result() {
     assert_ne!(cu[0].source, cu[1].source);
     if let Some(nv) = nvrtc() {
         for p in &cu {
-            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
+                .unwrap();
         }
     }
     // The compiled CPU executor: 8 floats per chunk (profile vector_bytes 32), or 1.
@@ -644,7 +647,8 @@ fn threadgroup_memory_decisions_change_the_code_not_the_result() {
     assert_ne!(cu[0].source, cu[1].source);
     if let Some(nv) = nvrtc() {
         for p in &cu {
-            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
+                .unwrap();
         }
     }
     let (a, b, want, cpu) = mm_inputs(&k, 41, 42);
@@ -914,7 +918,8 @@ fn barrier_decisions_change_the_code_not_the_result() {
     assert!(n[1] < n[0] && n[0] < n[2], "{n:?}");
     if let Some(nv) = nvrtc() {
         for p in &cu {
-            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
+                .unwrap();
         }
     }
     // The CPU targets against f64, then every plan on emulated Metal against f64 and the
@@ -1072,7 +1077,8 @@ fn a_rescaled_accumulator_stays_in_mma_fragments() {
         assert!(!progs[1].source.contains("frag_f["));
         if let Some(nv) = nvrtc() {
             for p in &progs {
-                nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+                nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
+                    .unwrap();
             }
         }
         // Metal's simdgroup_matrix elements are not addressed one by one: the loop stages.
@@ -1230,7 +1236,8 @@ fn dot_results_kept_in_fragments_change_the_code_not_the_result() {
     assert!(!progs[1].source.contains("__half_as_ushort"));
     if let Some(nv) = nvrtc() {
         for p in &progs {
-            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
+                .unwrap();
         }
     }
     // The kernel's results on the CPU targets and emulated Metal against f64 (the CUDA
@@ -1348,7 +1355,8 @@ fn a_loop_invariant_operand_is_staged_once_before_the_loop() {
     assert!(!progs[1].source.contains("_hoist_f16"));
     if let Some(nv) = nvrtc() {
         for p in &progs {
-            nv.compile(&p.name, &p.standalone(), "sm_90").unwrap();
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
+                .unwrap();
         }
     }
     // Results on the CPU targets and emulated Metal (which stages `a` in its loop)

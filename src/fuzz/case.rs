@@ -311,7 +311,11 @@ impl Case {
                 l = l.reduction_layout(lay);
             }
             let p = l.cuda()?;
-            n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_90")?;
+            n.compile(
+                &format!("{}.cu", p.name),
+                &p.standalone(),
+                &p.nvrtc_arch("compute_90"),
+            )?;
             Ok(())
         };
         Some(run())

@@ -322,7 +322,7 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     let sh = &k.ty(v).shape;
                     let (m, n) = (sh[0], sh[1]);
                     let rows = p.band_rows(op, m, n).unwrap_or(m).clamp(1, m);
-                    let mma = p.printer.matrix == MatrixUnit::MmaM16N8K16;
+                    let mma = p.printer.matrix.mma_sync();
                     r.role = Role::AccIn;
                     if h[v.index()] != Held::Uniform {
                         r.push(DType::F32, if mma { m * n } else { rows * n });

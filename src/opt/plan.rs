@@ -80,6 +80,9 @@ pub enum MatrixUnit {
     Simdgroup8x8,
     /// NVIDIA `mma.sync.m16n8k16` (sm80+).
     MmaM16N8K16,
+    /// NVIDIA sm_90a: `mma.sync.m16n8k16`, and `wgmma.mma_async`, whose warpgroups of 4
+    /// warps read both operands from shared memory through matrix descriptors.
+    Wgmma,
 }
 
 impl MatrixUnit {
@@ -88,7 +91,13 @@ impl MatrixUnit {
             MatrixUnit::None => "none",
             MatrixUnit::Simdgroup8x8 => "simdgroup8x8",
             MatrixUnit::MmaM16N8K16 => "mma16816",
+            MatrixUnit::Wgmma => "wgmma",
         }
+    }
+
+    /// Whether the unit spells `mma.sync.m16n8k16` (every NVIDIA unit).
+    pub fn mma_sync(self) -> bool {
+        matches!(self, MatrixUnit::MmaM16N8K16 | MatrixUnit::Wgmma)
     }
 
     fn parse(s: &str) -> Option<MatrixUnit> {
@@ -96,6 +105,7 @@ impl MatrixUnit {
             MatrixUnit::None,
             MatrixUnit::Simdgroup8x8,
             MatrixUnit::MmaM16N8K16,
+            MatrixUnit::Wgmma,
         ]
         .into_iter()
         .find(|m| m.name() == s)
@@ -337,6 +347,9 @@ pub struct KernelPlan {
     /// `mma.sync` dots of a `for` body whose operand A is loop-invariant, staged once
     /// before the loop.
     hoists: BTreeMap<OpId, String>,
+    /// `mma.sync`-gridded dots spelled as `wgmma.mma_async` instead, both operands read
+    /// from the loop's ring in the swizzled layout [`ring_operand_tile`] describes.
+    wgmma: BTreeMap<OpId, String>,
     /// Per op converting an `[m, n]` accumulator between fragments and the blocked layout
     /// (the dot, or the `for` keeping it in fragments): rows per band.
     bands: BTreeMap<(OpId, usize, usize), (usize, String)>,
@@ -422,6 +435,31 @@ pub fn simdgroup_pitches(
 pub fn simdgroup_stage_elems(mnk: (usize, usize, usize), stage: DType, room: usize) -> usize {
     let (pa, pb) = simdgroup_pitches(mnk, stage, room);
     mnk.0 * pa + mnk.2 * pb
+}
+
+/// Columns of one swizzled block of a `wgmma` operand tile: 64 16-bit elements, one
+/// 128-byte row of the 128-byte swizzle.
+pub const WGMMA_SWIZZLE_COLS: usize = 64;
+
+/// How a ring buffer holds operand `operand` (0: A `[m, k]`, 1: B `[k, n]`) of dot `dot`:
+/// `(rows, elements per row, pitch)`. `mma.sync` reads rows padded by
+/// [`MMA_OPERAND_PAD`] ([`mma_operand_tile`]). `wgmma` reads the tile unpadded, split
+/// into blocks of [`WGMMA_SWIZZLE_COLS`] columns stored one after another (`rows` rows of
+/// 128 bytes each), the 16-byte chunk `c` of row `r` at chunk `c ^ (r % 8)` of its row: the
+/// 128-byte swizzle of the matrix descriptors, which needs each block 1024-byte aligned.
+/// The pitch is then the row length, and the tile's bytes are the same as unpadded.
+pub fn ring_operand_tile(
+    plan: &KernelPlan,
+    dot: OpId,
+    mnk: (usize, usize, usize),
+    operand: usize,
+) -> (usize, usize, usize) {
+    let (rows, row, pitch) = mma_operand_tile(mnk, operand);
+    if plan.wgmma(dot) {
+        (rows, row, row)
+    } else {
+        (rows, row, pitch)
+    }
 }
 
 /// Elements of an operand tile staged as [`mma_operand_tile`] says.
@@ -602,7 +640,7 @@ fn tiles(
                 ),
             ))
         }
-        MatrixUnit::MmaM16N8K16 => {
+        MatrixUnit::MmaM16N8K16 | MatrixUnit::Wgmma => {
             if !matches!(din, DType::F16 | DType::BF16) || k.ty(b).dtype != din {
                 return Err(format!("{din} operands (tensor cores take f16/bf16)"));
             }
@@ -639,6 +677,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
         k_slices: BTreeMap::new(),
         fragments: BTreeMap::new(),
         hoists: BTreeMap::new(),
+        wgmma: BTreeMap::new(),
         bands: BTreeMap::new(),
         arena: {
             let (limit, why) = budget(opts, printer);
@@ -728,13 +767,22 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
 }
 
 /// Bytes of one stage of the ring for the dots of `loads`: each operand as
-/// [`mma_operand_tile`] stages it, 16-bit elements.
-fn stage_bytes(k: &Kernel, loads: &[super::pipeline::AheadLoad]) -> u64 {
+/// [`ring_operand_tile`] stages it, 16-bit elements, each operand at a 16-byte multiple.
+fn stage_bytes(p: &KernelPlan, k: &Kernel, loads: &[super::pipeline::AheadLoad]) -> u64 {
     loads
         .iter()
-        .map(|l| dot_dims(k, l.dot).map_or(0, |mnk| mma_operand_elems(mnk, l.operand) as u64 * 2))
+        .map(|l| {
+            dot_dims(k, l.dot).map_or(0, |mnk| {
+                let (rows, _, pitch) = ring_operand_tile(p, l.dot, mnk, l.operand);
+                (rows * pitch * 2).next_multiple_of(16) as u64
+            })
+        })
         .sum()
 }
+
+/// Bytes a ring whose operands feed `wgmma` takes beyond its buffers: its start is
+/// rounded up to the 1024-byte alignment of the 128-byte swizzle.
+pub const WGMMA_RING_ALIGN: usize = 1024;
 
 /// Element types the SIMD-group shuffles and collectives take.
 fn shuffles(dt: DType) -> bool {
@@ -806,7 +854,7 @@ pub fn resident_chain(
             kind: crate::ir::BinaryOp::Mul,
             lhs,
             rhs,
-        } if matrix == MatrixUnit::MmaM16N8K16 && lhs != rhs => {
+        } if matrix.mma_sync() && lhs != rhs => {
             let f = if *lhs == arg { *rhs } else { *lhs };
             let bcast = k.def_op(f).filter(|&b| k.op(b).parent == body)?;
             let Op::Broadcast { src } = k.op(bcast).op else {
@@ -923,7 +971,7 @@ impl KernelPlan {
         if self.printer.matrix == MatrixUnit::Simdgroup8x8 {
             return self.plan_double_buffer(k, opts, id, slots);
         }
-        if self.printer.matrix != MatrixUnit::MmaM16N8K16 || opts.num_stages < 2 {
+        if !self.printer.matrix.mma_sync() || opts.num_stages < 2 {
             return;
         }
         let Some(loads) = super::pipeline::ahead_loads(k, id, slots) else {
@@ -936,9 +984,27 @@ impl KernelPlan {
         {
             return;
         }
-        let per = stage_bytes(k, &loads);
-        let room =
-            (opts.target.threadgroup_memory_bytes as u64).saturating_sub(STATIC_SHARED_BYTES);
+        let mut dots: Vec<OpId> = loads.iter().map(|l| l.dot).collect();
+        dots.dedup();
+        for dot in dots {
+            if let Ok((grid, why)) = self.wgmma_fit(k, dot, &loads) {
+                self.set(dot, Decision::Dot(DotLowering::Mma(grid)), why);
+                self.wgmma.insert(
+                    dot,
+                    "both operands copied ahead into the ring: warpgroup MMAs read them there"
+                        .to_string(),
+                );
+            }
+        }
+        let align = if loads.iter().any(|l| self.wgmma(l.dot)) {
+            WGMMA_RING_ALIGN as u64
+        } else {
+            0
+        };
+        let per = stage_bytes(self, k, &loads);
+        let room = (opts.target.threadgroup_memory_bytes as u64)
+            .saturating_sub(STATIC_SHARED_BYTES)
+            .saturating_sub(align);
         let fit = room.checked_div(per).unwrap_or(0);
         let stages = (opts.num_stages as u64).min(fit);
         if stages < 2 {
@@ -1042,6 +1108,17 @@ impl KernelPlan {
         let for_op = k.region(region).parent?;
         let loads = super::pipeline::ahead_loads(k, for_op, self.resident(for_op))?;
         Some((for_op, loads))
+    }
+
+    /// The loads of dot `dot`'s loop this plan issues ahead.
+    fn ahead_loop_of_dot(&self, k: &Kernel, dot: OpId) -> Option<Vec<super::pipeline::AheadLoad>> {
+        let (_, loads) = self.ahead_loop_of(k, dot)?;
+        Some(
+            loads
+                .into_iter()
+                .filter(|l| self.ahead(l.load).is_some())
+                .collect(),
+        )
     }
 
     /// The carried slots of the `for` at `op` held in matrix fragments.
@@ -1377,6 +1454,80 @@ impl KernelPlan {
         self.barriers.clear();
     }
 
+    /// Whether dot `op` is spelled as `wgmma.mma_async` (sm_90a warpgroup MMAs).
+    pub fn wgmma(&self, op: OpId) -> bool {
+        self.wgmma.contains_key(&op)
+    }
+
+    /// Spells (or not) dot `op` as `wgmma.mma_async`; [`Self::verify`] checks that the
+    /// printer has the unit, the dot's shape and warp grid, and that both operands come
+    /// from the loop's ring. Turning it on does not change the dot's warp grid: set it to
+    /// the one [`Self::wgmma_fit`] names.
+    pub fn set_wgmma(&mut self, op: OpId, on: bool, why: impl Into<String>) {
+        if on {
+            self.wgmma.insert(op, why.into());
+        } else {
+            self.wgmma.remove(&op);
+        }
+        self.arena.buffers.clear();
+        self.barriers.clear();
+    }
+
+    /// Whether dot `dot`, with operand loads `loads` issued ahead, can be spelled as
+    /// `wgmma.mma_async`: the warp grid it then takes and why, or why not. Each
+    /// warpgroup of 4 warps issues `m64nNk16` on 64 rows of the accumulator, warp `w`
+    /// holding rows `16w .. 16w + 16` in the `mma.sync` C-fragment order, so the grid is
+    /// one 16-row tile per warp, whole rows.
+    pub fn wgmma_fit(
+        &self,
+        k: &Kernel,
+        dot: OpId,
+        loads: &[super::pipeline::AheadLoad],
+    ) -> std::result::Result<(WarpGrid, String), String> {
+        if self.printer.matrix != MatrixUnit::Wgmma {
+            return Err(format!(
+                "the printer's matrix unit is {}, not wgmma (sm_90a)",
+                self.printer.matrix.name()
+            ));
+        }
+        if !matches!(self.dot(dot), DotLowering::Mma(_)) {
+            return Err("not an mma.sync dot".into());
+        }
+        let (m, n, kk) = dot_dims(k, dot).ok_or("not a 2-D dot")?;
+        let warps = (self.printer.threads / 32).max(1);
+        if warps % 4 != 0 || m != 16 * warps {
+            return Err(format!(
+                "M = {m} on {warps} warps (wgmma needs warps in fours and M = 16 x warps)"
+            ));
+        }
+        if n % WGMMA_SWIZZLE_COLS != 0 || n > 256 || kk % WGMMA_SWIZZLE_COLS != 0 {
+            return Err(format!(
+                "N = {n}, K = {kk} (wgmma here needs N a multiple of {WGMMA_SWIZZLE_COLS} up to 256, \
+                 K a multiple of {WGMMA_SWIZZLE_COLS})"
+            ));
+        }
+        for operand in [0, 1] {
+            if !loads.iter().any(|l| l.dot == dot && l.operand == operand) {
+                return Err(format!(
+                    "operand {} is not copied ahead into the ring",
+                    ["A", "B"][operand]
+                ));
+            }
+        }
+        Ok((
+            WarpGrid {
+                wm: warps,
+                wn: 1,
+                fm: 1,
+                fn_: n / 8,
+            },
+            format!(
+                "sm_90a wgmma m64n{n}k16: {} warpgroup(s) of 64 rows, each warp 16 whole rows",
+                warps / 4
+            ),
+        ))
+    }
+
     /// Whether `mma.sync` dot `op` keeps its result in its C fragments.
     pub fn keeps_fragments(&self, op: OpId) -> bool {
         self.fragments.contains_key(&op)
@@ -1531,7 +1682,7 @@ impl KernelPlan {
                 }
                 (Decision::Ahead { stages }, Op::Load { .. }) => {
                     let dot_ok = match self.printer.matrix {
-                        MatrixUnit::MmaM16N8K16 if *stages < 2 => {
+                        MatrixUnit::MmaM16N8K16 | MatrixUnit::Wgmma if *stages < 2 => {
                             return bad(op, format!("a ring of {stages} buffer(s) (at least 2)"));
                         }
                         MatrixUnit::Simdgroup8x8 if !(1..=2).contains(stages) => {
@@ -1540,7 +1691,7 @@ impl KernelPlan {
                                 format!("{stages} staging buffers (simdgroup_matrix takes 1 or 2)"),
                             );
                         }
-                        MatrixUnit::MmaM16N8K16 => |d: Option<&Decision>| {
+                        MatrixUnit::MmaM16N8K16 | MatrixUnit::Wgmma => |d: Option<&Decision>| {
                             matches!(d, Some(Decision::Dot(DotLowering::Mma(_))))
                         },
                         MatrixUnit::Simdgroup8x8 => |d: Option<&Decision>| {
@@ -1600,6 +1751,28 @@ impl KernelPlan {
                      for body with A defined before the loop, one per loop)"
                         .into(),
                 );
+            }
+        }
+        for &op in self.wgmma.keys() {
+            let fit = kernel
+                .ops
+                .get(op.index())
+                .ok_or_else(|| "no such op".to_string())
+                .and_then(|_| {
+                    let loads = self
+                        .ahead_loop_of_dot(kernel, op)
+                        .ok_or("its operands are not copied ahead into a ring")?;
+                    self.wgmma_fit(kernel, op, &loads)
+                });
+            match fit {
+                Ok((g, _)) if self.dot(op) == DotLowering::Mma(g) => {}
+                Ok((g, _)) => {
+                    return bad(
+                        op,
+                        format!("wgmma with {:?} (it takes {g:?})", self.dot(op)),
+                    )
+                }
+                Err(e) => return bad(op, format!("wgmma: {e}")),
             }
         }
         for &op in self.fragments.keys() {
@@ -1719,6 +1892,7 @@ impl KernelPlan {
             k_slices: BTreeMap::new(),
             fragments: BTreeMap::new(),
             hoists: BTreeMap::new(),
+            wgmma: BTreeMap::new(),
             bands: BTreeMap::new(),
             arena: Arena::new(0, String::new()),
             cpu: None,
@@ -1783,6 +1957,10 @@ impl KernelPlan {
                 }
                 ["hoist"] => {
                     p.hoists.insert(op, why.to_string());
+                    continue;
+                }
+                ["wgmma"] => {
+                    p.wgmma.insert(op, why.to_string());
                     continue;
                 }
                 [kc] if kc.starts_with("kslice=") => {
@@ -1904,6 +2082,9 @@ impl fmt::Display for KernelPlan {
         }
         for (op, why) in &self.hoists {
             writeln!(f, "  {op} hoist ; {why}")?;
+        }
+        for (op, why) in &self.wgmma {
+            writeln!(f, "  {op} wgmma ; {why}")?;
         }
         for ((op, m, n), (rows, why)) in &self.bands {
             writeln!(f, "  {op} band {m}x{n} rows={rows} ; {why}")?;

@@ -54,7 +54,11 @@ pub fn nvrtc() -> Option<&'static Nvrtc> {
 pub fn nvrtc_compiles(launch: &Launch<'_>) {
     if let Some(n) = nvrtc() {
         let p = launch.cuda().unwrap();
-        if let Err(e) = n.compile(&format!("{}.cu", p.name), &p.standalone(), "compute_90") {
+        if let Err(e) = n.compile(
+            &format!("{}.cu", p.name),
+            &p.standalone(),
+            &p.nvrtc_arch("compute_90"),
+        ) {
             panic!("NVRTC rejected `{}`: {e}\n{}", p.name, p.standalone());
         }
     }
