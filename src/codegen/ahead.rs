@@ -11,9 +11,14 @@
 //! layout `mma.rs` stages into.
 //!
 //! A chunk of a thread's elements that lies in one row of the tile is copied with one
-//! 4-, 8- or 16-byte `cp.async` when its elements are all unmasked, consecutive in memory
-//! and aligned; any other chunk is written element by element (masked elements take 0,
-//! as `other` is 0 or absent), so every load's meaning is kept.
+//! 4-, 8- or 16-byte `cp.async` when its elements are consecutive in memory and aligned; a
+//! mask constant over the chunk gives the copy's source size (0: the chunk is filled with
+//! zeros, nothing read). Any other chunk is written element by element (masked elements
+//! take 0, as `other` is 0 or absent), so every load's meaning is kept. The loop adds the
+//! same step to every pointer, so before it each chunk's first offset is kept, whether its
+//! offsets run +1 is tested once where the axis analysis does not prove it, and one flag
+//! tells whether every chunk of the thread is whole: then an iteration issues its copies
+//! with no test at all, the element-wise path being only in the other branch.
 
 use super::lower::{unsupported_on, Lowering, Repr};
 use crate::error::Result;
@@ -32,6 +37,14 @@ pub(super) struct Ring {
     /// A dot reading the ring is spelled as `wgmma`: the ring starts 1024-byte aligned and
     /// the async proxy is fenced before the dot reads what the copies wrote.
     wgmma: bool,
+}
+
+/// The mask of load `load`.
+fn load_mask(k: &crate::ir::Kernel, load: OpId) -> Option<Value> {
+    match k.op(load).op {
+        Op::Load { mask, .. } => mask,
+        _ => None,
+    }
 }
 
 /// Element offset, in a ring buffer's tile of `rows` rows of `row` elements (pitch
@@ -90,9 +103,120 @@ impl Lowering<'_> {
         r
     }
 
-    /// Copies load `l`'s elements of the iteration `dist` steps after the carried
-    /// pointers' into buffer `stage` (C expressions).
-    fn ring_issue(&mut self, ring: &Ring, i: usize, stage: &str, dist: usize) -> Result<()> {
+    /// The chunk width load `i` of `ring` is copied in, when it is copied a whole chunk
+    /// per `cp.async` (4, 8 or 16 bytes of one tile row, every thread busy).
+    fn ring_chunk(&self, ring: &Ring, i: usize) -> Option<usize> {
+        let (l, _) = &ring.loads[i];
+        let res = self.k.op(l.load).result()?;
+        let dims = dot_dims(self.k, l.dot)?;
+        let (_, row, _) = ring_operand_tile(&self.plan, l.dot, dims, l.operand);
+        let lay = self.layout(res);
+        let v = lay.vec;
+        let bytes = v * self.edt(res).size_bytes();
+        (matches!(bytes, 4 | 8 | 16) && row % v == 0 && !lay.has_idle_threads()).then_some(v)
+    }
+
+    /// Before the loop, for each load of `ring` copied in whole chunks: each chunk's first
+    /// offset at the loop's start (`tm_co<load>`), and whether the chunk's offsets run +1
+    /// (`tm_cr<load>`) where the axis analysis does not prove it. The loop adds the same
+    /// step to every offset, so both hold for every iteration, and the copies need neither
+    /// the carried offsets nor a test of each element.
+    fn ring_chunk_starts(&mut self, ring: &Ring) -> Result<()> {
+        // Whether every chunk of this thread is aligned and runs +1, and every mask is
+        // constant over each chunk: then each iteration copies with `cp.async` alone.
+        let mut fast: Option<Vec<String>> = Some(Vec::new());
+        for i in 0..ring.loads.len() {
+            let Some(v) = self.ring_chunk(ring, i) else {
+                fast = None;
+                continue;
+            };
+            let (l, _) = &ring.loads[i];
+            let load = self.k.op(l.load);
+            let (Some(res), Op::Load { ptr, .. }) = (load.result(), &load.op) else {
+                continue;
+            };
+            let ptr = *ptr;
+            let Repr::Block(offs) = self.repr(ptr).clone() else {
+                continue;
+            };
+            let lay = self.layout(res);
+            let chunks = lay.regs() / v;
+            let ot = self.cty(self.off_dtype)?;
+            let id = l.load.index();
+            let co = format!("tm_co{id}");
+            self.line(format!("{ot} {co}[{chunks}];"));
+            let proven = self.axis[ptr.index()].contig >= v as u64;
+            let cr = (!proven).then(|| format!("tm_cr{id}"));
+            if let Some(cr) = &cr {
+                self.line(format!("bool {cr}[{chunks}];"));
+            }
+            self.line("#pragma unroll");
+            self.open(format!("for (uint tm_c = 0; tm_c < {chunks}u; ++tm_c)"));
+            self.line(format!("{co}[tm_c] = {offs}[tm_c * {v}u];"));
+            if let Some(cr) = &cr {
+                let runs: Vec<String> = (1..v)
+                    .map(|e| {
+                        format!("{offs}[tm_c * {v}u + {e}u] == {ot}({offs}[tm_c * {v}u] + {e})")
+                    })
+                    .collect();
+                self.line(format!("{cr}[tm_c] = {};", runs.join(" && ")));
+            }
+            self.close();
+            let bytes = v * self.edt(res).size_bytes();
+            let whole = |x: Value| self.axis[x.index()].div >= v as u64;
+            let mask_ok =
+                load_mask(self.k, l.load).is_none_or(|m| self.axis[m.index()].cst >= v as u64);
+            match (&mut fast, whole(ptr) && whole(l.step) && mask_ok) {
+                (Some(f), true) => {
+                    let base = self.param_name(ptr)?;
+                    f.push(format!(
+                        "(reinterpret_cast<ulong>({base}) & {}ul) == 0",
+                        bytes - 1
+                    ));
+                    if let Some(cr) = &cr {
+                        f.extend((0..chunks).map(|c| format!("{cr}[{c}]")));
+                    }
+                }
+                _ => fast = None,
+            }
+            self.ring_chunks.insert(l.load, (co, cr));
+        }
+        self.ring_fast = match fast {
+            Some(f) if !f.is_empty() => {
+                let first = ring.loads.first().map_or(0, |(l, _)| l.load.index());
+                let name = format!("tm_fast{first}");
+                self.line(format!("const bool {name} = {};", f.join(" && ")));
+                Some(name)
+            }
+            _ => None,
+        };
+        Ok(())
+    }
+
+    /// The recipe (element-index expression) of the first value of carried slot `slot`
+    /// of the `for` loop with body `body`, when it has one.
+    fn carried_init(&self, body: RegionId, slot: usize) -> Option<String> {
+        let f = self.k.region(body).parent?;
+        let Op::For { init, .. } = &self.k.op(f).op else {
+            return None;
+        };
+        let v = *init.get(slot)?;
+        match self.repr(v) {
+            Repr::Block(_) => self.recipe(v),
+            _ => None,
+        }
+    }
+
+    /// Copies load `l`'s elements of iteration `abs` of the loop (counted from its first)
+    /// into buffer `stage`, `dist` steps after the carried pointers' (C expressions).
+    fn ring_issue(
+        &mut self,
+        ring: &Ring,
+        i: usize,
+        stage: &str,
+        (dist, abs): (usize, &str),
+        fast: bool,
+    ) -> Result<()> {
         let (l, off) = &ring.loads[i];
         let load = self.k.op(l.load);
         let (Some(res), Op::Load { ptr, mask, .. }) = (load.result(), &load.op) else {
@@ -102,7 +226,6 @@ impl Lowering<'_> {
         let dims = dot_dims(self.k, l.dot)
             .ok_or_else(|| unsupported_on(self.d, self.k, "a batched dot issued ahead"))?;
         let tile = ring_operand_tile(&self.plan, l.dot, dims, l.operand);
-        let (_, row, _) = tile;
         let swz = self.plan.wgmma(l.dot);
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
@@ -115,91 +238,135 @@ impl Lowering<'_> {
             ));
         };
         let ot = self.cty(self.off_dtype)?;
+        let uot = if self.off_dtype == crate::dtype::DType::I64 {
+            "ulong"
+        } else {
+            "uint"
+        };
         let lay = self.layout(res);
+        let step = self.el(l.step, "0u");
+        // Offsets as the carried ones `dist` steps on, or from the loop's start `abs` steps
+        // on (unsigned, so a wrap is not undefined).
         let addr = |lw: &Self, i: &str| {
             format!(
                 "{ot}({offs}[{i}]) + {ot}({dist}) * {ot}({})",
                 lw.el(l.step, i)
             )
         };
-        let masked = |lw: &Self, i: &str| mask.map(|m| lw.el(m, i));
+        let from_start =
+            |first: &str| format!("{ot}({uot}({first}) + {uot}({abs}) * {uot}({step}))");
+        // A mask element: recomputed from its element index where it has a recipe.
+        let masked = |lw: &Self, i: &str, flat: &str| {
+            mask.map(|m| match lw.recipe(m) {
+                Some(r) => r.replace(super::lower::FLAT, &format!("({flat})")),
+                None => lw.el(m, i),
+            })
+        };
         self.line(format!(
             "{ct}* const tm_rb = reinterpret_cast<{ct}*>(tm_ring + ({stage}) * {}u + {off}u);",
             ring.stage_bytes
         ));
-        let v = lay.vec;
-        let bytes = v * dt.size_bytes();
-        if matches!(bytes, 4 | 8 | 16) && row % v == 0 && !lay.has_idle_threads() {
-            self.open_chunks(lay, true);
-            // A chunk stays inside one 16-byte unit of the swizzle, so its elements stay
-            // consecutive.
-            self.line(format!(
-                "{ct}* const tm_d = tm_rb + {};",
-                tile_offset(swz, tile, "tm_l")
-            ));
-            self.line(format!(
-                "const {ct}* const tm_s = {base} + ({});",
-                addr(self, "tm_i")
-            ));
-            // Offsets that are multiples of the chunk leave only the base's alignment to
-            // test: the same for every chunk, so the compiler hoists it.
-            let whole = |v_: Value| self.axis[v_.index()].div >= v as u64;
-            let aligned = if whole(ptr) && whole(l.step) {
-                base.clone()
-            } else {
-                "tm_s".to_string()
-            };
-            let mut conds = vec![format!(
-                "(reinterpret_cast<ulong>({aligned}) & {}ul) == 0",
-                bytes - 1
-            )];
-            // A mask constant over each chunk is tested once per chunk.
-            let lanes = match mask {
-                Some(m) if self.axis[m.index()].cst >= v as u64 => 1,
-                _ => v,
-            };
-            for e in 0..lanes {
-                let ie = format!("tm_i + {e}u");
-                if let Some(m) = masked(self, &ie) {
-                    conds.push(m);
+        let chunks = self.ring_chunks.get(&l.load).cloned();
+        match (self.ring_chunk(ring, i), chunks) {
+            (Some(v), Some((co, cr))) => {
+                let bytes = v * dt.size_bytes();
+                // Unrolled, so the per-chunk arrays stay in registers.
+                self.line("#pragma unroll");
+                self.open_chunks(lay, true);
+                // A chunk stays inside one 16-byte unit of the swizzle, so its elements
+                // stay consecutive.
+                self.line(format!(
+                    "{ct}* const tm_d = tm_rb + {};",
+                    tile_offset(swz, tile, "tm_l")
+                ));
+                self.line(format!(
+                    "const {ct}* const tm_s = {base} + {};",
+                    from_start(&format!("{co}[tm_c]"))
+                ));
+                // Offsets that are multiples of the chunk leave only the base's alignment
+                // to test: the same for every chunk, so the compiler hoists it.
+                let whole = |v_: Value| self.axis[v_.index()].div >= v as u64;
+                let aligned = if whole(ptr) && whole(l.step) {
+                    base.clone()
+                } else {
+                    "tm_s".to_string()
+                };
+                let mut conds = vec![format!(
+                    "(reinterpret_cast<ulong>({aligned}) & {}ul) == 0",
+                    bytes - 1
+                )];
+                if let Some(cr) = &cr {
+                    conds.push(format!("{cr}[tm_c]"));
                 }
-            }
-            if self.axis[ptr.index()].contig < v as u64 {
-                for e in 1..v {
-                    conds.push(format!("{offs}[tm_i + {e}u] == {offs}[tm_i] + {e}"));
+                // A mask constant over each chunk copies the chunk or fills it with zeros
+                // (`cp.async` reads `src-size` bytes, 0 when masked off, and fills the
+                // rest); one that varies inside it copies only chunks wholly in.
+                let constant = mask.is_some_and(|m| self.axis[m.index()].cst >= v as u64);
+                let size = match (mask, constant) {
+                    (None, _) => bytes.to_string(),
+                    (Some(_), true) => {
+                        let m0 = masked(self, "tm_i", "tm_l").unwrap_or_default();
+                        format!("({m0}) ? {bytes}u : 0u")
+                    }
+                    (Some(_), false) => {
+                        for e in 0..v {
+                            if let Some(m) =
+                                masked(self, &format!("tm_i + {e}u"), &format!("tm_l + {e}u"))
+                            {
+                                conds.push(m);
+                            }
+                        }
+                        bytes.to_string()
+                    }
+                };
+                let kind = if bytes == 16 { "cg" } else { "ca" };
+                if fast {
+                    // Every chunk checked before the loop (`tm_fast`).
+                    self.line(format!(
+                        "asm volatile(\"cp.async.{kind}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"((uint)__cvta_generic_to_shared(tm_d)), \"l\"(tm_s), \"r\"({size}) : \"memory\");"
+                    ));
+                    self.close();
+                    return Ok(());
                 }
+                self.open(format!("if ({})", conds.join(" && ")));
+                self.line(format!(
+                    "asm volatile(\"cp.async.{kind}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"((uint)__cvta_generic_to_shared(tm_d)), \"l\"(tm_s), \"r\"({size}) : \"memory\");"
+                ));
+                self.indent -= 1;
+                self.line("} else {");
+                self.indent += 1;
+                // Misaligned or not a +1 run: element by element, each offset from the
+                // loop's start (the recipe of the carried pointers' first value when it
+                // has one, else the carried offsets).
+                let first = self.carried_init(self.k.op(l.load).parent, l.carried);
+                self.line("#pragma unroll 1");
+                self.open(format!("for (uint tm_e = 0; tm_e < {v}u; ++tm_e)"));
+                let a = match &first {
+                    Some(r) => format!(
+                        "{base}[{}]",
+                        from_start(&r.replace(super::lower::FLAT, "(tm_l + tm_e)"))
+                    ),
+                    None => format!("{base}[{}]", addr(self, "tm_i + tm_e")),
+                };
+                match masked(self, "tm_i + tm_e", "tm_l + tm_e") {
+                    Some(m) => self.line(format!("tm_d[tm_e] = ({m}) ? {a} : {ct}(0);")),
+                    None => self.line(format!("tm_d[tm_e] = {a};")),
+                }
+                self.close();
+                self.close();
+                self.close();
             }
-            let kind = if bytes == 16 { "cg" } else { "ca" };
-            self.open(format!("if ({})", conds.join(" && ")));
-            self.line(format!(
-                "asm volatile(\"cp.async.{kind}.shared.global [%0], [%1], {bytes};\" :: \"r\"((uint)__cvta_generic_to_shared(tm_d)), \"l\"(tm_s) : \"memory\");"
-            ));
-            self.indent -= 1;
-            self.line("} else {");
-            self.indent += 1;
-            self.open(format!("for (uint tm_e = 0; tm_e < {v}u; ++tm_e)"));
-            let a = format!("{base}[{}]", addr(self, "tm_i + tm_e"));
-            match masked(self, "tm_i + tm_e") {
-                Some(m) => self.line(format!("tm_d[tm_e] = ({m}) ? {a} : {ct}(0);")),
-                None => self.line(format!("tm_d[tm_e] = {a};")),
+            _ => {
+                let guard = lay.has_idle_threads();
+                self.open_regs(lay, guard);
+                let a = format!("{base}[{}]", addr(self, "tm_i"));
+                let dst = format!("tm_rb[{}]", tile_offset(swz, tile, "tm_l"));
+                match masked(self, "tm_i", "tm_l") {
+                    Some(m) => self.line(format!("{dst} = ({m}) ? {a} : {ct}(0);")),
+                    None => self.line(format!("{dst} = {a};")),
+                }
+                self.close();
             }
-            self.close();
-            self.close();
-            self.close();
-        } else {
-            let guard = lay.has_idle_threads();
-            self.open_regs(lay, guard);
-            let a = format!("{base}[{}]", addr(self, "tm_i"));
-            let mut conds = Vec::new();
-            if guard {
-                conds.push(format!("tm_l < {}u", lay.n));
-            }
-            let dst = format!("tm_rb[{}]", tile_offset(swz, tile, "tm_l"));
-            match masked(self, "tm_i") {
-                Some(m) => self.line(format!("{dst} = ({m}) ? {a} : {ct}(0);")),
-                None => self.line(format!("{dst} = {a};")),
-            }
-            self.close();
         }
         Ok(())
     }
@@ -211,7 +378,7 @@ impl Lowering<'_> {
         iv: &str,
         guard: &str,
         stage: &str,
-        dist: usize,
+        (dist, abs): (usize, &str),
     ) -> Result<()> {
         self.line("{");
         self.indent += 1;
@@ -222,10 +389,26 @@ impl Lowering<'_> {
             .collect();
         self.relower(body, &mask_ops, iv)?;
         self.open(format!("if ({guard})"));
-        for i in 0..ring.loads.len() {
-            self.line("{");
-            self.indent += 1;
-            self.ring_issue(ring, i, stage, dist)?;
+        let fast = self.ring_fast.clone();
+        for pass in [true, false] {
+            match (&fast, pass) {
+                (Some(f), true) => self.open(format!("if ({f})")),
+                (Some(_), false) => {
+                    self.indent -= 1;
+                    self.line("} else {");
+                    self.indent += 1;
+                }
+                (None, true) => continue,
+                (None, false) => {}
+            }
+            for i in 0..ring.loads.len() {
+                self.line("{");
+                self.indent += 1;
+                self.ring_issue(ring, i, stage, (dist, abs), pass)?;
+                self.close();
+            }
+        }
+        if fast.is_some() {
             self.close();
         }
         self.close();
@@ -268,6 +451,7 @@ impl Lowering<'_> {
             self.op(op)?;
         }
         self.layouts.truncate(mark);
+        self.ring_chunk_starts(ring)?;
         for p in 0..ring.stages - 1 {
             let iv = format!("{iv_t}({u}({lo}) + {p}u * {u}({step}))");
             self.ring_issue_all(
@@ -276,7 +460,7 @@ impl Lowering<'_> {
                 &iv,
                 &format!("{p}u < {trips}"),
                 &p.to_string(),
-                p,
+                (p, &format!("{p}u")),
             )?;
         }
         Ok(())
@@ -311,7 +495,7 @@ impl Lowering<'_> {
             &next,
             &format!("{t} + {}u < {trips}", s - 1),
             &format!("uint(({t} + {}u) % {s}u)", s - 1),
-            s - 1,
+            (s - 1, &format!("({t} + {}u)", s - 1)),
         )?;
         let cur = self.fresh("tm_stage");
         self.line(format!("const uint {cur} = uint({t} % {s}u);"));
@@ -334,6 +518,7 @@ impl Lowering<'_> {
 
     /// After the loop: no copy is left in flight and the ring is free again.
     pub(super) fn ring_epilogue(&mut self, ring: &Ring) {
+        self.ring_fast = None;
         self.line("asm volatile(\"cp.async.wait_all;\" ::: \"memory\");");
         self.line(self.d.barrier);
         for (l, _) in &ring.loads {

@@ -120,6 +120,13 @@ pub(super) struct Lowering<'k> {
     /// Dot operands whose loads were issued ahead into a loop's ring ([`super::ahead`]):
     /// their representation points at the current iteration's buffer.
     pub ring_vals: HashSet<Value>,
+    /// Per load issued ahead through whole chunks: the arrays (declared before its loop)
+    /// of each chunk's first offset at the loop's start and, when the axis analysis cannot
+    /// prove the chunk's offsets run +1, whether they do (`ahead.rs`).
+    pub ring_chunks: HashMap<OpId, (String, Option<String>)>,
+    /// The loop's flag (declared before it) telling that every chunk of every load of its
+    /// ring is copied whole, so each iteration issues its copies with no test.
+    pub ring_fast: Option<String>,
     /// Bytes of dynamic shared memory the rings need (the largest ring of the kernel).
     pub ring_bytes: usize,
     /// One-thread programs: dot operands loaded in a `for` loop through carried pointers
@@ -307,6 +314,8 @@ impl<'k> Lowering<'k> {
             in_place: vec![false; k.params.len()],
             dynamic: vec![false; k.values.len()],
             ring_vals: HashSet::new(),
+            ring_chunks: HashMap::new(),
+            ring_fast: None,
             ring_bytes: 0,
             prefetch: HashMap::new(),
         };

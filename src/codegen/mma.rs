@@ -788,6 +788,7 @@ mod tests {
     use crate::dtype::DType::{BF16, F16, F32, I32};
     use crate::opt::plan::{Decision, KernelPlan, WarpGrid, WGMMA_RING_ALIGN};
     use crate::opt::{Chip, HardwareProfile};
+    use crate::passes::{specialize_integers, IntFact};
     use crate::tl::{self, KernelBuilder};
 
     fn dot_layout(dtype: crate::DType, blocks: [i64; 3], warps: u32) -> String {
@@ -961,6 +962,49 @@ mod tests {
             let l = p.layouts.iter().find(|l| l.op.starts_with("dot")).unwrap();
             assert!(l.layout.starts_with("mma.sync"), "{}", l.layout);
         }
+    }
+
+    #[test]
+    fn ring_copies_test_their_chunks_once_before_the_loop() {
+        let k = build(
+            "mm",
+            &[("BM", 128), ("BN", 128), ("BK", 64)],
+            tutorial(F16, false),
+        );
+        // Triton's specialisation of the integer arguments: unit inner strides, the rest
+        // multiples of 16.
+        let facts: Vec<_> = k
+            .params
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p.name.as_str() {
+                "stride_ak" | "stride_bn" => Some((i, IntFact::One)),
+                "M" | "N" | "K" | "stride_am" | "stride_bk" => Some((i, IntFact::MultipleOf16)),
+                _ => None,
+            })
+            .collect();
+        let spec = specialize_integers(&k, &facts);
+        for warps in [8, 4] {
+            let p = check_cuda(&spec, &LaunchOptions::default().num_warps(warps));
+            let src = &p.source;
+            // Each chunk's first offset and B's runs (`% N` hides them from the analysis)
+            // before the loop; one flag picks copies with no test per chunk, masked chunks
+            // zero-filled by `cp.async`.
+            assert!(src.contains("const bool tm_fast"), "{src}");
+            assert!(src.contains(", 16, %2;"), "{src}");
+            assert!(src.contains("? 16u : 0u"), "{src}");
+            let fast = src.find("if (tm_fast").unwrap();
+            let else_at = fast + src[fast..].find("} else {").unwrap();
+            assert!(
+                !src[fast..else_at].contains(" == "),
+                "{}",
+                &src[fast..else_at]
+            );
+        }
+        // Runtime strides: no flag, each chunk tested where it is copied.
+        let p = check_cuda(&k, &LaunchOptions::default().num_warps(8));
+        assert!(!p.source.contains("tm_fast"), "{}", p.source);
+        assert!(p.source.contains("tm_cr"), "{}", p.source);
     }
 
     #[test]
