@@ -776,3 +776,255 @@ fn wrapped_offsets_are_tabled_once_per_row_and_give_the_same_results() {
         assert_eq!(run(Some(&off)), interp, "recomputed, m={m} n={n}");
     }
 }
+
+/// Triton's tutorial matmul (tutorial 03) without the grouped ordering: rows of A and
+/// columns of B wrapped with `%` (`N` a multiple of 16, as the launch's integer
+/// specialisation finds it for the tutorial's sizes; B's columns start `col0` along, so a
+/// row of B may wrap inside a block), pointer blocks the loop carries and advances by
+/// `BK * stride`, the K tail masked, C stored under a mask.
+fn tutorial_matmul(k: &mut KernelBuilder) {
+    let (a, b, c) = (
+        k.ptr(F32, "a_ptr"),
+        k.ptr(F32, "b_ptr"),
+        k.ptr(F32, "c_ptr"),
+    );
+    let i32_ = crate::DType::I32;
+    let (m, n, kk) = (
+        k.scalar(i32_, "M"),
+        k.scalar(i32_, "N"),
+        k.scalar(i32_, "K"),
+    );
+    let (sam, sbk, scm) = (
+        k.scalar(i32_, "stride_am"),
+        k.scalar(i32_, "stride_bk"),
+        k.scalar(i32_, "stride_cm"),
+    );
+    let col0 = k.scalar(i32_, "col0");
+    let (bm, bn, bk) = (k.constexpr("BM"), k.constexpr("BN"), k.constexpr("BK"));
+    let (pid_m, pid_n) = (tl::program_id(0), tl::program_id(1));
+    let offs_am = (pid_m * bm + tl::arange(0, bm)) % m;
+    let offs_bn = (pid_n * bn + tl::arange(0, bn) + col0) % tl::multiple_of(n, [16]);
+    let offs_k = tl::arange(0, bk);
+    let a_ptrs = a + (offs_am.col() * sam + offs_k.row());
+    let b_ptrs = b + (offs_k.col() * sbk + offs_bn.row());
+    let acc = tl::zeros([bm, bn], F32);
+    let (acc, _, _): (Tensor, Tensor, Tensor) =
+        tl::range(0, tl::cdiv(kk, bk), 1).fold((acc, a_ptrs, b_ptrs), |i, (acc, pa, pb)| {
+            let left = kk - i * bk;
+            let x = tl::load(pa).mask(offs_k.row().lt(left)).other(0.0f32);
+            let y = tl::load(pb).mask(offs_k.col().lt(left)).other(0.0f32);
+            (tl::dot(x, y, acc), pa + bk, pb + sbk * bk)
+        });
+    let offs_cm = pid_m * bm + tl::arange(0, bm);
+    let offs_cn = pid_n * bn + tl::arange(0, bn);
+    let mask = offs_cm.col().lt(m) & offs_cn.row().lt(n);
+    tl::store(c + (offs_cm.col() * scm + offs_cn.row()), acc).mask(mask);
+}
+
+#[test]
+fn shifted_pointer_blocks_and_row_checks_once_change_the_code_not_the_result() {
+    let (bm, bn, bk) = (16usize, 16usize, 16usize);
+    let k = build(
+        "tutorial_matmul",
+        &[("BM", bm as i64), ("BN", bn as i64), ("BK", bk as i64)],
+        tutorial_matmul,
+    );
+    let default = super::cpu::plan(&k);
+    let text = default.to_string();
+    let cpu = default.cpu.as_ref().expect("CPU decisions");
+    let for_ = loops(&k)[0];
+    // The two pointer blocks (slots 1 and 2) advance by uniform offsets; the accumulator
+    // (slot 0) is no pointer block.
+    assert_eq!(cpu.shifted(for_), &[1, 2], "{text}");
+    assert!(
+        text.contains(&format!(
+            "cpu {for_} shift=1,2 ; carried pointer block(s) 1,2"
+        )) && text.contains("one add per iteration instead of 256"),
+        "{text}"
+    );
+    // B's rows run +1 only where `% N` did not wrap: checked, once before the loop. A's
+    // are proven to run +1: nothing to check.
+    let [la, lb] = ops_where(&k, |o| matches!(o, Op::Load { .. }))[..] else {
+        panic!("{text}")
+    };
+    assert!(cpu.rows(la) && cpu.rows(lb), "{text}");
+    assert!(!cpu.rows_checked_once(la), "{text}");
+    assert!(cpu.rows_checked_once(lb), "{text}");
+    assert!(
+        text.contains(&format!("cpu {lb} rowcheck=once ; rows of 16 through %"))
+            && text.contains(&format!("slot 2 of {for_} held as start plus shift")),
+        "{text}"
+    );
+    assert_eq!(KernelPlan::parse(&text).unwrap(), default, "{text}");
+    let mut no_check = default.clone();
+    no_check
+        .cpu
+        .as_mut()
+        .unwrap()
+        .set_rows_checked_once(lb, false, "override");
+    let mut no_shift = no_check.clone();
+    no_shift
+        .cpu
+        .as_mut()
+        .unwrap()
+        .set_shifted(for_, Vec::new(), "override");
+    for p in [&no_check, &no_shift] {
+        let t = p.to_string();
+        assert!(t.contains("; override"), "{t}");
+        assert_eq!(KernelPlan::parse(&t).unwrap(), *p, "{t}");
+    }
+    assert!(no_check
+        .to_string()
+        .contains(&format!("cpu {lb} rowcheck=each ; override")));
+    assert!(no_shift
+        .to_string()
+        .contains(&format!("cpu {for_} shift=none ; override")));
+    // What the verifier refuses: a row check once without the shift it relies on, a
+    // shifted accumulator, a shift on an op that is no loop, a row check on no load.
+    let refuse = |p: &KernelPlan, what: &str| {
+        let e = super::cpu::compile_with(&k, false, p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(what), "{e}");
+    };
+    let mut p = default.clone();
+    p.cpu
+        .as_mut()
+        .unwrap()
+        .set_shifted(for_, Vec::new(), "test");
+    refuse(&p, "not a carried slot the plan holds as start plus shift");
+    let mut p = default.clone();
+    p.cpu
+        .as_mut()
+        .unwrap()
+        .set_shifted(for_, vec![0, 1, 2], "test");
+    refuse(
+        &p,
+        "carried slot 0 is no pointer block the loop advances by a uniform offset",
+    );
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_shifted(la, vec![1], "test");
+    refuse(&p, "shifted slots on an op that is not a `for`");
+    let mut p = default.clone();
+    p.cpu
+        .as_mut()
+        .unwrap()
+        .set_rows_checked_once(for_, true, "test");
+    refuse(&p, "row checks on an op that is not a load");
+    let mut p = default.clone();
+    p.cpu
+        .as_mut()
+        .unwrap()
+        .set_rows_checked_once(la, true, "test");
+    refuse(&p, "proven to run +1 along rows");
+    // The code: one scalar add per iteration per pointer block, B's rows checked before
+    // the loop; without the decisions, every element updated and every row checked in the
+    // loop.
+    let (on, off_check, off_shift) = (body(&k, &default), body(&k, &no_check), body(&k, &no_shift));
+    let shifted = |src: &str| src.matches("shift = 0;").count();
+    let checked_in_loop = |src: &str| src.contains("tm_run &= bool(uint(acc2_at[");
+    assert_eq!(shifted(&on), 2, "{on}");
+    assert!(on.contains("runs[tm_r] && "), "{on}");
+    assert!(!checked_in_loop(&on), "{on}");
+    assert_eq!(shifted(&off_check), 2, "{off_check}");
+    assert!(checked_in_loop(&off_check), "{off_check}");
+    assert!(!off_check.contains("runs[tm_r]"), "{off_check}");
+    assert_eq!(shifted(&off_shift), 0, "{off_shift}");
+    // The start assigned before the loop; without the shift, again at every iteration.
+    let assigned = |src: &str| src.matches("acc1_[tm_i] = ").count();
+    assert_eq!(assigned(&on), 1, "{on}");
+    assert_eq!(assigned(&off_shift), 2, "{off_shift}");
+    if !Emulator::should_run("compiled CPU executor").expect("clang check") {
+        return;
+    }
+    // Ragged M and K, rows of B wrapping inside a block (`col0`), exact multiples, and a
+    // B shorter than K rows (the same out-of-bounds report from every plan).
+    for (m, n, kd, b_rows, col0) in [
+        (37usize, 32usize, 50usize, 50usize, 0usize),
+        (32, 32, 48, 48, 5),
+        (5, 16, 7, 7, 3),
+        (32, 64, 64, 64, 0),
+        (19, 48, 40, 33, 0),
+    ] {
+        let mut a = rnd(m * kd, (m * n + kd) as u64, -4.0, 4.0);
+        let mut b = rnd(b_rows * n, (m + n * kd) as u64, -4.0, 4.0);
+        a[1] = f32::NAN;
+        a[kd + 2] = f32::INFINITY;
+        a[2 * kd + 3] = f32::NEG_INFINITY;
+        a[3 * kd..4 * kd].fill(-0.0);
+        a[4 * kd + 1] = 1e30;
+        b[n + 3] = -0.0;
+        b[2 * n + 1] = 1e30;
+        b[n * (b_rows - 1)] = f32::INFINITY;
+        b[3 * n..4 * n].fill(0.0);
+        let ab: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bb: Vec<u8> = b.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let run = |plan: Option<&KernelPlan>| {
+            let mut c = vec![POISON; m * n];
+            let mut args = [
+                ExecArg::from(&ab[..]),
+                ExecArg::from(&bb[..]),
+                ExecArg::from(bytes_mut(&mut c)),
+                ExecArg::from(m as i32),
+                ExecArg::from(n as i32),
+                ExecArg::from(kd as i32),
+                ExecArg::from(kd as i32),
+                ExecArg::from(n as i32),
+                ExecArg::from(n as i32),
+                ExecArg::from(col0 as i32),
+            ];
+            let grid = [m.div_ceil(bm), n.div_ceil(bn), 1];
+            match plan {
+                None => crate::exec::execute(&k, grid, &mut args),
+                Some(p) => crate::native::execute_native_with(&k, p, grid, &mut args),
+            }
+            .map(|_| c)
+            .map_err(|e| e.to_string())
+        };
+        let interp = run(None);
+        if b_rows < kd {
+            let e = interp.as_ref().expect_err("B has too few rows");
+            assert!(e.contains("out of bounds"), "{e}");
+        } else {
+            let c = interp.as_ref().unwrap_or_else(|e| panic!("{e}"));
+            for i in 0..m {
+                for j in 0..n {
+                    let jb = (j + col0) % n;
+                    let prods = (0..kd).map(|p| a[i * kd + p] as f64 * b[p * n + jb] as f64);
+                    let want: f64 = prods.clone().sum();
+                    let scale: f64 = prods.map(f64::abs).sum();
+                    let g = c[i * n + j];
+                    assert_ne!(g, POISON, "{m}x{n}x{kd}: c[{i}][{j}] was not written");
+                    let g = f32::from_bits(g) as f64;
+                    let ok = if want.is_nan() {
+                        g.is_nan()
+                    } else if want.is_infinite() {
+                        g == want
+                    } else {
+                        (g - want).abs() <= 1e-5 * (1.0 + scale)
+                    };
+                    assert!(ok, "{m}x{n}x{kd}: c[{i}][{j}] = {g}, want {want}");
+                }
+            }
+        }
+        for (what, p) in [
+            ("default", &default),
+            ("rows checked in the loop", &no_check),
+            ("no shift", &no_shift),
+        ] {
+            let got = run(Some(p));
+            match (&got, &interp) {
+                (Ok(g), Ok(w)) => {
+                    for (e, (x, y)) in g.iter().zip(w).enumerate() {
+                        let (fx, fy) = (f32::from_bits(*x), f32::from_bits(*y));
+                        assert!(
+                            x == y || (fx.is_nan() && fy.is_nan()),
+                            "{what}, {m}x{n}x{kd}: c[{e}] = {fx}, the interpreter's {fy}"
+                        );
+                    }
+                }
+                _ => assert_eq!(got, interp, "{what}, {m}x{n}x{kd}"),
+            }
+        }
+    }
+}

@@ -1705,7 +1705,7 @@ impl<'k> Lowering<'k> {
             ),
         });
         if let Some(c) = self.contiguous_rows(id, res, ptr) {
-            self.load_rows(&name, ptr, mask, other, lay, c, &zero)?;
+            self.load_rows(id, &name, ptr, mask, other, lay, c, &zero)?;
         } else if let Some(vt) = self.vector_type(ptr, dt, lay)? {
             self.load_vector(&name, &vt, ptr, mask, other, lay, &zero)?;
         } else {
@@ -2601,6 +2601,18 @@ impl<'k> Lowering<'k> {
                 }
             }
         };
+        let shift_slots = match peel {
+            Some(_) => Vec::new(),
+            None => self.shifted_slots(id),
+        };
+        let shifts = self.open_shifts(&shift_slots, &mut vars)?;
+        self.open_row_checks(body, &shifts)?;
+        // Assigned at the end of each iteration: neither in fragments nor shifted.
+        let assigned = |k: usize| frag_of[k].is_none() && !shifts.iter().any(|s| s.slot == k);
+        let body_vars: Vec<Repr> = (0..vars.len())
+            .filter(|&k| assigned(k))
+            .map(|k| vars[k].clone())
+            .collect();
         let iv = self.fresh("iv");
         let t = self.fresh("t");
         self.set(args[0], Repr::Scalar(iv.clone()));
@@ -2640,7 +2652,13 @@ impl<'k> Lowering<'k> {
         if let Some(d) = &dbuf {
             self.dbuf_iteration_end(d, &next, (&t, &trips))?;
         }
-        self.assign_carried(&kept_vars, &keep(&ys))?;
+        let steps = self.stage_shifts(&shifts, &ys)?;
+        let body_ys: Vec<Value> = (0..ys.len())
+            .filter(|&k| assigned(k))
+            .map(|k| ys[k])
+            .collect();
+        self.assign_carried(&body_vars, &body_ys)?;
+        self.advance_shifts(&shifts, &steps)?;
         self.end_splits();
         self.close();
         if let Some(ring) = &ring {

@@ -29,7 +29,14 @@
 //!   lanes as one vector;
 //! - **tabled index blocks** ([`CpuPlan::tabled`]): an integer `/` or `%` block that a
 //!   broadcast reads many times per element is filled into an array once, and its index
-//!   recipe reads the array instead of dividing again at every element of the broadcast.
+//!   recipe reads the array instead of dividing again at every element of the broadcast;
+//! - **shifted pointer blocks** ([`CpuPlan::shifted`]): a pointer block a `for` loop
+//!   carries and advances by a uniform offset each iteration (`a_ptrs += BLOCK_K *
+//!   stride_ak`) is held as its start plus one scalar offset, so the update is one add
+//!   instead of one per element;
+//! - **row checks once per loop** ([`CpuPlan::rows_checked_once`]): a load copied by rows
+//!   through such a shifted block, whose rows are checked to run +1 at run time, checks
+//!   them once before the loop (a uniform shift keeps them running +1 or not).
 //!
 //! Every decision can be overridden (the `set_*` methods) on the plan given to
 //! `codegen::cpu::compile_with`; [`CpuPlan::verify`] refuses what the kernel cannot take.
@@ -43,7 +50,7 @@ use super::axis::AxisInfo;
 use super::blocked::BlockedLayout;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CmpPred, Kernel, Op, OpId, ReduceKind, RegionId, Value};
+use crate::ir::{BinaryOp, CmpPred, Kernel, Op, OpId, ReduceKind, RegionId, Value, ValueDef};
 
 /// Shortest run of consecutive or equal indices an unswitched mask's test reads by its ends
 /// (shorter runs would make the test cost about as much as a masked pass).
@@ -86,6 +93,8 @@ pub struct CpuPlan {
     whole: BTreeMap<OpId, (bool, String)>,
     rows: BTreeMap<OpId, (bool, String)>,
     table: BTreeMap<Value, (bool, String)>,
+    shift: BTreeMap<OpId, (Vec<usize>, String)>,
+    rowcheck: BTreeMap<OpId, (bool, String)>,
 }
 
 /// The decisions for `k` on a one-thread program; `resident(op)` tells whether the plan
@@ -116,6 +125,8 @@ pub fn plan(
         whole: BTreeMap::new(),
         rows: BTreeMap::new(),
         table: BTreeMap::new(),
+        shift: BTreeMap::new(),
+        rowcheck: BTreeMap::new(),
     };
     for (i, why) in lazy_values(k).into_iter().enumerate() {
         if let Some(why) = why {
@@ -136,6 +147,12 @@ pub fn plan(
                 if let Ok((slots, why)) = facts.peelable(*body, init) {
                     if !slots.is_empty() {
                         p.peel.insert(id, (slots, why));
+                    }
+                }
+                if p.peeled(id).is_empty() {
+                    let (slots, why) = facts.shiftable(*body, init);
+                    if !slots.is_empty() {
+                        p.shift.insert(id, (slots, why));
                     }
                 }
             }
@@ -166,6 +183,11 @@ pub fn plan(
                 }
             }
             _ => {}
+        }
+    }
+    for (&op, _) in p.rows.iter().filter(|(_, r)| r.0) {
+        if let Ok(why) = facts.rows_once(op, &p) {
+            p.rowcheck.insert(op, (true, why));
         }
     }
     p
@@ -259,6 +281,44 @@ impl CpuPlan {
         self.table.insert(v, (on, why.into()));
     }
 
+    /// The carried slots of `for` loop `op` held as their start plus one scalar offset
+    /// (empty: none).
+    pub fn shifted(&self, op: OpId) -> &[usize] {
+        self.shift.get(&op).map_or(&[], |x| &x.0)
+    }
+
+    /// Holds carried slots `slots` of `for` loop `op` as their start plus one scalar offset
+    /// (empty: every slot as a block), recording `why`.
+    pub fn set_shifted(&mut self, op: OpId, slots: Vec<usize>, why: impl Into<String>) {
+        self.shift.insert(op, (slots, why.into()));
+    }
+
+    /// Loops with a shift decision: the op, its shifted slots, and why.
+    pub fn shift_decisions(&self) -> impl Iterator<Item = (OpId, &[usize], &str)> {
+        self.shift
+            .iter()
+            .map(|(o, (s, w))| (*o, s.as_slice(), w.as_str()))
+    }
+
+    /// Whether block load `op`, copied by rows through a shifted pointer block, checks
+    /// that its rows run +1 once before the loop instead of at every iteration.
+    pub fn rows_checked_once(&self, op: OpId) -> bool {
+        self.rowcheck.get(&op).is_some_and(|x| x.0)
+    }
+
+    /// Checks load `op`'s rows once before its loop (`on`) or at every iteration,
+    /// recording `why`.
+    pub fn set_rows_checked_once(&mut self, op: OpId, on: bool, why: impl Into<String>) {
+        self.rowcheck.insert(op, (on, why.into()));
+    }
+
+    /// Loads with a row-check decision: the op, checked once or not, and why.
+    pub fn rowcheck_decisions(&self) -> impl Iterator<Item = (OpId, bool, &str)> {
+        self.rowcheck
+            .iter()
+            .map(|(o, (on, w))| (*o, *on, w.as_str()))
+    }
+
     /// Per mask the plan unswitches, the test the printer spells to find it all true
     /// (masks the kernel gives no such test are left out: `verify` refuses them).
     pub fn unswitch_tests(&self, k: &Kernel) -> BTreeMap<Value, AllTrue> {
@@ -344,6 +404,39 @@ impl CpuPlan {
             };
             if let Err(e) = ok {
                 return bad(format!("{op} peeled: {e}"));
+            }
+        }
+        for (&op, (slots, _)) in &self.shift {
+            let Some(Op::For { init, body, .. }) = kernel.ops.get(op.index()).map(|o| &o.op) else {
+                return bad(format!("{op}: shifted slots on an op that is not a `for`"));
+            };
+            if slots.is_empty() {
+                continue;
+            }
+            if !self.peeled(op).is_empty() {
+                return bad(format!(
+                    "{op}: shifted slots in a peeled loop (its first iteration is printed apart)"
+                ));
+            }
+            let (ok, _) = facts.shiftable(*body, init);
+            if let Some(s) = slots.iter().find(|s| !ok.contains(s)) {
+                return bad(format!(
+                    "{op} shifted: carried slot {s} is no pointer block the loop advances by a \
+                     uniform offset"
+                ));
+            }
+        }
+        for (&op, (on, _)) in &self.rowcheck {
+            if !matches!(
+                kernel.ops.get(op.index()).map(|o| &o.op),
+                Some(Op::Load { .. })
+            ) {
+                return bad(format!("{op}: row checks on an op that is not a load"));
+            }
+            if *on {
+                if let Err(e) = facts.rows_once(op, self) {
+                    return bad(format!("{op} checks its rows once: {e}"));
+                }
             }
         }
         for (&v, (on, _)) in &self.table {
@@ -450,6 +543,22 @@ impl CpuPlan {
                             .collect::<Option<Vec<usize>>>()?,
                     };
                     self.set_peeled(op, slots, why);
+                } else if let Some(s) = what.strip_prefix("shift=") {
+                    let slots = match s {
+                        "none" => Vec::new(),
+                        s => s
+                            .split(',')
+                            .map(|x| x.parse().ok())
+                            .collect::<Option<Vec<usize>>>()?,
+                    };
+                    self.set_shifted(op, slots, why);
+                } else if let Some(s) = what.strip_prefix("rowcheck=") {
+                    let once = match s {
+                        "once" => true,
+                        "each" => false,
+                        _ => return None,
+                    };
+                    self.set_rows_checked_once(op, once, why);
                 } else if let Some(s) = what.strip_prefix("whole=") {
                     self.set_whole(op, onoff(s)?, why);
                 } else if let Some(s) = what.strip_prefix("rows=") {
@@ -480,6 +589,8 @@ impl CpuPlan {
             whole: BTreeMap::new(),
             rows: BTreeMap::new(),
             table: BTreeMap::new(),
+            shift: BTreeMap::new(),
+            rowcheck: BTreeMap::new(),
         }
     }
 }
@@ -488,7 +599,8 @@ impl fmt::Display for CpuPlan {
     /// One line per decision, each `  cpu ... ; why`: `recipes=on`, `lazy_depth=16`,
     /// `branch_free=on`, `%N lazy` / `%N stored`, `%N unswitch` / `%N masked`, `opN peel=0,1`
     /// (`peel=none`), `opN lanes=32`, `opN whole=on`, `opN rows=on` (`off`: not done),
-    /// `%N table` / `%N recomputed`.
+    /// `%N table` / `%N recomputed`, `opN shift=1,2` (`shift=none`), `opN rowcheck=once`
+    /// (`each`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = |b: bool| if b { "on" } else { "off" };
         writeln!(
@@ -517,16 +629,7 @@ impl fmt::Display for CpuPlan {
             writeln!(f, "  cpu {v} {what} ; {why}")?;
         }
         for (op, (slots, why)) in &self.peel {
-            let s = if slots.is_empty() {
-                "none".to_string()
-            } else {
-                slots
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
-            writeln!(f, "  cpu {op} peel={s} ; {why}")?;
+            writeln!(f, "  cpu {op} peel={} ; {why}", slot_list(slots))?;
         }
         for (op, (lanes, why)) in &self.lanes {
             writeln!(f, "  cpu {op} lanes={lanes} ; {why}")?;
@@ -541,8 +644,27 @@ impl fmt::Display for CpuPlan {
             let what = if *b { "table" } else { "recomputed" };
             writeln!(f, "  cpu {v} {what} ; {why}")?;
         }
+        for (op, (slots, why)) in &self.shift {
+            writeln!(f, "  cpu {op} shift={} ; {why}", slot_list(slots))?;
+        }
+        for (op, (b, why)) in &self.rowcheck {
+            let what = if *b { "once" } else { "each" };
+            writeln!(f, "  cpu {op} rowcheck={what} ; {why}")?;
+        }
         Ok(())
     }
+}
+
+/// `1,2`, or `none` for no slots.
+fn slot_list(slots: &[usize]) -> String {
+    if slots.is_empty() {
+        return "none".into();
+    }
+    slots
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Per value, why it is filled into an array once (a table its index recipe reads) instead
@@ -1028,6 +1150,96 @@ impl<'k> Facts<'k> {
                 .join(",")
         );
         Ok((slots, why))
+    }
+}
+
+impl Facts<'_> {
+    /// For a `for` over `body` with initial values `init`: the carried slots that are
+    /// pointer blocks the body advances by a uniform offset (its `yield` gives `arg + off`
+    /// for the slot's own argument `arg` and a uniform `off`), and why holding them as their
+    /// start plus one scalar pays. Element `i` of the slot in iteration `t` is then its
+    /// start's element `i` plus the sum of the offsets so far, in the offsets' wrapping
+    /// arithmetic. Kernels that cast integers to pointers have none (such pointers carry
+    /// their buffer in their bits).
+    fn shiftable(&self, body: RegionId, init: &[Value]) -> (Vec<usize>, String) {
+        let k = self.k;
+        if k.ops.iter().any(|o| matches!(o.op, Op::IntToPtr { .. })) {
+            return (Vec::new(), String::new());
+        }
+        let region = k.region(body);
+        let Some(&last) = region.ops.last() else {
+            return (Vec::new(), String::new());
+        };
+        let Op::Yield { values } = &k.op(last).op else {
+            return (Vec::new(), String::new());
+        };
+        let slots: Vec<usize> = init
+            .iter()
+            .enumerate()
+            .filter(|&(s, v)| {
+                let ty = k.ty(*v);
+                let (Some(&arg), Some(&y)) = (region.args.get(s + 1), values.get(s)) else {
+                    return false;
+                };
+                ty.is_block()
+                    && ty.ptr
+                    && !self.uniform[v.index()]
+                    && k.def_op(y).is_some_and(|d| {
+                        matches!(k.op(d).op, Op::AddPtr { ptr, offset }
+                            if ptr == arg && self.uniform[offset.index()])
+                    })
+            })
+            .map(|(s, _)| s)
+            .collect();
+        let n = slots
+            .iter()
+            .map(|&s| k.ty(init[s]).numel())
+            .max()
+            .unwrap_or(0);
+        let why = format!(
+            "carried pointer block(s) {} advanced by a uniform offset each iteration: held as \
+             their start plus one scalar, one add per iteration instead of {n}",
+            slot_list(&slots)
+        );
+        (slots, why)
+    }
+
+    /// Why block load `op` of `plan` may check that its rows run +1 once before its loop,
+    /// or why not: the plan copies it by rows, its offsets are not proven to run +1 along
+    /// a row (so each row's copy checks them), and its pointer is a carried slot of a `for`
+    /// that the plan holds as start plus shift, so every iteration's offsets are the
+    /// start's plus one uniform value, and a row runs +1 exactly when the start's does.
+    fn rows_once(&self, op: OpId, plan: &CpuPlan) -> std::result::Result<String, String> {
+        let k = self.k;
+        let (Op::Load { ptr, .. }, Some(res)) = (&k.op(op).op, k.op(op).result()) else {
+            return Err("not a load".into());
+        };
+        if !plan.rows(op) {
+            return Err("not copied by rows".into());
+        }
+        let c = k.ty(res).shape.last().copied().unwrap_or(1) as u64;
+        if self.axis[ptr.index()].contig >= c {
+            return Err(format!(
+                "the offsets through {ptr} are proven to run +1 along rows (nothing to check)"
+            ));
+        }
+        let Some(ValueDef::RegionArg(r, i)) = k.value(*ptr).map(|v| v.def) else {
+            return Err(format!("{ptr} is not a loop's carried value"));
+        };
+        let Some(for_op) = k.region(r).parent.filter(|&p| {
+            matches!(k.op(p).op, Op::For { .. })
+                && i >= 1
+                && plan.shifted(p).contains(&(i as usize - 1))
+        }) else {
+            return Err(format!(
+                "{ptr} is not a carried slot the plan holds as start plus shift"
+            ));
+        };
+        Ok(format!(
+            "rows of {c} through {ptr}, slot {} of {for_op} held as start plus shift: they run \
+             +1 in every iteration exactly when they do at the start, checked once before the loop",
+            i - 1
+        ))
     }
 }
 

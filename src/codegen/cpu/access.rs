@@ -136,6 +136,7 @@ impl Lowering<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(in crate::codegen) fn load_rows(
         &mut self,
+        id: OpId,
         name: &str,
         ptr: Value,
         mask: Option<Value>,
@@ -147,7 +148,12 @@ impl Lowering<'_> {
         let p = self.param_name(ptr)?;
         // Per-element conditions of a row's copy (element `tm_i + tm_e`).
         let mut each = Vec::new();
-        if self.axis[ptr.index()].contig < c as u64 {
+        let mut whole = Vec::new();
+        let runs = self.cpu.as_ref().and_then(|s| s.row_runs.get(&id)).cloned();
+        if let Some(t) = runs {
+            // Checked once before the loop (`open_row_checks`).
+            whole.push(format!("{t}[tm_r]"));
+        } else if self.axis[ptr.index()].contig < c as u64 {
             let ut = self.cty(if self.off_dtype == DType::I64 {
                 DType::U64
             } else {
@@ -159,7 +165,6 @@ impl Lowering<'_> {
                 self.el(ptr, "tm_i")
             ));
         }
-        let mut whole = Vec::new();
         if let Some(m) = mask {
             if self.axis[m.index()].cst >= c as u64 || self.is_uniform(m) {
                 whole.push(self.el(m, "tm_i"));

@@ -195,7 +195,12 @@ impl Lowering<'_> {
     }
 
     /// Remembers what lazy block `name` reads and how deep its chain goes.
-    fn record_lazy(&mut self, name: &str, reads: BTreeSet<String>, depth: usize) {
+    pub(in crate::codegen) fn record_lazy(
+        &mut self,
+        name: &str,
+        reads: BTreeSet<String>,
+        depth: usize,
+    ) {
         if let Some(c) = self.cpu.as_mut() {
             c.lazy_reads.insert(name.to_string(), reads);
             c.lazy_depth.insert(name.to_string(), depth);

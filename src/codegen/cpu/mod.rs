@@ -5,9 +5,10 @@
 //! program, so each block is a local array and each op a loop over it, which clang
 //! vectorises (`-O2 -march=native`). The one-thread specialisations (index recipes and
 //! lazy values, unswitched masks, peeled loops, reduction lanes, whole-block accesses and
-//! row copies, branch-free conditions) are decided by the plan ([`crate::opt::cpu`]) and
-//! spelled by this module's lowering stage (`CpuStage` and its `lazy`, `unswitch`, `peel`
-//! and `access` parts), which the GPU printers never carry.
+//! row copies, branch-free conditions, shifted pointer blocks and row checks once per loop)
+//! are decided by the plan ([`crate::opt::cpu`]) and spelled by this module's lowering
+//! stage (`CpuStage` and its `lazy`, `unswitch`, `peel`, `shift` and `access` parts), which
+//! the GPU printers never carry.
 //!
 //! The function reads its arguments from arrays the host fills:
 //!
@@ -42,6 +43,7 @@ use crate::opt::{Chip, HardwareProfile};
 mod access;
 mod lazy;
 mod peel;
+mod shift;
 mod unswitch;
 
 /// What the one-thread specialisations need while the shared printer runs: the plan's
@@ -62,6 +64,9 @@ pub(super) struct CpuStage {
     pub flags: HashMap<Value, String>,
     /// Per unswitched mask, the plan's test that it is all true ([`CpuPlan::unswitch_tests`]).
     pub tests: BTreeMap<Value, AllTrue>,
+    /// Per load whose rows are checked once before its loop
+    /// ([`CpuPlan::rows_checked_once`]): the table of which rows run +1.
+    pub row_runs: HashMap<crate::ir::OpId, String>,
 }
 
 impl CpuStage {
@@ -74,6 +79,7 @@ impl CpuStage {
             lazy_depth: HashMap::new(),
             splits: Vec::new(),
             flags: HashMap::new(),
+            row_runs: HashMap::new(),
         }
     }
 }
