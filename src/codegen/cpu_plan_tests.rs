@@ -781,7 +781,9 @@ fn wrapped_offsets_are_tabled_once_per_row_and_give_the_same_results() {
 /// columns of B wrapped with `%` (`N` a multiple of 16, as the launch's integer
 /// specialisation finds it for the tutorial's sizes; B's columns start `col0` along, so a
 /// row of B may wrap inside a block), pointer blocks the loop carries and advances by
-/// `BK * stride`, the K tail masked, C stored under a mask.
+/// `BK * stride`, the K tail masked, C stored under a mask. Programs of odd `pid_m` stop
+/// `kdrop` short of `K` (0: none), so programs reading the same tiles of B may mask
+/// different rows of them.
 fn tutorial_matmul(k: &mut KernelBuilder) {
     let (a, b, c) = (
         k.ptr(F32, "a_ptr"),
@@ -800,6 +802,7 @@ fn tutorial_matmul(k: &mut KernelBuilder) {
         k.scalar(i32_, "stride_cm"),
     );
     let col0 = k.scalar(i32_, "col0");
+    let kdrop = k.scalar(i32_, "kdrop");
     let (bm, bn, bk) = (k.constexpr("BM"), k.constexpr("BN"), k.constexpr("BK"));
     let (pid_m, pid_n) = (tl::program_id(0), tl::program_id(1));
     let offs_am = (pid_m * bm + tl::arange(0, bm)) % m;
@@ -810,7 +813,7 @@ fn tutorial_matmul(k: &mut KernelBuilder) {
     let acc = tl::zeros([bm, bn], F32);
     let (acc, _, _): (Tensor, Tensor, Tensor) =
         tl::range(0, tl::cdiv(kk, bk), 1).fold((acc, a_ptrs, b_ptrs), |i, (acc, pa, pb)| {
-            let left = kk - i * bk;
+            let left = kk - i * bk - (pid_m % 2) * kdrop;
             let x = tl::load(pa).mask(offs_k.row().lt(left)).other(0.0f32);
             let y = tl::load(pb).mask(offs_k.col().lt(left)).other(0.0f32);
             (tl::dot(x, y, acc), pa + bk, pb + sbk * bk)
@@ -862,12 +865,11 @@ fn shifted_pointer_blocks_and_row_checks_once_change_the_code_not_the_result() {
         .as_mut()
         .unwrap()
         .set_rows_checked_once(lb, false, "override");
+    // Packed tiles need the shift too.
     let mut no_shift = no_check.clone();
-    no_shift
-        .cpu
-        .as_mut()
-        .unwrap()
-        .set_shifted(for_, Vec::new(), "override");
+    let c = no_shift.cpu.as_mut().unwrap();
+    c.set_shifted(for_, Vec::new(), "override");
+    c.set_packed(lb, 0, "override");
     for p in [&no_check, &no_shift] {
         let t = p.to_string();
         assert!(t.contains("; override"), "{t}");
@@ -934,17 +936,33 @@ fn shifted_pointer_blocks_and_row_checks_once_change_the_code_not_the_result() {
     let assigned = |src: &str| src.matches("acc1_[tm_i] = ").count();
     assert_eq!(assigned(&on), 1, "{on}");
     assert_eq!(assigned(&off_shift), 2, "{off_shift}");
+    tutorial_results_agree(
+        &k,
+        (bm, bn),
+        &[
+            ("default", &default),
+            ("rows checked in the loop", &no_check),
+            ("no shift", &no_shift),
+        ],
+    );
+}
+
+/// Runs [`tutorial_matmul`] (blocks `bm`×`bn`) under each plan and the interpreter on
+/// ragged sizes with edge values and poisoned outputs: the interpreter against an f64
+/// reference, each plan bit for bit against the interpreter (or the same error).
+fn tutorial_results_agree(k: &Kernel, (bm, bn): (usize, usize), plans: &[(&str, &KernelPlan)]) {
     if !Emulator::should_run("compiled CPU executor").expect("clang check") {
         return;
     }
     // Ragged M and K, rows of B wrapping inside a block (`col0`), exact multiples, and a
     // B shorter than K rows (the same out-of-bounds report from every plan).
-    for (m, n, kd, b_rows, col0) in [
-        (37usize, 32usize, 50usize, 50usize, 0usize),
-        (32, 32, 48, 48, 5),
-        (5, 16, 7, 7, 3),
-        (32, 64, 64, 64, 0),
-        (19, 48, 40, 33, 0),
+    for (m, n, kd, b_rows, col0, kdrop) in [
+        (37usize, 32usize, 50usize, 50usize, 0usize, 0usize),
+        (32, 32, 48, 48, 5, 0),
+        (5, 16, 7, 7, 3, 0),
+        (32, 64, 64, 64, 0, 0),
+        (19, 48, 40, 33, 0, 0),
+        (61, 32, 64, 64, 0, 8),
     ] {
         let mut a = rnd(m * kd, (m * n + kd) as u64, -4.0, 4.0);
         let mut b = rnd(b_rows * n, (m + n * kd) as u64, -4.0, 4.0);
@@ -972,11 +990,12 @@ fn shifted_pointer_blocks_and_row_checks_once_change_the_code_not_the_result() {
                 ExecArg::from(n as i32),
                 ExecArg::from(n as i32),
                 ExecArg::from(col0 as i32),
+                ExecArg::from(kdrop as i32),
             ];
             let grid = [m.div_ceil(bm), n.div_ceil(bn), 1];
             match plan {
-                None => crate::exec::execute(&k, grid, &mut args),
-                Some(p) => crate::native::execute_native_with(&k, p, grid, &mut args),
+                None => crate::exec::execute(k, grid, &mut args),
+                Some(p) => crate::native::execute_native_with(k, p, grid, &mut args),
             }
             .map(|_| c)
             .map_err(|e| e.to_string())
@@ -990,7 +1009,8 @@ fn shifted_pointer_blocks_and_row_checks_once_change_the_code_not_the_result() {
             for i in 0..m {
                 for j in 0..n {
                     let jb = (j + col0) % n;
-                    let prods = (0..kd).map(|p| a[i * kd + p] as f64 * b[p * n + jb] as f64);
+                    let kend = kd - (i / bm % 2) * kdrop;
+                    let prods = (0..kend).map(|p| a[i * kd + p] as f64 * b[p * n + jb] as f64);
                     let want: f64 = prods.clone().sum();
                     let scale: f64 = prods.map(f64::abs).sum();
                     let g = c[i * n + j];
@@ -1007,11 +1027,7 @@ fn shifted_pointer_blocks_and_row_checks_once_change_the_code_not_the_result() {
                 }
             }
         }
-        for (what, p) in [
-            ("default", &default),
-            ("rows checked in the loop", &no_check),
-            ("no shift", &no_shift),
-        ] {
+        for &(what, p) in plans {
             let got = run(Some(p));
             match (&got, &interp) {
                 (Ok(g), Ok(w)) => {
@@ -1027,4 +1043,93 @@ fn shifted_pointer_blocks_and_row_checks_once_change_the_code_not_the_result() {
             }
         }
     }
+}
+
+#[test]
+fn packed_tiles_change_the_code_not_the_result() {
+    let (bm, bn, bk) = (16usize, 16usize, 16usize);
+    let k = build(
+        "tutorial_matmul",
+        &[("BM", bm as i64), ("BN", bn as i64), ("BK", bk as i64)],
+        tutorial_matmul,
+    );
+    let default = super::cpu::plan(&k);
+    let text = default.to_string();
+    let cpu = default.cpu.as_ref().expect("CPU decisions");
+    let for_ = loops(&k)[0];
+    let [la, lb] = ops_where(&k, |o| matches!(o, Op::Load { .. }))[..] else {
+        panic!("{text}")
+    };
+    // B's 1 KiB tiles: 16 slots (the most); A is the dot's operand A, not packed.
+    assert_eq!(cpu.packed(lb), crate::opt::cpu::MAX_PACK_SLOTS, "{text}");
+    assert_eq!(cpu.packed(la), 0, "{text}");
+    assert!(
+        text.contains(&format!("cpu {lb} pack=16 ; `tl.dot` operand B, "))
+            && text.contains("of read-only `b_ptr` through %")
+            && text.contains(&format!("(slot 2 of {for_}, start plus shift)"))
+            && text.contains("kept in 16 slots of 1024 bytes per worker thread"),
+        "{text}"
+    );
+    assert_eq!(KernelPlan::parse(&text).unwrap(), default, "{text}");
+    let mut off = default.clone();
+    off.cpu.as_mut().unwrap().set_packed(lb, 0, "override");
+    let mut two = default.clone();
+    two.cpu.as_mut().unwrap().set_packed(lb, 2, "override");
+    for p in [&off, &two] {
+        let t = p.to_string();
+        assert_eq!(KernelPlan::parse(&t).unwrap(), *p, "{t}");
+    }
+    assert!(off
+        .to_string()
+        .contains(&format!("cpu {lb} pack=off ; override")));
+    assert!(two
+        .to_string()
+        .contains(&format!("cpu {lb} pack=2 ; override")));
+    let refuse = |p: &KernelPlan, what: &str| {
+        let e = super::cpu::compile_with(&k, false, p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(what), "{e}");
+    };
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_packed(lb, 17, "test");
+    refuse(&p, "packed in 17 slots (at most 16");
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_packed(la, 4, "test");
+    refuse(&p, "is no `tl.dot`'s operand B");
+    let mut p = default.clone();
+    p.cpu.as_mut().unwrap().set_packed(for_, 4, "test");
+    refuse(&p, "packed tiles on an op that is not a load");
+    let mut p = default.clone();
+    let c = p.cpu.as_mut().unwrap();
+    c.set_shifted(for_, Vec::new(), "test");
+    c.set_rows_checked_once(lb, false, "test");
+    refuse(&p, "not a carried slot the plan holds as start plus shift");
+    // The cache is declared once per call, before the loop over programs, and read
+    // through a pointer; without the decision B is a local array.
+    let src = |p: &KernelPlan| {
+        super::cpu::compile_with(&k, false, p)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .source
+    };
+    let (on, no, small) = (src(&default), src(&off), src(&two));
+    let before_programs = |s: &str, what: &str| {
+        s.find(what)
+            .is_some_and(|i| i < s.find("for (int64_t tm_p").unwrap_or(0))
+    };
+    assert!(before_programs(&on, "float b_pack[16][256];"), "{on}");
+    assert!(on.contains("float* const b = b_pack[pk_slot];"), "{on}");
+    assert!(on.contains("const uint pk_slot = uint(t % 16u);"), "{on}");
+    assert!(before_programs(&small, "float b_pack[2][256];"), "{small}");
+    assert!(!no.contains("_pack"), "{no}");
+    assert!(no.contains("float b[256];"), "{no}");
+    tutorial_results_agree(
+        &k,
+        (bm, bn),
+        &[
+            ("default", &default),
+            ("not packed", &off),
+            ("two slots", &two),
+        ],
+    );
 }

@@ -1077,7 +1077,7 @@ impl<'k> Lowering<'k> {
     }
 
     /// Base name for values loaded through / offset from parameter `p`.
-    fn stem(&self, v: Value) -> String {
+    pub(super) fn stem(&self, v: Value) -> String {
         match self.prov[v.index()] {
             Some(p) => {
                 let n = &self.k.params[p].name;
@@ -1677,6 +1677,9 @@ impl<'k> Lowering<'k> {
         }
         let lay = self.layout(res);
         let lazy = self.lazy_load_ok(res, ptr, lay);
+        if !lazy && self.load_packed(id, res, ptr, mask, other, lay, &zero)? {
+            return Ok(());
+        }
         let name = self.declare_block(&stem, dt, lay.n)?;
         let fast = if lazy {
             self.fresh(&format!("{stem}_in_bounds"))
@@ -2636,6 +2639,9 @@ impl<'k> Lowering<'k> {
             self.dbuf_prologue(d, body, (&l, &trips))?;
         }
         self.open(format!("for ({u} {t} = {start}; {t} < {trips}; ++{t})"));
+        if let Some(c) = self.cpu.as_mut() {
+            c.loops.push(t.clone());
+        }
         self.line(format!(
             "const {iv_t} {iv} = {iv_t}({u}({l}) + {t} * {u}({s}));"
         ));
@@ -2661,6 +2667,9 @@ impl<'k> Lowering<'k> {
         self.advance_shifts(&shifts, &steps)?;
         self.end_splits();
         self.close();
+        if let Some(c) = self.cpu.as_mut() {
+            c.loops.pop();
+        }
         if let Some(ring) = &ring {
             self.ring_epilogue(ring);
         }

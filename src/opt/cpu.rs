@@ -36,7 +36,12 @@
 //!   instead of one per element;
 //! - **row checks once per loop** ([`CpuPlan::rows_checked_once`]): a load copied by rows
 //!   through such a shifted block, whose rows are checked to run +1 at run time, checks
-//!   them once before the loop (a uniform shift keeps them running +1 or not).
+//!   them once before the loop (a uniform shift keeps them running +1 or not);
+//! - **packed tiles** ([`CpuPlan::packed`]): a `tl.dot` operand B copied by rows through a
+//!   shifted block of a read-only argument is copied into a per-thread cache of tiles, one
+//!   slot per iteration (modulo the slots), keyed by its rows' offsets; the next programs
+//!   that read the same tile at the same offsets (Triton's grouped ordering runs the
+//!   programs sharing a column block one after another) read the slot instead of copying.
 //!
 //! Every decision can be overridden (the `set_*` methods) on the plan given to
 //! `codegen::cpu::compile_with`; [`CpuPlan::verify`] refuses what the kernel cannot take.
@@ -68,6 +73,13 @@ pub const REDUCE_LANES: usize = 32;
 /// Longest chain of lazy blocks reading one another.
 pub const LAZY_DEPTH: usize = 16;
 
+/// Bytes of one packed load's cache of tiles ([`CpuPlan::packed`]), on the stack of each
+/// worker thread.
+pub const PACK_BYTES: usize = 256 << 10;
+
+/// Most slots of one packed load's cache.
+pub const MAX_PACK_SLOTS: usize = 16;
+
 /// The compiled CPU executor's decisions for one kernel, each with its reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuPlan {
@@ -95,6 +107,7 @@ pub struct CpuPlan {
     table: BTreeMap<Value, (bool, String)>,
     shift: BTreeMap<OpId, (Vec<usize>, String)>,
     rowcheck: BTreeMap<OpId, (bool, String)>,
+    pack: BTreeMap<OpId, (usize, String)>,
 }
 
 /// The decisions for `k` on a one-thread program; `resident(op)` tells whether the plan
@@ -127,6 +140,7 @@ pub fn plan(
         table: BTreeMap::new(),
         shift: BTreeMap::new(),
         rowcheck: BTreeMap::new(),
+        pack: BTreeMap::new(),
     };
     for (i, why) in lazy_values(k).into_iter().enumerate() {
         if let Some(why) = why {
@@ -185,9 +199,18 @@ pub fn plan(
             _ => {}
         }
     }
-    for (&op, _) in p.rows.iter().filter(|(_, r)| r.0) {
+    let rows: Vec<OpId> = p
+        .rows
+        .iter()
+        .filter(|(_, r)| r.0)
+        .map(|(o, _)| *o)
+        .collect();
+    for op in rows {
         if let Ok(why) = facts.rows_once(op, &p) {
             p.rowcheck.insert(op, (true, why));
+        }
+        if let Ok((slots, why)) = facts.packable(op, &p) {
+            p.pack.insert(op, (slots, why));
         }
     }
     p
@@ -319,6 +342,22 @@ impl CpuPlan {
             .map(|(o, (on, w))| (*o, *on, w.as_str()))
     }
 
+    /// Slots of block load `op`'s cache of packed tiles (0: not packed).
+    pub fn packed(&self, op: OpId) -> usize {
+        self.pack.get(&op).map_or(0, |x| x.0)
+    }
+
+    /// Packs load `op`'s tiles into a cache of `slots` slots (0: copies each tile where
+    /// it is loaded), recording `why`.
+    pub fn set_packed(&mut self, op: OpId, slots: usize, why: impl Into<String>) {
+        self.pack.insert(op, (slots, why.into()));
+    }
+
+    /// Loads with a pack decision: the op, its slots (0: not packed), and why.
+    pub fn pack_decisions(&self) -> impl Iterator<Item = (OpId, usize, &str)> {
+        self.pack.iter().map(|(o, (n, w))| (*o, *n, w.as_str()))
+    }
+
     /// Per mask the plan unswitches, the test the printer spells to find it all true
     /// (masks the kernel gives no such test are left out: `verify` refuses them).
     pub fn unswitch_tests(&self, k: &Kernel) -> BTreeMap<Value, AllTrue> {
@@ -437,6 +476,27 @@ impl CpuPlan {
                 if let Err(e) = facts.rows_once(op, self) {
                     return bad(format!("{op} checks its rows once: {e}"));
                 }
+            }
+        }
+        for (&op, &(slots, _)) in &self.pack {
+            if !matches!(
+                kernel.ops.get(op.index()).map(|o| &o.op),
+                Some(Op::Load { .. })
+            ) {
+                return bad(format!("{op}: packed tiles on an op that is not a load"));
+            }
+            if slots == 0 {
+                continue;
+            }
+            match facts.packable(op, self) {
+                Err(e) => return bad(format!("{op} packed: {e}")),
+                Ok((most, _)) if slots > most => {
+                    return bad(format!(
+                        "{op} packed in {slots} slots (at most {most}: {MAX_PACK_SLOTS}, and \
+                         {PACK_BYTES} bytes)"
+                    ))
+                }
+                Ok(_) => {}
             }
         }
         for (&v, (on, _)) in &self.table {
@@ -559,6 +619,12 @@ impl CpuPlan {
                         _ => return None,
                     };
                     self.set_rows_checked_once(op, once, why);
+                } else if let Some(s) = what.strip_prefix("pack=") {
+                    let slots = match s {
+                        "off" => 0,
+                        s => s.parse().ok()?,
+                    };
+                    self.set_packed(op, slots, why);
                 } else if let Some(s) = what.strip_prefix("whole=") {
                     self.set_whole(op, onoff(s)?, why);
                 } else if let Some(s) = what.strip_prefix("rows=") {
@@ -591,6 +657,7 @@ impl CpuPlan {
             table: BTreeMap::new(),
             shift: BTreeMap::new(),
             rowcheck: BTreeMap::new(),
+            pack: BTreeMap::new(),
         }
     }
 }
@@ -600,7 +667,7 @@ impl fmt::Display for CpuPlan {
     /// `branch_free=on`, `%N lazy` / `%N stored`, `%N unswitch` / `%N masked`, `opN peel=0,1`
     /// (`peel=none`), `opN lanes=32`, `opN whole=on`, `opN rows=on` (`off`: not done),
     /// `%N table` / `%N recomputed`, `opN shift=1,2` (`shift=none`), `opN rowcheck=once`
-    /// (`each`).
+    /// (`each`), `opN pack=16` (`pack=off`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = |b: bool| if b { "on" } else { "off" };
         writeln!(
@@ -650,6 +717,14 @@ impl fmt::Display for CpuPlan {
         for (op, (b, why)) in &self.rowcheck {
             let what = if *b { "once" } else { "each" };
             writeln!(f, "  cpu {op} rowcheck={what} ; {why}")?;
+        }
+        for (op, (slots, why)) in &self.pack {
+            let n = if *slots == 0 {
+                "off".to_string()
+            } else {
+                slots.to_string()
+            };
+            writeln!(f, "  cpu {op} pack={n} ; {why}")?;
         }
         Ok(())
     }
@@ -1239,6 +1314,99 @@ impl Facts<'_> {
             "rows of {c} through {ptr}, slot {} of {for_op} held as start plus shift: they run \
              +1 in every iteration exactly when they do at the start, checked once before the loop",
             i - 1
+        ))
+    }
+
+    /// The most slots of a cache of packed tiles for block load `op` of `plan`, and why it
+    /// pays, or why it cannot be packed: the plan copies it by rows, it is the B operand of
+    /// a `tl.dot`, its pointer is a carried slot of the innermost enclosing loop, a `for`
+    /// that the plan holds as start plus shift (its trip counter picks the slot) and does
+    /// not peel, and the slot starts from a read-only argument (what one program copied is
+    /// what the next would read at the same offsets).
+    fn packable(&self, op: OpId, plan: &CpuPlan) -> std::result::Result<(usize, String), String> {
+        let k = self.k;
+        let (Op::Load { ptr, .. }, Some(res)) = (&k.op(op).op, k.op(op).result()) else {
+            return Err("not a load".into());
+        };
+        if !plan.rows(op) {
+            return Err("not copied by rows".into());
+        }
+        let ty = k.ty(res);
+        if ty.shape.len() != 2 {
+            return Err(format!(
+                "a block of {} dimension(s), not a tile",
+                ty.shape.len()
+            ));
+        }
+        if !k
+            .ops
+            .iter()
+            .any(|o| matches!(o.op, Op::Dot { b, .. } if b == res))
+        {
+            return Err(format!("{res} is no `tl.dot`'s operand B"));
+        }
+        let Some(ValueDef::RegionArg(r, i)) = k.value(*ptr).map(|v| v.def) else {
+            return Err(format!("{ptr} is not a loop's carried value"));
+        };
+        let Some(for_op) = k.region(r).parent else {
+            return Err(format!("{ptr} is not a loop's carried value"));
+        };
+        let Op::For { init, .. } = &k.op(for_op).op else {
+            return Err(format!("{ptr} is not carried by a `for`"));
+        };
+        let slot = (i as usize).wrapping_sub(1);
+        if i == 0 || !plan.shifted(for_op).contains(&slot) || !plan.peeled(for_op).is_empty() {
+            return Err(format!(
+                "{ptr} is not a carried slot the plan holds as start plus shift in a loop it \
+                 does not peel"
+            ));
+        }
+        // The innermost loop around the load is that `for`.
+        let mut reg = k.op(op).parent;
+        while let Some(p) = k.region(reg).parent {
+            if matches!(k.op(p).op, Op::For { .. } | Op::While { .. }) {
+                if p != for_op {
+                    return Err(format!("{op} sits in a loop inside {for_op}"));
+                }
+                break;
+            }
+            reg = k.op(p).parent;
+        }
+        let mut v = init[slot];
+        let param = loop {
+            match k.value(v).map(|d| d.def) {
+                Some(ValueDef::Param(p)) => break p as usize,
+                Some(ValueDef::OpResult(d, _)) => match &k.op(d).op {
+                    Op::AddPtr { ptr, .. } => v = *ptr,
+                    Op::Splat { src }
+                    | Op::Broadcast { src }
+                    | Op::ExpandDims { src, .. }
+                    | Op::Reshape { src } => v = *src,
+                    _ => return Err(format!("{ptr} does not start from one argument")),
+                },
+                _ => return Err(format!("{ptr} does not start from one argument")),
+            }
+        };
+        let p = &k.params[param];
+        if p.stored {
+            return Err(format!("argument `{}` is written by the kernel", p.name));
+        }
+        let bytes = ty.numel() * ty.dtype.size_bytes();
+        let slots = MAX_PACK_SLOTS.min(PACK_BYTES / bytes.max(1));
+        if slots < 2 {
+            return Err(format!(
+                "tiles of {bytes} bytes (two must fit in {PACK_BYTES})"
+            ));
+        }
+        Ok((
+            slots,
+            format!(
+                "`tl.dot` operand B, {} tile of read-only `{}` through {ptr} (slot {slot} of \
+                 {for_op}, start plus shift): the programs that share its column block read \
+                 the same tiles, kept in {slots} slots of {bytes} bytes per worker thread, \
+                 keyed by their rows' offsets",
+                ty, p.name
+            ),
         ))
     }
 }

@@ -145,8 +145,26 @@ impl Lowering<'_> {
         c: usize,
         zero: &str,
     ) -> Result<()> {
+        let conds = self.row_conds(id, ptr, mask, c)?;
+        self.open(format!(
+            "for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
+            lay.n / c
+        ));
+        self.line(format!("const uint tm_i = tm_r * {c}u;"));
+        self.row_copy(name, ptr, (mask, other, zero), c, &conds, None)?;
+        self.close();
+        self.layouts.push(LayoutChoice {
+            op: format!("load {name}"),
+            layout: format!("rows of {c}: one bounds check and one copy per row"),
+        });
+        Ok(())
+    }
+
+    /// The conditions of copying row `tm_r` (first element `tm_i`) of a load of rows of
+    /// `c` at once: per element (`tm_e`; combined into `tm_run` by [`Self::row_run`]) and
+    /// for the whole row, the bounds check last.
+    fn row_conds(&self, id: OpId, ptr: Value, mask: Option<Value>, c: usize) -> Result<RowConds> {
         let p = self.param_name(ptr)?;
-        // Per-element conditions of a row's copy (element `tm_i + tm_e`).
         let mut each = Vec::new();
         let mut whole = Vec::new();
         let runs = self.cpu.as_ref().and_then(|s| s.row_runs.get(&id)).cloned();
@@ -172,28 +190,50 @@ impl Lowering<'_> {
                 each.push(self.el(m, "tm_i + tm_e"));
             }
         }
-        self.open(format!(
-            "for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
-            lay.n / c
-        ));
-        self.line(format!("const uint tm_i = tm_r * {c}u;"));
         if !each.is_empty() {
-            self.line("bool tm_run = true;");
-            self.line(format!(
-                "for (uint tm_e = 0; tm_e < {c}u; ++tm_e) tm_run &= {};",
-                self.all_of(&each)
-            ));
             whole.push("tm_run".into());
         }
         let off0 = self.el(ptr, "tm_i");
         whole.push(format!("tm_in_bounds({p}, {off0}, {c})"));
-        self.open(format!("if ({})", whole.join(" && ")));
+        Ok(RowConds { each, whole, off0 })
+    }
+
+    /// Declares `tm_run`, whether every per-element condition of the row holds.
+    fn row_run(&mut self, conds: &RowConds, c: usize) {
+        if !conds.each.is_empty() {
+            self.line("bool tm_run = true;");
+            self.line(format!(
+                "for (uint tm_e = 0; tm_e < {c}u; ++tm_e) tm_run &= {};",
+                self.all_of(&conds.each)
+            ));
+        }
+    }
+
+    /// Copies row `tm_r` (first element `tm_i`) into `name`: at once where `conds` hold,
+    /// else element by element, checked, masked lanes taking `other` (`slow`, a statement
+    /// run first on that path).
+    fn row_copy(
+        &mut self,
+        name: &str,
+        ptr: Value,
+        (mask, other, zero): (Option<Value>, Option<Value>, &str),
+        c: usize,
+        conds: &RowConds,
+        slow: Option<&str>,
+    ) -> Result<()> {
+        let p = self.param_name(ptr)?;
+        self.row_run(conds, c);
+        self.open(format!("if ({})", conds.whole.join(" && ")));
         self.line(format!(
-            "__builtin_memcpy(&{name}[tm_i], {p}.base + {off0}, {c}u * sizeof({name}[0]));"
+            "__builtin_memcpy(&{name}[tm_i], {p}.base + {}, {c}u * sizeof({name}[0]));",
+            conds.off0
         ));
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
+        if let Some(s) = slow {
+            self.line(s);
+        }
         let a = self.access(ptr, &self.el(ptr, "tm_i + tm_e"))?;
         let e = match mask {
             Some(m) => {
@@ -206,11 +246,98 @@ impl Lowering<'_> {
             "for (uint tm_e = 0; tm_e < {c}u; ++tm_e) {name}[tm_i + tm_e] = {e};"
         ));
         self.close();
-        self.close();
-        self.layouts.push(LayoutChoice {
-            op: format!("load {name}"),
-            layout: format!("rows of {c}: one bounds check and one copy per row"),
-        });
         Ok(())
     }
+
+    /// Block load `id` of `res` through `ptr` into a slot of a per-thread cache of tiles,
+    /// when the plan packs it ([`crate::opt::cpu::CpuPlan::packed`]) and the load copies
+    /// rows ([`Self::contiguous_rows`]): the slot of the loop's trip counter (modulo the
+    /// slots) is used as it is when it holds a tile copied whole from the same row offsets
+    /// and this load would copy every row whole too (the argument is read-only, so the
+    /// copy still equals memory); otherwise the tile is loaded into the slot by rows, and
+    /// the slot kept only if every row was copied whole. Returns whether it printed the
+    /// load.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::codegen) fn load_packed(
+        &mut self,
+        id: OpId,
+        res: Value,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+        lay: BlockedLayout,
+        zero: &str,
+    ) -> Result<bool> {
+        let slots = self.cpu.as_ref().map_or(0, |c| c.plan.packed(id));
+        let t = self.cpu.as_ref().and_then(|c| c.loops.last().cloned());
+        let (Some(c), Some(t)) = (self.contiguous_rows(id, res, ptr), t) else {
+            return Ok(false);
+        };
+        if slots == 0 {
+            return Ok(false);
+        }
+        let dt = self.edt(res);
+        let ct = self.cty(dt)?;
+        let ot = self.cty(self.off_dtype)?;
+        let rows = lay.n / c;
+        let cache = self.fresh(&format!("{}_pack", self.stem(ptr)));
+        let (key, ok) = (format!("{cache}_key"), format!("{cache}_ok"));
+        self.local_bytes +=
+            slots * (lay.n * dt.size_bytes() + rows * self.off_dtype.size_bytes() + 1);
+        if let Some(cpu) = self.cpu.as_mut() {
+            cpu.preamble.extend([
+                format!("alignas(64) {ct} {cache}[{slots}][{}];", lay.n),
+                format!("{ot} {key}[{slots}][{rows}];"),
+                format!("bool {ok}[{slots}] = {{}};"),
+            ]);
+        }
+        let conds = self.row_conds(id, ptr, mask, c)?;
+        let name = self.fresh(&self.stem(ptr));
+        let (slot, hit, all) = (
+            self.fresh("pk_slot"),
+            self.fresh("pk_hit"),
+            self.fresh("pk_all"),
+        );
+        self.line(format!("const uint {slot} = uint({t} % {slots}u);"));
+        self.line(format!("{ct}* const {name} = {cache}[{slot}];"));
+        self.line(format!("bool {hit} = {ok}[{slot}];"));
+        let row_loop = format!("for (uint tm_r = 0; tm_r < {rows}u; ++tm_r)");
+        self.open(&row_loop);
+        self.line(format!("const uint tm_i = tm_r * {c}u;"));
+        self.row_run(&conds, c);
+        let mut all_of = conds.whole.clone();
+        all_of.push(format!("{key}[{slot}][tm_r] == {}", conds.off0));
+        let all_of: Vec<String> = all_of.iter().map(|x| format!("bool({x})")).collect();
+        self.line(format!("{hit} &= {};", all_of.join(" & ")));
+        self.close();
+        self.open(format!("if (!{hit})"));
+        self.line(format!("bool {all} = true;"));
+        self.open(&row_loop);
+        self.line(format!("const uint tm_i = tm_r * {c}u;"));
+        self.line(format!("{key}[{slot}][tm_r] = {};", conds.off0));
+        let slow = format!("{all} = false;");
+        self.row_copy(&name, ptr, (mask, other, zero), c, &conds, Some(&slow))?;
+        self.close();
+        self.line(format!("{ok}[{slot}] = {all};"));
+        self.close();
+        self.layouts.push(LayoutChoice {
+            op: format!("load {name}: {}", self.ty(res)),
+            layout: format!(
+                "packed: rows of {c} into slot {t} % {slots} of a per-thread cache, unless it \
+                 holds them"
+            ),
+        });
+        self.set(res, Repr::Block(name));
+        Ok(true)
+    }
+}
+
+/// The conditions of a row copy ([`Lowering::row_conds`]).
+struct RowConds {
+    /// Per element `tm_e` of the row.
+    each: Vec<String>,
+    /// For the whole row (`tm_run` for the per-element ones), the bounds check last.
+    whole: Vec<String>,
+    /// The row's first offset.
+    off0: String,
 }

@@ -5,10 +5,12 @@
 //! program, so each block is a local array and each op a loop over it, which clang
 //! vectorises (`-O2 -march=native`). The one-thread specialisations (index recipes and
 //! lazy values, unswitched masks, peeled loops, reduction lanes, whole-block accesses and
-//! row copies, branch-free conditions, shifted pointer blocks and row checks once per loop)
+//! row copies, branch-free conditions, shifted pointer blocks, row checks once per loop and
+//! packed tiles)
 //! are decided by the plan ([`crate::opt::cpu`]) and spelled by this module's lowering
 //! stage (`CpuStage` and its `lazy`, `unswitch`, `peel`, `shift` and `access` parts), which
-//! the GPU printers never carry.
+//! the GPU printers never carry. Packed tiles (a cache per worker thread of a `tl.dot`
+//! operand's tiles) are declared before the loop over programs.
 //!
 //! The function reads its arguments from arrays the host fills:
 //!
@@ -67,6 +69,11 @@ pub(super) struct CpuStage {
     /// Per load whose rows are checked once before its loop
     /// ([`CpuPlan::rows_checked_once`]): the table of which rows run +1.
     pub row_runs: HashMap<crate::ir::OpId, String>,
+    /// The trip counters of the `for` loops being printed, innermost last.
+    pub loops: Vec<String>,
+    /// Declarations printed once per call of `tm_run`, before its loop over programs (the
+    /// caches of packed tiles, [`CpuPlan::packed`]).
+    pub preamble: Vec<String>,
 }
 
 impl CpuStage {
@@ -80,6 +87,8 @@ impl CpuStage {
             splits: Vec::new(),
             flags: HashMap::new(),
             row_runs: HashMap::new(),
+            loops: Vec::new(),
+            preamble: Vec::new(),
         }
     }
 }
@@ -258,6 +267,9 @@ fn print(kernel: &Kernel, shared_outputs: bool, plan: KernelPlan) -> Result<CpuP
              const tm_dyn<{ct}, true> tm_tabw_{short}{{&tm_slots, {kind}}};\n  \
              (void)tm_tab_{short}; (void)tm_tabw_{short};\n"
         ));
+    }
+    for l in lw.cpu.iter().flat_map(|c| &c.preamble) {
+        s.push_str(&format!("  {l}\n"));
     }
     s.push_str("  for (int64_t tm_p = tm_start; tm_p < tm_end; ++tm_p) {\n");
     s.push_str("    const int tm_pid0 = (int)(tm_p % tm_grid[0]);\n");
