@@ -1980,7 +1980,7 @@ impl<'k> Lowering<'k> {
         Ok(())
     }
 
-    fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
+    pub(super) fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
         let p = self.base_name(ptr, true)?;
         let store = if let Some(dt) = self.in_words(ptr) {
             let wide = if dt.size_bytes() == 8 { "8" } else { "" };
@@ -2020,7 +2020,10 @@ impl<'k> Lowering<'k> {
         }
         let lay = self.layout(ptr);
         let whole_block = self.open_whole_store(id, ptr, value, mask, lay)?;
-        let r = self.store_checked(ptr, value, mask, lay);
+        let r = match self.contiguous_rows(id, value, ptr) {
+            Some(c) => self.store_rows(id, ptr, value, mask, lay, c),
+            None => self.store_checked(ptr, value, mask, lay),
+        };
         if whole_block {
             self.close();
         }

@@ -272,12 +272,13 @@ impl CpuPlan {
     }
 
     /// Whether block load `op` copies each of its rows (along the last dimension) at once
-    /// where the row's checks pass.
+    /// where the row's checks pass (a store: stores a row's elements without checking each
+    /// again).
     pub fn rows(&self, op: OpId) -> bool {
         self.rows.get(&op).is_some_and(|x| x.0)
     }
 
-    /// Copies block load `op` by rows (`on`) or reads it by chunks, recording `why`.
+    /// Moves block load or store `op` by rows (`on`) or by chunks, recording `why`.
     pub fn set_rows(&mut self, op: OpId, on: bool, why: impl Into<String>) {
         self.rows.insert(op, (on, why.into()));
     }
@@ -287,7 +288,7 @@ impl CpuPlan {
         self.whole.iter().map(|(o, (on, w))| (*o, *on, w.as_str()))
     }
 
-    /// Loads with a row-copy decision: the op, copied by rows or not, and why.
+    /// Loads and stores with a row-copy decision: the op, by rows or not, and why.
     pub fn rows_decisions(&self) -> impl Iterator<Item = (OpId, bool, &str)> {
         self.rows.iter().map(|(o, (on, w))| (*o, *on, w.as_str()))
     }
@@ -544,7 +545,12 @@ impl CpuPlan {
         for (&op, (on, _)) in &self.rows {
             let res = match kernel.ops.get(op.index()).map(|o| (&o.op, o.result())) {
                 Some((Op::Load { .. }, Some(res))) => res,
-                _ => return bad(format!("{op}: row copies on an op that is not a load")),
+                Some((Op::Store { value, .. }, _)) => *value,
+                _ => {
+                    return bad(format!(
+                        "{op}: row copies on an op that is not a load or store"
+                    ))
+                }
             };
             if *on && kernel.ty(res).shape.len() < 2 {
                 return bad(format!(
@@ -1017,14 +1023,16 @@ impl<'k> Facts<'k> {
         ))
     }
 
-    /// Why block load `op` copies its rows at once, when it pays: two or more dimensions,
-    /// rows (along the last) of a cache line or more, at least two of them, chunks that
-    /// hold no padding, offsets running +1 along each row or along chunks where a run-time
-    /// check passes (each row's copy then checks its own).
+    /// Why block load or store `op` moves its rows at once, when it pays: two or more
+    /// dimensions, rows (along the last) of a cache line or more, at least two of them,
+    /// chunks that hold no padding, offsets running +1 along each row or along chunks where
+    /// a run-time check passes (each row then checks its own).
     fn rows(&self, op: OpId, layout: &impl Fn(usize) -> BlockedLayout) -> Option<String> {
         let data = self.k.op(op);
-        let (Op::Load { ptr, .. }, Some(res)) = (&data.op, data.result()) else {
-            return None;
+        let (ptr, res, what) = match (&data.op, data.result()) {
+            (Op::Load { ptr, .. }, Some(res)) => (ptr, res, "one copy"),
+            (Op::Store { ptr, value, .. }, _) => (ptr, *value, "its elements stored unchecked"),
+            _ => return None,
         };
         let ty = self.k.ty(res);
         let c = *ty.shape.last()?;
@@ -1039,7 +1047,7 @@ impl<'k> Facts<'k> {
         ok.then(|| {
             format!(
                 "{} rows of {c} {} ({bytes} bytes, a cache line or more), offsets through {ptr} \
-                 running +1 over {contig}: one bounds check and one copy per row",
+                 running +1 over {contig}: one bounds check per row, then {what}",
                 lay.n / c,
                 ty.dtype
             )

@@ -108,10 +108,11 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// The row length when the plan copies block load `id` (of `res` through `ptr`) by rows
-    /// and the pointer is one this compile reads plainly: derived from a parameter (not
-    /// cast from an integer), not read atomically, not updated in place, not packed in
-    /// words, held as a block.
+    /// The row length when the plan moves block load or store `id` (of `res` through
+    /// `ptr`) by rows and the pointer is one this compile accesses by rows: derived from a
+    /// parameter (not cast from an integer), not updated in place, not packed in words,
+    /// held as a block, and for a load not read atomically (a store to an output that
+    /// programs may share stays atomic element by element, after its row's checks).
     pub(in crate::codegen) fn contiguous_rows(
         &self,
         id: OpId,
@@ -124,7 +125,9 @@ impl Lowering<'_> {
             && !self.dynamic[ptr.index()]
             && self.in_words(ptr).is_none()
             && !self.in_place[p]
-            && !(self.atomic_outputs && self.k.params[p].stored)
+            && !(self.atomic_outputs
+                && self.k.params[p].stored
+                && matches!(self.k.op(id).op, crate::ir::Op::Load { .. }))
             && matches!(self.repr(ptr), Repr::Block(_));
         ok.then_some(c)
     }
@@ -156,6 +159,60 @@ impl Lowering<'_> {
         self.layouts.push(LayoutChoice {
             op: format!("load {name}"),
             layout: format!("rows of {c}: one bounds check and one copy per row"),
+        });
+        Ok(())
+    }
+
+    /// A block store as rows of `c` elements: a row whose mask lanes are all set, whose
+    /// offsets run +1 (checked here unless proven) and which lies inside the argument stores
+    /// its elements through the row's base pointer without checking each (plainly, or as
+    /// relaxed atomics where programs may share the output); any other row stores element
+    /// by element, each checked, masked lanes skipped, so a bad access is reported as the
+    /// element-wise store reports it.
+    pub(in crate::codegen) fn store_rows(
+        &mut self,
+        id: OpId,
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+        lay: BlockedLayout,
+        c: usize,
+    ) -> Result<()> {
+        let p = self.param_name(ptr)?;
+        let ct = self.cty(self.edt(value))?;
+        let conds = self.row_conds(id, ptr, mask, c)?;
+        self.open(format!(
+            "for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
+            lay.n / c
+        ));
+        self.line(format!("const uint tm_i = tm_r * {c}u;"));
+        self.row_run(&conds, c);
+        self.open(format!("if ({})", conds.whole.join(" && ")));
+        self.line(format!("{ct}* const tm_dst = {p}.base + {};", conds.off0));
+        let val = self.el(value, "tm_i + tm_e");
+        let each = if self.atomic_outputs {
+            self.d
+                .atomic_store
+                .replace("{addr}", "&tm_dst[tm_e]")
+                .replace("{val}", &val)
+        } else {
+            format!("tm_dst[tm_e] = {val};")
+        };
+        self.line(format!("for (uint tm_e = 0; tm_e < {c}u; ++tm_e) {each}"));
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        let s = self.store_stmt(ptr, &self.el(ptr, "tm_i + tm_e"), &val)?;
+        let s = match mask {
+            Some(m) => format!("if ({}) {s}", self.el(m, "tm_i + tm_e")),
+            None => s,
+        };
+        self.line(format!("for (uint tm_e = 0; tm_e < {c}u; ++tm_e) {s}"));
+        self.close();
+        self.close();
+        self.layouts.push(LayoutChoice {
+            op: format!("store {p}"),
+            layout: format!("rows of {c}: one bounds check per row"),
         });
         Ok(())
     }
