@@ -1148,6 +1148,9 @@ fn packed_tiles_change_the_code_not_the_result() {
     assert!(on.contains("const uint pk_slot = uint(t % 16u);"), "{on}");
     assert!(before_programs(&small, "float b_pack[2][256];"), "{small}");
     assert!(!no.contains("_pack"), "{no}");
+    // The dot prefetches B's next rows only when this iteration's tile was not found.
+    assert!(on.contains("if (!pk_hit) for (uint tm_q = "), "{on}");
+    assert!(!no.contains("pk_hit"), "{no}");
     assert!(no.contains("float b[256];"), "{no}");
     tutorial_results_agree(
         &k,

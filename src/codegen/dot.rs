@@ -303,7 +303,14 @@ impl Lowering<'_> {
         let bytes = cols * self.edt(v).size_bytes();
         let at =
             |lw: &Self, x: Value| format!("ulong(long({}))", lw.el(x, &format!("tm_q * {cols}u")));
-        self.open(format!("for (uint tm_q = {lo}; tm_q < {hi}; ++tm_q)"));
+        // A packed tile that was found in its cache slot is likely found next time too.
+        let guard = match self.cpu.as_ref().and_then(|c| c.packed_hits.get(&v)) {
+            Some(hit) => format!("if (!{hit}) "),
+            None => String::new(),
+        };
+        self.open(format!(
+            "{guard}for (uint tm_q = {lo}; tm_q < {hi}; ++tm_q)"
+        ));
         self.line(format!(
             "const ulong tm_pf = ulong({p}.base) + ({} + {}) * sizeof({p}.base[0]);",
             at(self, ptr),

@@ -312,8 +312,9 @@ impl Lowering<'_> {
     /// slots) is used as it is when it holds a tile copied whole from the same row offsets
     /// and this load would copy every row whole too (the argument is read-only, so the
     /// copy still equals memory); otherwise the tile is loaded into the slot by rows, and
-    /// the slot kept only if every row was copied whole. Returns whether it printed the
-    /// load.
+    /// the slot kept only if every row was copied whole. The tile's flag of being found
+    /// ([`super::CpuStage::packed_hits`]) tells the dot not to prefetch the rows the next
+    /// iteration loads. Returns whether it printed the load.
     #[allow(clippy::too_many_arguments)]
     pub(in crate::codegen) fn load_packed(
         &mut self,
@@ -384,6 +385,9 @@ impl Lowering<'_> {
                  holds them"
             ),
         });
+        if let Some(cpu) = self.cpu.as_mut() {
+            cpu.packed_hits.insert(res, hit);
+        }
         self.set(res, Repr::Block(name));
         Ok(true)
     }

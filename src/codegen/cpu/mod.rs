@@ -69,6 +69,9 @@ pub(super) struct CpuStage {
     /// Per load whose rows are checked once before its loop
     /// ([`CpuPlan::rows_checked_once`]): the table of which rows run +1.
     pub row_runs: HashMap<crate::ir::OpId, String>,
+    /// Per packed load's result ([`CpuPlan::packed`]): whether this iteration found its
+    /// tile in the cache (the dot then skips prefetching the next iteration's rows).
+    pub packed_hits: HashMap<Value, String>,
     /// The trip counters of the `for` loops being printed, innermost last.
     pub loops: Vec<String>,
     /// Declarations printed once per call of `tm_run`, before its loop over programs (the
@@ -87,6 +90,7 @@ impl CpuStage {
             splits: Vec::new(),
             flags: HashMap::new(),
             row_runs: HashMap::new(),
+            packed_hits: HashMap::new(),
             loops: Vec::new(),
             preamble: Vec::new(),
         }
