@@ -1032,7 +1032,7 @@ impl<'k> Lowering<'k> {
     /// The view that accesses through pointer `v` index: its parameter's, or for a pointer
     /// cast from an integer the slots' view of its pointee type (`write`: the one that
     /// refuses read-only slots).
-    fn base_name(&self, v: Value, write: bool) -> Result<String> {
+    pub(super) fn base_name(&self, v: Value, write: bool) -> Result<String> {
         if self.prov[v.index()].is_none() && self.dynamic[v.index()] && self.d.name == "cpu" {
             let w = if write { "w" } else { "" };
             return Ok(format!("tm_tab{w}_{}", self.ty(v).dtype.short_name()));
@@ -1980,6 +1980,8 @@ impl<'k> Lowering<'k> {
         Ok(())
     }
 
+    /// The statement storing `val` to element `off` of `ptr`'s argument (packed 16-bit
+    /// words, atomic outputs and arguments updated in place included).
     pub(super) fn store_stmt(&self, ptr: Value, off: &str, val: &str) -> Result<String> {
         let p = self.base_name(ptr, true)?;
         let store = if let Some(dt) = self.in_words(ptr) {
@@ -2017,6 +2019,9 @@ impl<'k> Lowering<'k> {
             let s = self.store_stmt(ptr, &self.el(ptr, ""), &self.el(value, ""))?;
             self.line(format!("if ({cond}) {s}"));
             return Ok(());
+        }
+        if let Some(arr) = self.frags.get(&value).cloned() {
+            return self.mma_store(ptr, value, mask, &arr);
         }
         let lay = self.layout(ptr);
         let whole_block = self.open_whole_store(id, ptr, value, mask, lay)?;
@@ -2687,10 +2692,17 @@ impl<'k> Lowering<'k> {
         }
         self.hazard.reads_pending =
             self.d.shared_array.is_empty() || self.plan.barrier(id, When::After).is_some();
+        let stored = if frag_of.iter().any(Option::is_some) && self.plan.keeps_fragments(id) {
+            self.plan.fragment_regions(self.k)
+        } else {
+            Vec::new()
+        };
         for (k, r) in results.into_iter().enumerate() {
-            match &frag_of[k] {
-                Some((f, m, n)) => self.frags_to_block(r, f, *m, *n)?,
-                None => self.set(r, vars[k].clone()),
+            let region = stored.iter().find(|g| g.from_loop == Some((id, k)));
+            match (&frag_of[k], region) {
+                (Some((f, m, n)), Some(g)) => self.keep_loop_fragments(g, r, f.clone(), *m, *n)?,
+                (Some((f, m, n)), None) => self.frags_to_block(r, f, *m, *n)?,
+                (None, _) => self.set(r, vars[k].clone()),
             }
         }
         Ok(())

@@ -8,7 +8,9 @@
 //! `ldmatrix` fall in distinct banks, then per 16-wide K step loads A fragments with
 //! `ldmatrix.x4` and B fragments with `ldmatrix.x4.trans` (two N tiles at a time) and issues
 //! one `mma.sync` per tile. As on Metal, an accumulator carried by a `for` loop and used
-//! only by the dot stays in fragments for the whole loop.
+//! only by the dot stays in fragments for the whole loop, and after it where the plan
+//! stores it from there ([`crate::opt::fragments::loop_region`]). On sm_90 the plan may
+//! spell the dot as `wgmma.mma_async` instead, on the same fragments.
 //!
 //! Fragment layouts follow PTX ISA "Matrix Fragments for mma.m16n8k16": lane `l` holds
 //! C rows `l/4` and `l/4 + 8`, columns `2*(l%4) + {0, 1}`.
@@ -88,14 +90,25 @@ impl Lowering<'_> {
     /// fragment array, `tm_row`/`tm_col` are the element's coordinates in `[m, n]`. Warps
     /// without tiles skip the block. The caller closes two scopes.
     fn open_frag_elems(&mut self, g: WarpGrid) {
+        self.open_frag_elems_by(g, 1);
+    }
+
+    /// [`Self::open_frag_elems`] over every `step`-th register (1 or 2: a pair of
+    /// registers `tm_r`, `tm_r + 1` holds neighbouring columns of one row).
+    fn open_frag_elems_by(&mut self, g: WarpGrid, step: usize) {
         self.open_warp_ids();
         let guard = if g.active() < self.threads / 32 {
             format!("if (tm_w < {}u) ", g.active())
         } else {
             String::new()
         };
+        let inc = if step == 1 {
+            "++tm_r".to_string()
+        } else {
+            format!("tm_r += {step}u")
+        };
         self.open(format!(
-            "{guard}for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
+            "{guard}for (uint tm_r = 0; tm_r < {}u; {inc})",
             g.regs()
         ));
         self.line("const uint tm_t = tm_r >> 2;");
@@ -305,6 +318,115 @@ impl Lowering<'_> {
         }
         self.frag_vals.remove(&res);
         self.bind_frags(res, frag, grid);
+        Ok(())
+    }
+
+    /// The result `res` of a loop's resident accumulator stays in its fragments `frag`
+    /// (`[m, n]`) after the loop: the values of `region`
+    /// ([`crate::opt::fragments::loop_region`]) are spelled there and stored from there.
+    pub(super) fn keep_loop_fragments(
+        &mut self,
+        region: &crate::opt::fragments::Region,
+        res: Value,
+        frag: String,
+        m: usize,
+        n: usize,
+    ) -> Result<()> {
+        let grid = self.grid_of(&frag, m, n)?;
+        for v in region.values(self.k) {
+            self.frag_vals.insert(
+                v,
+                FragVal {
+                    grid,
+                    in_place: None,
+                },
+            );
+        }
+        self.frag_vals.remove(&res);
+        self.bind_frags(res, frag, grid);
+        Ok(())
+    }
+
+    /// `store(ptr, value, mask)` of a value held in fragments `arr`: each thread stores its
+    /// registers' elements, the pointer offsets and the mask recomputed at each element's
+    /// row and column.
+    pub(super) fn mma_store(
+        &mut self,
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+        arr: &str,
+    ) -> Result<()> {
+        let (m, n) = (self.ty(value).shape[0], self.ty(value).shape[1]);
+        let g = self.grid_of(arr, m, n)?;
+        let at = |lw: &Self, v: Value| -> Result<String> {
+            if lw.is_uniform(v) {
+                return Ok(lw.el(v, ""));
+            }
+            lw.recipe(v)
+                .map(|r| r.replace(super::lower::FLAT, &format!("(tm_row * {n}u + tm_col)")))
+                .ok_or_else(|| {
+                    unsupported_on(
+                        lw.d,
+                        lw.k,
+                        "a store from mma fragments through pointers or a mask that are not recomputed from their index",
+                    )
+                })
+        };
+        let off = at(self, ptr)?;
+        let cond = mask.map(|mk| at(self, mk)).transpose()?;
+        // The two registers of a pair hold neighbouring columns of a row: one 2-element
+        // store where the offsets run +1 from an even one, the mask is the same for both,
+        // and the store is a plain one (no packed words, atomics or in-place flags).
+        let ax = |v: Value| self.axis[v.index()];
+        let plain = self.in_words(ptr).is_none()
+            && !self.atomic_outputs
+            && !self.dynamic[ptr.index()]
+            && self.in_place_param(ptr).is_none();
+        let pairs = plain
+            && ax(ptr).contig >= 2
+            && ax(ptr).div >= 2
+            && mask.is_none_or(|mk| ax(mk).cst >= 2)
+            && self.d.aligned_offset_access.is_some();
+        self.line("#pragma unroll");
+        if pairs {
+            let vt = self
+                .d
+                .vector_type
+                .replace("{ty}", self.cty(self.edt(value))?)
+                .replace("{n}", "2");
+            let (_, st) = self.d.aligned_offset_access.unwrap_or_default();
+            self.helpers.insert("packed");
+            let base = self.base_name(ptr, true)?;
+            self.open_frag_elems_by(g, 2);
+            self.line(format!("{vt} tm_v;"));
+            self.line(format!("tm_v[0] = {arr}[tm_r];"));
+            self.line(format!("tm_v[1] = {arr}[tm_r + 1u];"));
+            let s = st
+                .replace("{b}", &base)
+                .replace("{o}", &off)
+                .replace("{v}", "tm_v");
+            match cond {
+                Some(c) => self.line(format!("if ({c}) {s}")),
+                None => self.line(s),
+            }
+        } else {
+            let s = self.store_stmt(ptr, &off, &format!("{arr}[tm_r]"))?;
+            self.open_frag_elems(g);
+            match cond {
+                Some(c) => self.line(format!("if ({c}) {s}")),
+                None => self.line(s),
+            }
+        }
+        self.close();
+        self.close();
+        self.layouts.push(LayoutChoice {
+            op: format!("store {}", self.ty(value)),
+            layout: format!(
+                "from mma fragments: {} from registers, offsets and mask recomputed at the row and column",
+                if pairs { "pairs of columns" } else { "each element" }
+            ),
+        });
         Ok(())
     }
 
@@ -824,12 +946,28 @@ mod tests {
     fn large_accumulators_leave_fragments_in_row_bands() {
         // Triton's H100 config, 128x128x64 on 8 warps: a whole f32 C (64 KB) would not fit
         // beside the A/B staging (35 KB) under the 48 KB static limit; bands do.
+        // (By default the loop's result is stored from its fragments; the plan override
+        // that takes it out of them converts it.)
+        let converted = |k: &crate::ir::Kernel, warps: u32| {
+            let o = LaunchOptions::default()
+                .num_warps(warps)
+                .target(HardwareProfile::of(Chip::Sm90));
+            let mut plan = super::super::cuda::plan(k, &o);
+            let f = k
+                .walk()
+                .into_iter()
+                .find(|&id| matches!(k.op(id).op, crate::ir::Op::For { .. }))
+                .unwrap();
+            assert!(plan.keeps_fragments(f), "{plan}");
+            plan.set_fragments(f, false, "test");
+            super::super::cuda::compile_with(k, &o, &plan).unwrap()
+        };
         let k = build("mm", &[("BM", 128), ("BN", 128), ("BK", 64)], matmul(F16));
-        let p = check_cuda(&k, &LaunchOptions::default().num_warps(8));
+        let p = converted(&k, 8);
         assert!(p.source.contains("tm_band += 16u"), "{}", p.source);
         assert!(p.shared_mem_bytes <= 48 * 1024, "{}", p.shared_mem_bytes);
         let k = build("mm", &[("BM", 64), ("BN", 64), ("BK", 32)], matmul(F16));
-        let p = check_cuda(&k, &LaunchOptions::default().num_warps(4));
+        let p = converted(&k, 4);
         assert!(!p.source.contains("tm_band"), "{}", p.source);
     }
 
@@ -1005,6 +1143,107 @@ mod tests {
         let p = check_cuda(&k, &LaunchOptions::default().num_warps(8));
         assert!(!p.source.contains("tm_fast"), "{}", p.source);
         assert!(p.source.contains("tm_cr"), "{}", p.source);
+    }
+
+    #[test]
+    fn a_loop_accumulator_is_stored_from_its_fragments() {
+        let k = build(
+            "mm",
+            &[("BM", 64), ("BN", 64), ("BK", 32)],
+            tutorial(F16, false),
+        );
+        let o = LaunchOptions::default()
+            .num_warps(4)
+            .target(HardwareProfile::of(Chip::Sm90));
+        let plan = super::super::cuda::plan(&k, &o);
+        let for_op = k
+            .walk()
+            .into_iter()
+            .find(|&id| matches!(k.op(id).op, crate::ir::Op::For { .. }))
+            .unwrap();
+        assert!(plan.keeps_fragments(for_op), "{plan}");
+        let text = plan.to_string();
+        assert!(text.contains(&format!("{for_op} fragments ;")), "{text}");
+        assert_eq!(KernelPlan::parse(&text).unwrap(), plan);
+        // The override converts the accumulator to the blocked layout through shared
+        // memory, as before.
+        let mut left = plan.clone();
+        left.set_fragments(for_op, false, "test");
+        left.verify(&k).unwrap();
+        let progs = [&plan, &left].map(|p| super::super::cuda::compile_with(&k, &o, p).unwrap());
+        // f32 C: no packed pair store without a proven layout (runtime strides).
+        assert!(!progs[0].source.contains("accout"), "{}", progs[0].source);
+        assert!(progs[0].source.contains("c_ptr["), "{}", progs[0].source);
+        assert!(progs[1].source.contains("accout"), "{}", progs[1].source);
+        assert!(progs[0].shared_mem_bytes < progs[1].shared_mem_bytes);
+        let l = progs[0]
+            .layouts
+            .iter()
+            .find(|l| l.op.starts_with("store"))
+            .unwrap();
+        assert!(
+            l.layout.starts_with("from mma fragments: each element"),
+            "{}",
+            l.layout
+        );
+        if let Some(n) = super::super::cuda_tests::nvrtc() {
+            for p in &progs {
+                n.compile(&p.name, &p.standalone(), &p.nvrtc_arch("compute_90"))
+                    .unwrap();
+            }
+        }
+        // With unit inner strides specialised, neighbouring columns go in pairs.
+        let facts: Vec<_> = k
+            .params
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p.name.as_str() {
+                "stride_ak" | "stride_bn" => Some((i, IntFact::One)),
+                "M" | "N" | "K" | "stride_am" | "stride_bk" => Some((i, IntFact::MultipleOf16)),
+                _ => None,
+            })
+            .collect();
+        let spec = specialize_integers(&k, &facts);
+        let p = check_cuda(&spec, &o);
+        assert!(p.source.contains("tm_vstore_at(c_ptr"), "{}", p.source);
+        // A loop whose result is used otherwise (here also yielded by an outer loop's
+        // body... or simply reduced) keeps the conversion; forcing it is refused.
+        let reduced = build(
+            "mm_sum",
+            &[("BM", 64), ("BN", 64), ("BK", 32)],
+            |kb: &mut KernelBuilder| {
+                let (a, b, c) = (
+                    kb.ptr(F16, "a_ptr"),
+                    kb.ptr(F16, "b_ptr"),
+                    kb.ptr(F32, "c_ptr"),
+                );
+                let (bm, bn, bk) = (kb.constexpr("BM"), kb.constexpr("BN"), kb.constexpr("BK"));
+                let rm = tl::arange(0, bm);
+                let rn = tl::arange(0, bn);
+                let rk = tl::arange(0, bk);
+                let pa = a + (rm.col() * bk + rk.row());
+                let pb = b + (rk.col() * bn + rn.row());
+                let init = (tl::zeros([bm, bn], F32), pa, pb);
+                let (acc, _, _) = tl::range(0, 4, 1).fold(init, |_, (acc, pa, pb)| {
+                    (
+                        tl::dot(tl::load(pa), tl::load(pb), acc),
+                        pa + bk,
+                        pb + bk * bn,
+                    )
+                });
+                tl::store(c + rm, acc.sum(1));
+            },
+        );
+        let mut forced = super::super::cuda::plan(&reduced, &o);
+        let f = reduced
+            .walk()
+            .into_iter()
+            .find(|&id| matches!(reduced.op(id).op, crate::ir::Op::For { .. }))
+            .unwrap();
+        assert!(!forced.keeps_fragments(f), "{forced}");
+        forced.set_fragments(f, true, "test");
+        let e = forced.verify(&reduced).unwrap_err().to_string();
+        assert!(e.contains("only stored after it"), "{e}");
     }
 
     #[test]

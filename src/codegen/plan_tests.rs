@@ -635,7 +635,11 @@ fn threadgroup_memory_decisions_change_the_code_not_the_result() {
     );
     // CUDA: the same overrides reach the tensor-core path; all compile.
     let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
-    let cdef = cuda::plan(&k, &sm90);
+    let mut cdef = cuda::plan(&k, &sm90);
+    // The accumulator leaves its fragments through shared memory (by default it is stored
+    // from them).
+    assert!(cdef.keeps_fragments(for_), "{cdef}");
+    cdef.set_fragments(for_, false, "override");
     let mut c_no_reuse = cdef.clone();
     c_no_reuse.set_reuse(false);
     let mut c_banded = cdef.clone();

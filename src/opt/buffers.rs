@@ -327,8 +327,11 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                     if h[v.index()] != Held::Uniform {
                         r.push(DType::F32, if mma { m * n } else { rows * n });
                     }
-                    r.role = Role::AccOut;
-                    r.push(DType::F32, acc_out_elems(mma, m, n, rows));
+                    // A result stored from its fragments never leaves them.
+                    if !regions.iter().any(|g| g.from_loop == Some((op, s))) {
+                        r.role = Role::AccOut;
+                        r.push(DType::F32, acc_out_elems(mma, m, n, rows));
+                    }
                 }
                 if let Some(d) = double_buffer(k, p, op) {
                     r.role = Role::Ring;

@@ -5,6 +5,10 @@
 //! serves: the scores' row maximum and sum come from the fragments, and `p` feeds the
 //! `p @ v` dot from registers.
 //!
+//! A loop's resident accumulator has a region too ([`loop_region`]): after the loop it is
+//! computed on elementwise and stored, each element from its register (the tutorial
+//! matmul's cast and masked store of C), so it never goes through shared memory either.
+//!
 //! A region is a fact of the IR; whether a dot keeps it is the plan's decision
 //! ([`super::plan::KernelPlan::keeps_fragments`]), taken only where every warp owns whole
 //! rows (one warp along N), so row reductions stay inside a warp and the C fragments of
@@ -32,15 +36,29 @@ pub struct Region {
     pub reduces: Vec<OpId>,
     /// Dots taking a region value (f16 or bf16) as operand `a` from registers.
     pub a_of: Vec<OpId>,
+    /// Stores of region values, each element written from its fragment register (pointer
+    /// offsets and mask recomputed from the element's index).
+    pub stores: Vec<OpId>,
+    /// The `for` loop and carried slot whose result the region starts from, when it is a
+    /// loop's resident accumulator rather than `dot`'s own result.
+    pub from_loop: Option<(OpId, usize)>,
 }
 
 impl Region {
-    /// Every value held in the fragments: the dot's result, the ops' and the factors'.
+    /// Every value held in the fragments: the dot's (or the loop's) result, the ops' and
+    /// the factors'.
     pub fn values(&self, k: &Kernel) -> Vec<Value> {
-        std::iter::once(self.dot)
-            .chain(self.ops.iter().copied())
-            .chain(self.factors.iter().copied())
-            .filter_map(|o| k.op(o).result())
+        let root = match self.from_loop {
+            Some((f, slot)) => k.op(f).results.iter().nth(slot),
+            None => k.op(self.dot).result(),
+        };
+        root.into_iter()
+            .chain(
+                self.ops
+                    .iter()
+                    .chain(&self.factors)
+                    .filter_map(|&o| k.op(o).result()),
+            )
             .collect()
     }
 }
@@ -71,7 +89,38 @@ pub fn region(k: &Kernel, dot: OpId) -> Option<Region> {
         return None;
     }
     let (m, n) = (ty.shape[0], ty.shape[1]);
-    let block = k.op(dot).parent;
+    grow(k, dot, res, (m, n), None)
+}
+
+/// The region of the result of `for` loop `op`'s carried slot `slot`, which the loop keeps
+/// in the fragments of its dot `dot` (a resident accumulator): the elementwise ops after
+/// the loop that take it, ending in stores whose pointers and masks are recomputed from
+/// the element's index (Triton's tutorial matmul: the cast to f16 and the masked store of
+/// C). `None` when a region value has another use.
+pub fn loop_region(k: &Kernel, op: OpId, slot: usize, dot: OpId) -> Option<Region> {
+    let res = k.op(op).results.iter().nth(slot)?;
+    let ty = k.ty(res);
+    if ty.shape.len() != 2 || ty.dtype != DType::F32 {
+        return None;
+    }
+    let r = grow(k, dot, res, (ty.shape[0], ty.shape[1]), Some((op, slot)))?;
+    (!r.stores.is_empty() && r.reduces.is_empty() && r.a_of.is_empty()).then_some(r)
+}
+
+/// The region of `res` (`[m, n]`, defined by `dot`, or by the loop of `from_loop`) over
+/// the ops after its definition in the same block.
+fn grow(
+    k: &Kernel,
+    dot: OpId,
+    res: Value,
+    (m, n): (usize, usize),
+    from_loop: Option<(OpId, usize)>,
+) -> Option<Region> {
+    let ty = k.ty(res);
+    let how = super::buffers::held(k);
+    let uniform = |v: Value| how[v.index()] == Held::Uniform;
+    let def = from_loop.map_or(dot, |(f, _)| f);
+    let block = k.op(def).parent;
     let uses = k.use_counts();
     let mut held = vec![res];
     let mut r = Region {
@@ -82,10 +131,12 @@ pub fn region(k: &Kernel, dot: OpId) -> Option<Region> {
         factors: Vec::new(),
         reduces: Vec::new(),
         a_of: Vec::new(),
+        stores: Vec::new(),
+        from_loop,
     };
     let mut seen = vec![0u32; k.values.len()];
     let body = k.region(block).ops.clone();
-    let start = body.iter().position(|&o| o == dot)? + 1;
+    let start = body.iter().position(|&o| o == def)? + 1;
     for &o in &body[start..] {
         let data = k.op(o);
         let mut operands = Vec::new();
@@ -140,6 +191,22 @@ pub fn region(k: &Kernel, dot: OpId) -> Option<Region> {
                     return None;
                 }
                 r.a_of.push(o);
+            }
+            // Only a loop's accumulator ends in stores: a dot's region values feed on.
+            Op::Store { ptr, value, mask }
+                if from_loop.is_some()
+                    && held.contains(value)
+                    && !held.contains(ptr)
+                    && matches!(how[ptr.index()], Held::Recipe(_))
+                    && k.ty(*ptr).shape == ty.shape
+                    && mask.is_none_or(|mk| {
+                        !held.contains(&mk)
+                            && (uniform(mk)
+                                || matches!(how[mk.index()], Held::Recipe(_))
+                                    && k.ty(mk).shape == ty.shape)
+                    }) =>
+            {
+                r.stores.push(o)
             }
             _ => return None,
         }
@@ -204,6 +271,49 @@ mod tests {
         // The second dot's result is stored after a division by a broadcast: not a region
         // of its own (a store is no consumer of fragments).
         assert!(region(&k, dots[1]).is_none());
+    }
+
+    #[test]
+    fn a_loop_accumulator_cast_and_stored_is_a_region() {
+        let k = build(|k| {
+            let (a, b, c) = (k.ptr(F16, "a"), k.ptr(F16, "b"), k.ptr(F16, "c"));
+            let n = k.scalar(I32, "N");
+            let offs = tl::arange(0, 32);
+            let init = (tl::zeros([32, 32], F32), a + offs.col() * 32 + offs.row());
+            let (acc, _) = tl::range(0, 4, 1).fold(init, |_, (acc, pa)| {
+                let t = tl::load(pa);
+                (
+                    tl::dot(t, tl::load(b + offs.col() * 32 + offs.row()), acc),
+                    pa + 32,
+                )
+            });
+            let mask = offs.col().lt(n) & offs.row().lt(n);
+            tl::store(c + offs.col() * 32 + offs.row(), acc.to(F16)).mask(mask);
+        });
+        let f = OpId(
+            k.ops
+                .iter()
+                .position(|o| matches!(o.op, Op::For { .. }))
+                .unwrap() as u32,
+        );
+        let Op::For { body, .. } = &k.op(f).op else {
+            unreachable!()
+        };
+        let dot = *k
+            .region(*body)
+            .ops
+            .iter()
+            .find(|&&o| matches!(k.op(o).op, Op::Dot { .. }))
+            .unwrap();
+        let r = loop_region(&k, f, 0, dot).expect("a region");
+        assert_eq!(
+            (r.m, r.n, r.ops.len(), r.stores.len()),
+            (32, 32, 1, 1),
+            "{r:?}"
+        );
+        assert_eq!(r.values(&k).len(), 2);
+        // A dot's own region never ends in a store.
+        assert!(region(&k, dot).is_none());
     }
 
     #[test]

@@ -752,6 +752,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
             }
         }
     }
+    p.plan_loop_fragments(kernel);
     p.plan_hoists(kernel);
     p.plan_tiling(kernel);
     if printer.threads == 1 {
@@ -898,8 +899,13 @@ impl KernelPlan {
 
     /// Replaces (or adds) the decision for `op`, recording `why`; [`Self::verify`] tells
     /// whether the kernel admits it. The arena's buffers follow from the decisions, so
-    /// they are dropped, to be placed again ([`Self::place_arena`]).
+    /// they are dropped, to be placed again ([`Self::place_arena`]). Setting a loop to keep
+    /// no accumulator in fragments also drops its `fragments` line.
     pub fn set(&mut self, op: OpId, d: Decision, why: impl Into<String>) {
+        // A loop keeping no accumulator in fragments has none to store from them.
+        if matches!(&d, Decision::Resident(slots) if slots.is_empty()) {
+            self.fragments.remove(&op);
+        }
         self.decisions.insert(op, (d, why.into()));
         self.arena.buffers.clear();
         self.barriers.clear();
@@ -907,12 +913,17 @@ impl KernelPlan {
 
     /// Drops the decision for `op`, returning it: the printers then take the op's fallback
     /// (a scalar FMA `tl.dot`, a DEFAULT reduction, a serial scan, a loop keeping nothing in
-    /// fragments, a load issued in its own iteration). The arena's buffers are dropped, to
-    /// be placed again ([`Self::place_arena`]).
+    /// fragments, and so storing nothing from them, a load issued in its own iteration). The
+    /// arena's buffers are dropped, to be placed again ([`Self::place_arena`]).
     pub fn remove(&mut self, op: OpId) -> Option<Decision> {
         self.arena.buffers.clear();
         self.barriers.clear();
-        self.decisions.remove(&op).map(|(d, _)| d)
+        let d = self.decisions.remove(&op).map(|(d, _)| d);
+        // A loop keeping nothing in fragments has nothing to store from them.
+        if matches!(d, Some(Decision::Resident(_))) {
+            self.fragments.remove(&op);
+        }
+        d
     }
 
     /// Turns sharing of bytes between buffers never live together on or off; the buffers
@@ -1390,6 +1401,44 @@ impl KernelPlan {
         }
     }
 
+    /// Keeps in their fragments the results of `for` loops whose accumulator stays in
+    /// `mma.sync` fragments through the loop and is only computed on elementwise and
+    /// stored after it ([`super::fragments::loop_region`]): each element is stored from its
+    /// register, so the accumulator never goes through shared memory.
+    fn plan_loop_fragments(&mut self, k: &Kernel) {
+        for i in 0..k.ops.len() {
+            let id = OpId(i as u32);
+            let regions = self.loop_regions(k, id);
+            if !regions.is_empty() {
+                let stores: usize = regions.iter().map(|r| r.stores.len()).sum();
+                self.fragments.insert(
+                    id,
+                    format!(
+                        "the loop's accumulator is stored from its fragments ({stores} store(s))"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The regions of the resident slots of `for` loop `op` that have one
+    /// ([`super::fragments::loop_region`]).
+    fn loop_regions(&self, k: &Kernel, op: OpId) -> Vec<super::fragments::Region> {
+        let Some(Op::For { body, .. }) = k.ops.get(op.index()).map(|o| &o.op) else {
+            return Vec::new();
+        };
+        self.resident(op)
+            .iter()
+            .filter_map(|&slot| {
+                let c = resident_chain(k, *body, slot, self.printer.matrix)?;
+                if !matches!(self.dot(c.dot), DotLowering::Mma(_)) {
+                    return None;
+                }
+                super::fragments::loop_region(k, op, slot, c.dot)
+            })
+            .collect()
+    }
+
     /// The `for` loop whose body holds dot `op` when its operand A is defined outside that
     /// loop, is a staged block (not in fragments, not copied ahead) and the dot is the
     /// body's only such one: the operand can be staged once before the loop.
@@ -1549,7 +1598,10 @@ impl KernelPlan {
     pub fn fragment_regions(&self, k: &Kernel) -> Vec<super::fragments::Region> {
         self.fragments
             .keys()
-            .filter_map(|&d| super::fragments::region(k, d))
+            .flat_map(|&d| match k.ops.get(d.index()).map(|o| &o.op) {
+                Some(Op::For { .. }) => self.loop_regions(k, d),
+                _ => super::fragments::region(k, d).into_iter().collect(),
+            })
             .collect()
     }
 
@@ -1776,6 +1828,18 @@ impl KernelPlan {
             }
         }
         for &op in self.fragments.keys() {
+            if matches!(
+                kernel.ops.get(op.index()).map(|o| &o.op),
+                Some(Op::For { .. })
+            ) {
+                if self.loop_regions(kernel, op).is_empty() {
+                    return bad(
+                        op,
+                        "no resident accumulator of the loop is only stored after it".into(),
+                    );
+                }
+                continue;
+            }
             let Some(r) = kernel
                 .ops
                 .get(op.index())
