@@ -39,6 +39,15 @@ pub(super) struct Ring {
     wgmma: bool,
 }
 
+/// The unsigned type of offsets of type `off` (their wrapping arithmetic).
+fn unsigned_offset(off: crate::dtype::DType) -> &'static str {
+    if off == crate::dtype::DType::I64 {
+        "ulong"
+    } else {
+        "uint"
+    }
+}
+
 /// The mask of load `load`.
 fn load_mask(k: &crate::ir::Kernel, load: OpId) -> Option<Value> {
     match k.op(load).op {
@@ -142,6 +151,7 @@ impl Lowering<'_> {
             let lay = self.layout(res);
             let chunks = lay.regs() / v;
             let ot = self.cty(self.off_dtype)?;
+            let uot = unsigned_offset(self.off_dtype);
             let id = l.load.index();
             let co = format!("tm_co{id}");
             self.line(format!("{ot} {co}[{chunks}];"));
@@ -156,7 +166,9 @@ impl Lowering<'_> {
             if let Some(cr) = &cr {
                 let runs: Vec<String> = (1..v)
                     .map(|e| {
-                        format!("{offs}[tm_c * {v}u + {e}u] == {ot}({offs}[tm_c * {v}u] + {e})")
+                        format!(
+                            "{offs}[tm_c * {v}u + {e}u] == {ot}({uot}({offs}[tm_c * {v}u]) + {e}u)"
+                        )
                     })
                     .collect();
                 self.line(format!("{cr}[tm_c] = {};", runs.join(" && ")));
@@ -238,11 +250,7 @@ impl Lowering<'_> {
             ));
         };
         let ot = self.cty(self.off_dtype)?;
-        let uot = if self.off_dtype == crate::dtype::DType::I64 {
-            "ulong"
-        } else {
-            "uint"
-        };
+        let uot = unsigned_offset(self.off_dtype);
         let lay = self.layout(res);
         let step = self.el(l.step, "0u");
         // Offsets as the carried ones `dist` steps on, or from the loop's start `abs` steps

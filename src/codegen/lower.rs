@@ -2700,7 +2700,9 @@ impl<'k> Lowering<'k> {
         for (k, r) in results.into_iter().enumerate() {
             let region = stored.iter().find(|g| g.from_loop == Some((id, k)));
             match (&frag_of[k], region) {
-                (Some((f, m, n)), Some(g)) => self.keep_loop_fragments(g, r, f.clone(), *m, *n)?,
+                (Some((f, m, n)), Some(g)) => {
+                    self.keep_region_in_fragments(g, r, f.clone(), *m, *n)?
+                }
                 (Some((f, m, n)), None) => self.frags_to_block(r, f, *m, *n)?,
                 (None, _) => self.set(r, vars[k].clone()),
             }

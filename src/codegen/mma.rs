@@ -303,28 +303,16 @@ impl Lowering<'_> {
         m: usize,
         n: usize,
     ) -> Result<()> {
-        let grid = self.grid_of(&frag, m, n)?;
         let region = crate::opt::fragments::region(self.k, op).ok_or_else(|| {
             unsupported_on(self.d, self.k, "fragments kept by a dot without a region")
         })?;
-        for v in region.values(self.k) {
-            self.frag_vals.insert(
-                v,
-                FragVal {
-                    grid,
-                    in_place: None,
-                },
-            );
-        }
-        self.frag_vals.remove(&res);
-        self.bind_frags(res, frag, grid);
-        Ok(())
+        self.keep_region_in_fragments(&region, res, frag, m, n)
     }
 
-    /// The result `res` of a loop's resident accumulator stays in its fragments `frag`
-    /// (`[m, n]`) after the loop: the values of `region`
-    /// ([`crate::opt::fragments::loop_region`]) are spelled there and stored from there.
-    pub(super) fn keep_loop_fragments(
+    /// Value `res` (a dot's result, or a loop's resident accumulator after the loop) stays
+    /// in its fragments `frag` (`[m, n]`): the values of `region` are spelled there (and
+    /// its stores store from there).
+    pub(super) fn keep_region_in_fragments(
         &mut self,
         region: &crate::opt::fragments::Region,
         res: Value,
