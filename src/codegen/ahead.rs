@@ -7,8 +7,9 @@
 //! (`cp.async.wait_group stages - 2`), passes a barrier (which also tells every thread that
 //! the buffer read in iteration `t - 1` is free), issues iteration `t + stages - 1` into
 //! that buffer, and the dot reads buffer `t % stages` with `ldmatrix`, as it would read
-//! its own staging buffer. Each buffer holds A as `[m][k + 8]` and B as `[k][n + 8]`, the
-//! layout `mma.rs` stages into.
+//! its own staging buffer. Each buffer holds A and B in the layout the dot reads
+//! ([`ring_operand_tile`]): rows padded by 8 elements for `ldmatrix`, or unpadded in the
+//! 128-byte swizzle for `wgmma`.
 //!
 //! A chunk of a thread's elements that lies in one row of the tile is copied with one
 //! 4-, 8- or 16-byte `cp.async` when its elements are consecutive in memory and aligned; a
@@ -48,14 +49,6 @@ fn unsigned_offset(off: crate::dtype::DType) -> &'static str {
     }
 }
 
-/// The mask of load `load`.
-fn load_mask(k: &crate::ir::Kernel, load: OpId) -> Option<Value> {
-    match k.op(load).op {
-        Op::Load { mask, .. } => mask,
-        _ => None,
-    }
-}
-
 /// Element offset, in a ring buffer's tile of `rows` rows of `row` elements (pitch
 /// `pitch`), of the element at flat index `l` of the tile: row-major with padded rows, or
 /// for a `wgmma` operand the swizzled blocks of [`ring_operand_tile`].
@@ -71,6 +64,14 @@ fn tile_offset(wgmma: bool, (rows, row, pitch): (usize, usize, usize), l: &str) 
 }
 
 impl Lowering<'_> {
+    /// Whether every chunk of `v` elements of load `l` through `ptr` starts a multiple of
+    /// `v` elements from the base, in every iteration: then the base's alignment is the
+    /// chunks'.
+    fn chunks_follow_base(&self, ptr: Value, l: &AheadLoad, v: usize) -> bool {
+        let whole = |x: Value| self.axis[x.index()].div >= v as u64;
+        whole(ptr) && whole(l.step)
+    }
+
     /// The ring of `for` loop `id`, when the plan issues its dot operand loads ahead.
     pub(super) fn ring_of(&self, id: OpId) -> Option<Ring> {
         let mut loads = ahead_loads(self.k, id, self.plan.resident(id))?;
@@ -141,11 +142,13 @@ impl Lowering<'_> {
             };
             let (l, _) = &ring.loads[i];
             let load = self.k.op(l.load);
-            let (Some(res), Op::Load { ptr, .. }) = (load.result(), &load.op) else {
+            let (Some(res), Op::Load { ptr, mask, .. }) = (load.result(), &load.op) else {
+                fast = None;
                 continue;
             };
-            let ptr = *ptr;
+            let (ptr, mask) = (*ptr, *mask);
             let Repr::Block(offs) = self.repr(ptr).clone() else {
+                fast = None;
                 continue;
             };
             let lay = self.layout(res);
@@ -175,10 +178,8 @@ impl Lowering<'_> {
             }
             self.close();
             let bytes = v * self.edt(res).size_bytes();
-            let whole = |x: Value| self.axis[x.index()].div >= v as u64;
-            let mask_ok =
-                load_mask(self.k, l.load).is_none_or(|m| self.axis[m.index()].cst >= v as u64);
-            match (&mut fast, whole(ptr) && whole(l.step) && mask_ok) {
+            let mask_ok = mask.is_none_or(|m| self.axis[m.index()].cst >= v as u64);
+            match (&mut fast, self.chunks_follow_base(ptr, l, v) && mask_ok) {
                 (Some(f), true) => {
                     let base = self.param_name(ptr)?;
                     f.push(format!(
@@ -257,7 +258,7 @@ impl Lowering<'_> {
         // on (unsigned, so a wrap is not undefined).
         let addr = |lw: &Self, i: &str| {
             format!(
-                "{ot}({offs}[{i}]) + {ot}({dist}) * {ot}({})",
+                "{ot}({uot}({offs}[{i}]) + {uot}({dist}) * {uot}({}))",
                 lw.el(l.step, i)
             )
         };
@@ -293,8 +294,7 @@ impl Lowering<'_> {
                 ));
                 // Offsets that are multiples of the chunk leave only the base's alignment
                 // to test: the same for every chunk, so the compiler hoists it.
-                let whole = |v_: Value| self.axis[v_.index()].div >= v as u64;
-                let aligned = if whole(ptr) && whole(l.step) {
+                let aligned = if self.chunks_follow_base(ptr, l, v) {
                     base.clone()
                 } else {
                     "tm_s".to_string()
@@ -328,18 +328,17 @@ impl Lowering<'_> {
                     }
                 };
                 let kind = if bytes == 16 { "cg" } else { "ca" };
+                let copy = format!(
+                    "asm volatile(\"cp.async.{kind}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"((uint)__cvta_generic_to_shared(tm_d)), \"l\"(tm_s), \"r\"({size}) : \"memory\");"
+                );
                 if fast {
                     // Every chunk checked before the loop (`tm_fast`).
-                    self.line(format!(
-                        "asm volatile(\"cp.async.{kind}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"((uint)__cvta_generic_to_shared(tm_d)), \"l\"(tm_s), \"r\"({size}) : \"memory\");"
-                    ));
+                    self.line(copy);
                     self.close();
                     return Ok(());
                 }
                 self.open(format!("if ({})", conds.join(" && ")));
-                self.line(format!(
-                    "asm volatile(\"cp.async.{kind}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"((uint)__cvta_generic_to_shared(tm_d)), \"l\"(tm_s), \"r\"({size}) : \"memory\");"
-                ));
+                self.line(copy);
                 self.indent -= 1;
                 self.line("} else {");
                 self.indent += 1;
@@ -397,27 +396,26 @@ impl Lowering<'_> {
             .collect();
         self.relower(body, &mask_ops, iv)?;
         self.open(format!("if ({guard})"));
-        let fast = self.ring_fast.clone();
-        for pass in [true, false] {
-            match (&fast, pass) {
-                (Some(f), true) => self.open(format!("if ({f})")),
-                (Some(_), false) => {
-                    self.indent -= 1;
-                    self.line("} else {");
-                    self.indent += 1;
-                }
-                (None, true) => continue,
-                (None, false) => {}
-            }
+        let issue = |lw: &mut Self, fast: bool| -> Result<()> {
             for i in 0..ring.loads.len() {
-                self.line("{");
+                lw.line("{");
+                lw.indent += 1;
+                lw.ring_issue(ring, i, stage, (dist, abs), fast)?;
+                lw.close();
+            }
+            Ok(())
+        };
+        match self.ring_fast.clone() {
+            Some(f) => {
+                self.open(format!("if ({f})"));
+                issue(self, true)?;
+                self.indent -= 1;
+                self.line("} else {");
                 self.indent += 1;
-                self.ring_issue(ring, i, stage, (dist, abs), pass)?;
+                issue(self, false)?;
                 self.close();
             }
-        }
-        if fast.is_some() {
-            self.close();
+            None => issue(self, false)?,
         }
         self.close();
         self.close();
@@ -527,6 +525,7 @@ impl Lowering<'_> {
     /// After the loop: no copy is left in flight and the ring is free again.
     pub(super) fn ring_epilogue(&mut self, ring: &Ring) {
         self.ring_fast = None;
+        self.ring_chunks.clear();
         self.line("asm volatile(\"cp.async.wait_all;\" ::: \"memory\");");
         self.line(self.d.barrier);
         for (l, _) in &ring.loads {

@@ -371,19 +371,20 @@ impl Lowering<'_> {
             && !self.atomic_outputs
             && !self.dynamic[ptr.index()]
             && self.in_place_param(ptr).is_none();
-        let pairs = plain
-            && ax(ptr).contig >= 2
-            && ax(ptr).div >= 2
-            && mask.is_none_or(|mk| ax(mk).cst >= 2)
-            && self.d.aligned_offset_access.is_some();
+        let pair_store = self.d.aligned_offset_access.map(|(_, st)| st).filter(|_| {
+            plain
+                && ax(ptr).contig >= 2
+                && ax(ptr).div >= 2
+                && mask.is_none_or(|mk| ax(mk).cst >= 2)
+        });
+        let pairs = pair_store.is_some();
         self.line("#pragma unroll");
-        if pairs {
+        if let Some(st) = pair_store {
             let vt = self
                 .d
                 .vector_type
                 .replace("{ty}", self.cty(self.edt(value))?)
                 .replace("{n}", "2");
-            let (_, st) = self.d.aligned_offset_access.unwrap_or_default();
             self.helpers.insert("packed");
             let base = self.base_name(ptr, true)?;
             self.open_frag_elems_by(g, 2);

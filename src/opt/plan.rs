@@ -996,6 +996,7 @@ impl KernelPlan {
             return;
         }
         let mut dots: Vec<OpId> = loads.iter().map(|l| l.dot).collect();
+        dots.sort();
         dots.dedup();
         for dot in dots {
             if let Ok((grid, why)) = self.wgmma_fit(k, dot, &loads) {
