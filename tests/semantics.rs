@@ -539,6 +539,72 @@ fn constexpr_floordiv_and_modulo_follow_python() {
     }
 }
 
+/// Lanes of `x` that `mask` keeps at `offs + start`, the others `far` elements away; each
+/// iteration adds `by` to the pointers (the first time before the loop), `o` sums the loads.
+fn far_lanes(dt: DType) -> JitKernel {
+    tl::jit("far_lanes", move |k| {
+        let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+        let n = k.scalar(I32, "n");
+        let (start, far, by) = (
+            k.scalar(dt, "start"),
+            k.scalar(dt, "far"),
+            k.scalar(dt, "by"),
+        );
+        let iters = k.scalar(I32, "iters");
+        let offs = tl::arange(0, 64);
+        let mask = offs.lt(n);
+        let p: tl::Tensor = x + tl::where_(mask, offs + start, offs + far) + by;
+        let init: (tl::Tensor, tl::Tensor) = (tl::zeros([64], F32), p);
+        let (acc, _) = tl::range(0, iters, 1).fold(init, |_, (acc, p)| {
+            (acc + tl::load(p).mask(mask).other(0.0), p + by)
+        });
+        tl::store(o + offs, acc).mask(mask);
+    })
+    .unwrap()
+}
+
+/// Pointer arithmetic of masked-off lanes may leave the range of the offsets (32 or 64
+/// bits): it is not undefined in the printed code (it wraps, and no such lane is accessed),
+/// so the lanes kept compute the same on every target, and nothing masked off is written or
+/// reported out of bounds.
+#[test]
+fn pointer_offsets_of_masked_lanes_past_the_offset_range() {
+    let x: Vec<f32> = (0..256).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let xa = Array::from_slice(&x, &[x.len()]).unwrap();
+    for (dt, max, min) in [
+        (I32, i32::MAX as i64, i32::MIN as i64),
+        (I64, i64::MAX, i64::MIN),
+    ] {
+        let k = far_lanes(dt);
+        // Past the maximum, then below the minimum; 13 lanes kept, 3 steps.
+        for (start, far, by) in [(0i64, max - 40, 50i64), (200, min + 40, -50)] {
+            let want: Vec<f32> = (0..64)
+                .map(|i| match i < 13 {
+                    true => (1..=3).map(|j| x[(i + start + j * by) as usize]).sum(),
+                    false => f32::NAN,
+                })
+                .collect();
+            let got = every_target(&k, |l| {
+                let l = l.grid([1]);
+                let o = out(&[64], F32).fill(f64::NAN);
+                match dt {
+                    I32 => l.args((&xa, o, 13, start as i32, far as i32, by as i32, 3)),
+                    _ => l.args((&xa, o, 13, start, far, by, 3)),
+                }
+            });
+            for (t, o) in &got {
+                let o = o[0].to_vec::<f32>().unwrap();
+                for (i, (g, w)) in o.iter().zip(&want).enumerate() {
+                    assert!(
+                        g == w || (g.is_nan() && w.is_nan()),
+                        "{dt} lane {i} ({start}, {far}, {by}) on {t:?}: {g} != {w}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 // ---- scans, swizzle ---------------------------------------------------------------------------
 
 /// A reverse scan is the forward scan of the flipped sequence (Triton's): the running value

@@ -21,7 +21,7 @@
 //! tells whether every chunk of the thread is whole: then an iteration issues its copies
 //! with no test at all, the element-wise path being only in the other branch.
 
-use super::lower::{unsupported_on, Lowering, Repr};
+use super::lower::{unsigned_offset, unsupported_on, Lowering, Repr};
 use crate::error::Result;
 use crate::ir::{Op, OpId, RegionId, Value};
 use crate::opt::pipeline::{ahead_loads, AheadLoad};
@@ -38,15 +38,6 @@ pub(super) struct Ring {
     /// A dot reading the ring is spelled as `wgmma`: the ring starts 1024-byte aligned and
     /// the async proxy is fenced before the dot reads what the copies wrote.
     wgmma: bool,
-}
-
-/// The unsigned type of offsets of type `off` (their wrapping arithmetic).
-fn unsigned_offset(off: crate::dtype::DType) -> &'static str {
-    if off == crate::dtype::DType::I64 {
-        "ulong"
-    } else {
-        "uint"
-    }
 }
 
 /// Element offset, in a ring buffer's tile of `rows` rows of `row` elements (pitch

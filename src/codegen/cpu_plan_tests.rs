@@ -801,7 +801,7 @@ fn wrapped_offsets_are_tabled_once_per_row_and_give_the_same_results() {
 /// `BK * stride`, the K tail masked, C stored under a mask. Programs of odd `pid_m` stop
 /// `kdrop` short of `K` (0: none), so programs reading the same tiles of B may mask
 /// different rows of them.
-fn tutorial_matmul(k: &mut KernelBuilder) {
+pub(crate) fn tutorial_matmul(k: &mut KernelBuilder) {
     let (a, b, c) = (
         k.ptr(F32, "a_ptr"),
         k.ptr(F32, "b_ptr"),

@@ -16,7 +16,7 @@
 //! [`crate::opt::plan::simdgroup_pitches`] says for half the arena's budget, the layout
 //! `dot.rs` reads.
 
-use super::lower::{unsupported_on, Lowering, Repr};
+use super::lower::{unsigned_offset, unsupported_on, Lowering, Repr};
 use crate::error::Result;
 use crate::ir::{Op, OpId, RegionId};
 use crate::opt::buffers::DoubleBuffer as Ring;
@@ -79,12 +79,14 @@ impl Lowering<'_> {
                     ));
                 };
                 let ot = self.cty(self.off_dtype)?;
+                let ut = unsigned_offset(self.off_dtype);
                 let lay = self.layout(ptr);
                 let np = self.fresh("next_off");
                 self.line(format!("{ot} {np}[{}];", lay.regs()));
                 self.open_regs(lay, false);
+                // Wrapping, as the pointer arithmetic it computes ahead.
                 self.line(format!(
-                    "{np}[tm_i] = {offs}[tm_i] + {ot}({});",
+                    "{np}[tm_i] = {ot}({ut}({offs}[tm_i]) + {ut}({ot}({})));",
                     self.el(l.step, "tm_i")
                 ));
                 self.close();

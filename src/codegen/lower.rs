@@ -248,6 +248,15 @@ fn check_dtypes(d: &Dialect, k: &Kernel) -> Result<()> {
     Ok(())
 }
 
+/// The unsigned type of offsets of type `off` (their wrapping arithmetic).
+pub(super) fn unsigned_offset(off: DType) -> &'static str {
+    if off == DType::I64 {
+        "ulong"
+    } else {
+        "uint"
+    }
+}
+
 /// `Error::Unsupported` naming the kernel, the construct and the target language.
 pub(super) fn unsupported_on(d: &Dialect, k: &Kernel, what: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("kernel `{}`: {what} on {}", k.name, d.title))
@@ -1311,13 +1320,20 @@ impl<'k> Lowering<'k> {
                 })?;
             }
             Op::AddPtr { ptr, offset } => {
+                // Element offsets wrap modulo 2^bits (a sum out of the offset type's range,
+                // as masked-off lanes may form, is not undefined): added in the unsigned
+                // type, the offset first converted to the offsets' type (sign-extended).
                 let ot = self.cty(self.off_dtype)?;
+                let ut = unsigned_offset(self.off_dtype);
+                let same = self.ty(*offset).dtype == self.off_dtype;
                 let stem = self.stem(*ptr);
                 self.elementwise(res, &[*ptr, *offset], &format!("{stem}_off"), &|a| {
                     if a[0] == "0" {
                         format!("{ot}({})", a[1])
+                    } else if same {
+                        format!("{ot}({ut}({}) + {ut}({}))", a[0], a[1])
                     } else {
-                        format!("{} + {ot}({})", a[0], a[1])
+                        format!("{ot}({ut}({}) + {ut}({ot}({})))", a[0], a[1])
                     }
                 })?;
             }

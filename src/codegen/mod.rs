@@ -303,7 +303,7 @@ fn poisoned() -> crate::Error {
 }
 
 #[cfg(test)]
-mod cpu_plan_tests;
+pub(crate) mod cpu_plan_tests;
 #[cfg(test)]
 mod cpu_tests;
 #[cfg(test)]

@@ -483,3 +483,5 @@ fn out_of_bounds(k: &Kernel, table: &[crate::exec::TableSlot], c: &Ctx) -> Error
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod ubsan_tests;

@@ -112,7 +112,7 @@ TM_PACKED(uint8_t, uchar, 1)
     }
     int a_off_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      a_off_1[tm_i] = bcast_2[tm_i] + int(bcast_3[tm_i]);
+      a_off_1[tm_i] = int(uint(bcast_2[tm_i]) + uint(bcast_3[tm_i]));
     }
     float a[4];
     for (uint tm_c = 0; tm_c < 1u; ++tm_c) {
@@ -166,7 +166,7 @@ TM_PACKED(uint8_t, uchar, 1)
     }
     int b_off_1[4];
     for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-      b_off_1[tm_i] = bcast_6[tm_i] + int(bcast_7[tm_i]);
+      b_off_1[tm_i] = int(uint(bcast_6[tm_i]) + uint(bcast_7[tm_i]));
     }
     float b[4];
     for (uint tm_c = 0; tm_c < 1u; ++tm_c) {
@@ -262,7 +262,7 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   int c_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    c_off_1[tm_i] = bcast_10[tm_i] + int(bcast_11[tm_i]);
+    c_off_1[tm_i] = int(uint(bcast_10[tm_i]) + uint(bcast_11[tm_i]));
   }
   for (uint tm_c = 0; tm_c < 2u; ++tm_c) {
     const uint tm_i = tm_c * 4u;

@@ -55,7 +55,7 @@ inline half tm_simd_fsum(half x) {
   const int in_off = int(mul);
   int in_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    in_off_1[tm_i] = in_off + int(arange[tm_i]);
+    in_off_1[tm_i] = int(uint(in_off) + uint(arange[tm_i]));
   }
   float in[8];
   for (uint tm_c = 0; tm_c < 2u; ++tm_c) {
@@ -139,7 +139,7 @@ inline half tm_simd_fsum(half x) {
   const int out_off = int(mul_1);
   int out_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    out_off_1[tm_i] = out_off + int(arange[tm_i]);
+    out_off_1[tm_i] = int(uint(out_off) + uint(arange[tm_i]));
   }
   float div[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {

@@ -93,7 +93,7 @@ TM_PACKED(uint8_t, uchar, 1)
   }
   int x_off_1[8];
   for (uint tm_i = 0; tm_i < 8u; ++tm_i) {
-    x_off_1[tm_i] = bcast_2[tm_i] + int(bcast_3[tm_i]);
+    x_off_1[tm_i] = int(uint(bcast_2[tm_i]) + uint(bcast_3[tm_i]));
   }
   float x[8];
   for (uint tm_c = 0; tm_c < 2u; ++tm_c) {
@@ -162,7 +162,7 @@ TM_PACKED(uint8_t, uchar, 1)
   const int col_max_off = int(mul_2);
   int col_max_off_1[4];
   for (uint tm_i = 0; tm_i < 4u; ++tm_i) {
-    col_max_off_1[tm_i] = col_max_off + int(arange_1[tm_i]);
+    col_max_off_1[tm_i] = int(uint(col_max_off) + uint(arange_1[tm_i]));
   }
   float part_1[4];
   for (uint tm_j = 0; tm_j < 4u; ++tm_j) {
