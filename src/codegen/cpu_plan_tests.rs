@@ -18,7 +18,7 @@ const BLOCK: i64 = 128;
 /// Per row `pid` of `n` elements, in blocks of `BLOCK` columns: the row sum (a loop from
 /// `tl.zeros`), then `y = 2x - sum` stored per block and the row maximum of `y` (a loop from
 /// `-inf`).
-fn row_stats(k: &mut KernelBuilder) {
+pub(crate) fn row_stats(k: &mut KernelBuilder) {
     let (x, y, sums, maxs) = (
         k.ptr(F32, "x_ptr"),
         k.ptr(F32, "y_ptr"),
@@ -508,7 +508,7 @@ const BN: i64 = 32;
 
 /// Per program, a `[BM, BN]` tile of rows `stride` apart, masked to `m` rows and `n`
 /// columns (`other` 0): `y = 2x` (dense, `n` per row) and each row's sum.
-fn tile(k: &mut KernelBuilder) {
+pub(crate) fn tile(k: &mut KernelBuilder) {
     let (x, y, sums) = (
         k.ptr(F32, "x_ptr"),
         k.ptr(F32, "y_ptr"),

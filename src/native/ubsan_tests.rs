@@ -227,3 +227,36 @@ fn the_tutorial_matmul_as_printed_for_the_cpu_is_defined() {
     ];
     sanitized(&k, [(m + 15) / 16, n / 16, 1], &args);
 }
+
+/// Row statistics in loops over masked column blocks (the masks unswitched, first
+/// iterations peeled) and tiles of rows `stride` apart copied by rows: ragged sizes.
+#[test]
+fn row_loops_and_tiles_as_printed_for_the_cpu_are_defined() {
+    use crate::codegen::cpu_plan_tests::{row_stats, tile};
+    let cx = |v: &[(&str, i64)]| -> std::collections::BTreeMap<String, i64> {
+        v.iter().map(|(n, v)| (n.to_string(), *v)).collect()
+    };
+    let k = tl::build("row_stats", &cx(&[("BLOCK", 128)]), row_stats).expect("builds");
+    let (rows, n) = (5, 300);
+    let args = [
+        Arg::Buf(rows * n),
+        Arg::Buf(rows * n),
+        Arg::Buf(rows),
+        Arg::Buf(rows),
+        Arg::Int(n as i64),
+    ];
+    if !sanitized(&k, [rows as i64, 1, 1], &args) {
+        return;
+    }
+    let k = tl::build("tile", &cx(&[("BM", 8), ("BN", 32)]), tile).expect("builds");
+    let (m, n, stride) = (13, 29, 40);
+    let args = [
+        Arg::Buf(m * stride),
+        Arg::Buf(m * n),
+        Arg::Buf(m),
+        Arg::Int(m as i64),
+        Arg::Int(n as i64),
+        Arg::Int(stride as i64),
+    ];
+    sanitized(&k, [2, 1, 1], &args);
+}
