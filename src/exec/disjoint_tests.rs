@@ -33,12 +33,20 @@ impl Rng {
 enum E {
     Pid(usize),
     Lane,
+    /// The second index of a 2-D block (`arange(0, cols)` along its columns).
+    Col,
     Iv,
     Arg(usize),
     Const(i32),
     Add(Box<E>, Box<E>),
     Sub(Box<E>, Box<E>),
     Mul(Box<E>, Box<E>),
+    /// `//`: truncating; `x // 0` is -1, as the interpreter divides.
+    Div(Box<E>, Box<E>),
+    /// `%`: the dividend's sign; `x % 0` is `x`.
+    Rem(Box<E>, Box<E>),
+    Min(Box<E>, Box<E>),
+    Max(Box<E>, Box<E>),
 }
 
 /// A leaf or an operand built in the kernel: literals stay Rust integers, as a user writes them.
@@ -51,15 +59,39 @@ enum B {
 struct Env {
     pid: [Tensor; 3],
     lane: Tensor,
+    col: Tensor,
     iv: Option<Tensor>,
     args: [Tensor; 2],
 }
 
+/// Columns of the 2-D blocks.
+const COLS: i32 = 4;
+
 impl E {
+    fn has_col(&self) -> bool {
+        match self {
+            E::Col => true,
+            E::Add(a, b)
+            | E::Sub(a, b)
+            | E::Mul(a, b)
+            | E::Div(a, b)
+            | E::Rem(a, b)
+            | E::Min(a, b)
+            | E::Max(a, b) => a.has_col() || b.has_col(),
+            _ => false,
+        }
+    }
+
     fn has_iv(&self) -> bool {
         match self {
             E::Iv => true,
-            E::Add(a, b) | E::Sub(a, b) | E::Mul(a, b) => a.has_iv() || b.has_iv(),
+            E::Add(a, b)
+            | E::Sub(a, b)
+            | E::Mul(a, b)
+            | E::Div(a, b)
+            | E::Rem(a, b)
+            | E::Min(a, b)
+            | E::Max(a, b) => a.has_iv() || b.has_iv(),
             _ => false,
         }
     }
@@ -81,27 +113,62 @@ impl E {
         match self {
             E::Pid(a) => B::T(env.pid[*a]),
             E::Lane => B::T(env.lane),
+            E::Col => B::T(env.col),
             E::Iv => B::T(env.iv.unwrap_or(env.pid[0])),
             E::Arg(i) => B::T(env.args[*i]),
             E::Const(c) => B::C(*c),
             E::Add(a, b) => bin(a, b, |x, y| x + y, |x, c| x + c, |c, y| c + y),
             E::Sub(a, b) => bin(a, b, |x, y| x - y, |x, c| x - c, |c, y| c - y),
             E::Mul(a, b) => bin(a, b, |x, y| x * y, |x, c| x * c, |c, y| c * y),
+            E::Div(a, b) => bin(
+                a,
+                b,
+                tl::floordiv,
+                |x, c| tl::floordiv(x, c),
+                |c, y| tl::floordiv(c, y),
+            ),
+            E::Rem(a, b) => bin(a, b, |x, y| x % y, |x, c| x % c, |c, y| c % y),
+            E::Min(a, b) => bin(
+                a,
+                b,
+                tl::minimum,
+                |x, c| tl::minimum(x, c),
+                |c, y| tl::minimum(c, y),
+            ),
+            E::Max(a, b) => bin(
+                a,
+                b,
+                tl::maximum,
+                |x, c| tl::maximum(x, c),
+                |c, y| tl::maximum(c, y),
+            ),
         }
     }
 
-    /// The value for program `pid`, lane `lane`, induction variable `iv` (int32, wrapping).
-    fn eval(&self, pid: [i32; 3], lane: i32, iv: i32, args: [i32; 2]) -> i32 {
-        let ev = |e: &E| e.eval(pid, lane, iv, args);
+    /// The value for program `pid`, lane `lane` (row `lane`, column `col` of a 2-D block),
+    /// induction variable `iv` (int32, wrapping).
+    fn eval(&self, pid: [i32; 3], (lane, col): (i32, i32), iv: i32, args: [i32; 2]) -> i32 {
+        let ev = |e: &E| e.eval(pid, (lane, col), iv, args);
         match self {
             E::Pid(a) => pid[*a],
             E::Lane => lane,
+            E::Col => col,
             E::Iv => iv,
             E::Arg(i) => args[*i],
             E::Const(c) => *c,
             E::Add(a, b) => ev(a).wrapping_add(ev(b)),
             E::Sub(a, b) => ev(a).wrapping_sub(ev(b)),
             E::Mul(a, b) => ev(a).wrapping_mul(ev(b)),
+            E::Div(a, b) => match ev(b) {
+                0 => -1,
+                y => ev(a).wrapping_div(y),
+            },
+            E::Rem(a, b) => match ev(b) {
+                0 => ev(a),
+                y => ev(a).wrapping_rem(y),
+            },
+            E::Min(a, b) => ev(a).min(ev(b)),
+            E::Max(a, b) => ev(a).max(ev(b)),
         }
     }
 }
@@ -121,6 +188,7 @@ fn gen(r: &mut Rng, depth: u32, w: i32, in_loop: bool) -> E {
     if depth == 0 || r.below(3) == 0 {
         return match r.below(if in_loop { 6 } else { 5 }) {
             0 => E::Pid(r.below(3) as usize),
+            1 if r.below(4) == 0 => E::Col,
             1 => E::Lane,
             2 => E::Arg(r.below(2) as usize),
             3 | 4 => E::Const(konst(r, w)),
@@ -139,10 +207,14 @@ fn gen(r: &mut Rng, depth: u32, w: i32, in_loop: bool) -> E {
         };
         return E::Const(i32::try_from(v).unwrap_or(*x));
     }
-    match r.below(3) {
-        0 => E::Add(a, b),
-        1 => E::Sub(a, b),
-        _ => E::Mul(a, b),
+    match r.below(9) {
+        0 | 1 => E::Add(a, b),
+        2 | 3 => E::Sub(a, b),
+        4 | 5 => E::Mul(a, b),
+        6 => E::Div(a, b),
+        7 => E::Rem(a, b),
+        _ if r.below(2) == 0 => E::Min(a, b),
+        _ => E::Max(a, b),
     }
 }
 
@@ -156,7 +228,7 @@ fn offsets(r: &mut Rng, w: i32, in_loop: bool) -> E {
             _ => Const(konst(r, w)),
         }
     };
-    match r.below(5) {
+    match r.below(7) {
         0 => Add(
             Box::new(Mul(Box::new(Pid(r.below(3) as usize)), Box::new(stride(r)))),
             Box::new(Lane),
@@ -176,6 +248,47 @@ fn offsets(r: &mut Rng, w: i32, in_loop: bool) -> E {
             Box::new(Mul(Box::new(Pid(0)), Box::new(stride(r)))),
             Box::new(Add(Box::new(Iv), Box::new(Lane))),
         ),
+        // A 2-D tile at row block `pid0 % q` and column block `pid0 // q` (Triton's
+        // grouped ordering), rows `stride` apart.
+        4 => {
+            let q = Const(1 + r.below(4) as i32);
+            let rows = Add(
+                Box::new(Mul(
+                    Box::new(Rem(Box::new(Pid(0)), Box::new(q.clone()))),
+                    Box::new(Const(w)),
+                )),
+                Box::new(Lane),
+            );
+            let cols = Add(
+                Box::new(Mul(
+                    Box::new(Div(Box::new(Pid(0)), Box::new(q))),
+                    Box::new(Const(COLS)),
+                )),
+                Box::new(Col),
+            );
+            Add(
+                Box::new(Mul(Box::new(rows), Box::new(stride(r)))),
+                Box::new(cols),
+            )
+        }
+        // Triton's grouped ordering: the block's row and column come from `//` and `%`
+        // of the program id.
+        3 => {
+            let q = Const(1 + r.below(4) as i32);
+            Add(
+                Box::new(Add(
+                    Box::new(Mul(
+                        Box::new(Rem(Box::new(Pid(0)), Box::new(q.clone()))),
+                        Box::new(stride(r)),
+                    )),
+                    Box::new(Mul(
+                        Box::new(Div(Box::new(Pid(0)), Box::new(q))),
+                        Box::new(stride(r)),
+                    )),
+                )),
+                Box::new(Lane),
+            )
+        }
         _ => gen(r, 4, w, in_loop),
     }
 }
@@ -260,9 +373,12 @@ fn accessed(c: &Case, exprs: &[(E, bool)], pid: [i32; 3]) -> HashSet<i32> {
         } else {
             vec![0]
         };
+        let cols = if e.has_col() { COLS } else { 1 };
         for iv in ivs {
             for lane in 0..c.w {
-                s.insert(e.eval(pid, lane, iv, c.args));
+                for col in 0..cols {
+                    s.insert(e.eval(pid, (lane, col), iv, c.args));
+                }
             }
         }
     }
@@ -273,15 +389,22 @@ fn accessed(c: &Case, exprs: &[(E, bool)], pid: [i32; 3]) -> HashSet<i32> {
 fn disjoint_means_no_offset_one_program_stores_is_touched_by_another() {
     let mut r = Rng(0x9e37_79b9_7f4a_7c15);
     let (mut proved, mut refused, mut checked_pairs) = (0, 0, 0u64);
-    let mut proved_with_loads = 0;
+    let (mut proved_with_loads, mut proved_2d) = (0, 0);
     for _ in 0..6000 {
         let c = case(&mut r);
         let k = tl::build("fuzz", &BTreeMap::new(), |k| {
             let (out, sink) = (k.ptr(F32, "out"), k.ptr(F32, "sink"));
             let args = [k.scalar(I32, "s0"), k.scalar(I32, "s1")];
+            // With a column index, lanes are rows: `arange(0, w)[:, None]`.
+            let two_d = c.stores.iter().chain(&c.loads).any(|(e, _)| e.has_col());
             let env = |iv| Env {
                 pid: [tl::program_id(0), tl::program_id(1), tl::program_id(2)],
-                lane: tl::arange(0, c.w as i64),
+                lane: if two_d {
+                    tl::arange(0, c.w as i64).col()
+                } else {
+                    tl::arange(0, c.w as i64)
+                },
+                col: tl::arange(0, COLS as i64).row(),
                 iv,
                 args,
             };
@@ -294,11 +417,13 @@ fn disjoint_means_no_offset_one_program_stores_is_touched_by_another() {
             // A load's values go to `sink` (one element every program may store: not the
             // buffer under test), so the load stays in the kernel.
             let load = |env: &Env, e: &E| {
-                let v = match e.build(env) {
-                    B::T(t) if !t.shape().is_empty() => tl::sum(tl::load(out + t), 0),
+                let mut v = match e.build(env) {
                     B::T(t) => tl::load(out + t),
                     B::C(v) => tl::load(out + v),
                 };
+                while !v.shape().is_empty() {
+                    v = tl::sum(v, 0);
+                }
                 tl::store(sink, v);
             };
             let accesses = c.loads.iter().map(|a| (a, true));
@@ -365,11 +490,17 @@ fn disjoint_means_no_offset_one_program_stores_is_touched_by_another() {
         if !c.loads.is_empty() {
             proved_with_loads += 1;
         }
+        if c.stores.iter().any(|(e, _)| e.has_col()) {
+            proved_2d += 1;
+        }
     }
     // The fuzzer must exercise both answers, and real pairs of programs.
+    eprintln!(
+        "proved {proved} ({proved_with_loads} with loads, {proved_2d} 2-D), refused {refused}"
+    );
     assert!(
-        proved > 400 && refused > 400 && proved_with_loads > 100,
-        "proved {proved} ({proved_with_loads} with loads), refused {refused}"
+        proved > 400 && refused > 400 && proved_with_loads > 100 && proved_2d > 40,
+        "proved {proved} ({proved_with_loads} with loads, {proved_2d} 2-D), refused {refused}"
     );
     assert!(checked_pairs > 1000, "{checked_pairs} pairs");
 }
