@@ -1162,3 +1162,80 @@ fn packed_tiles_change_the_code_not_the_result() {
         ],
     );
 }
+
+#[test]
+fn rows_read_in_place_change_the_code_not_the_result() {
+    for (bm, bn, bk) in [(16usize, 16usize, 16usize), (32, 64, 16)] {
+        let k = build(
+            "tutorial_matmul",
+            &[("BM", bm as i64), ("BN", bn as i64), ("BK", bk as i64)],
+            tutorial_matmul,
+        );
+        let default = super::cpu::plan(&k);
+        let text = default.to_string();
+        let cpu = default.cpu.as_ref().expect("CPU decisions");
+        let for_ = loops(&k)[0];
+        let [la, lb] = ops_where(&k, |o| matches!(o, Op::Load { .. }))[..] else {
+            panic!("{text}")
+        };
+        // A's tiles (operand A of the dot, read-only `a_ptr`) are read in place; B's are not.
+        assert!(cpu.rows_in_place(la), "{text}");
+        assert!(!cpu.rows_in_place(lb), "{text}");
+        assert!(
+            text.contains(&format!(
+                "cpu {la} inplace=on ; `tl.dot` operand A, f32[{bm},{bk}] of read-only `a_ptr`"
+            )),
+            "{text}"
+        );
+        assert_eq!(KernelPlan::parse(&text).unwrap(), default, "{text}");
+        let mut off = default.clone();
+        off.cpu
+            .as_mut()
+            .unwrap()
+            .set_rows_in_place(la, false, "override");
+        let t = off.to_string();
+        assert!(
+            t.contains(&format!("cpu {la} inplace=off ; override")),
+            "{t}"
+        );
+        assert_eq!(KernelPlan::parse(&t).unwrap(), off, "{t}");
+        let refuse = |p: &KernelPlan, what: &str| {
+            let e = super::cpu::compile_with(&k, false, p)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(what), "{e}");
+        };
+        let mut p = default.clone();
+        p.cpu.as_mut().unwrap().set_rows_in_place(lb, true, "test");
+        refuse(&p, "is not only a `tl.dot`'s operand A");
+        let mut p = default.clone();
+        p.cpu
+            .as_mut()
+            .unwrap()
+            .set_rows_in_place(for_, true, "test");
+        refuse(&p, "rows read in place on an op that is not a load");
+        let mut p = default.clone();
+        p.cpu.as_mut().unwrap().set_rows(la, false, "test");
+        refuse(&p, "not copied by rows");
+        // In place: a table of row pointers, whole rows pointing into `a_ptr`, the others at
+        // their copies; the dot's rows of C in vectors of 16. Copied: neither.
+        let src = |p: &KernelPlan| {
+            super::cpu::compile_with(&k, false, p)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .source
+        };
+        let (on, copied) = (src(&default), src(&off));
+        assert!(on.contains(&format!("_rows[{bm}];")), "{on}");
+        assert!(on.contains("_rows[tm_r] = a_ptr.base + "), "{on}");
+        assert!(on.contains("_rows[tm_r] = &"), "{on}");
+        assert!(
+            on.contains("tm_acc[3][0] = fma(tm_x3, tm_y[0], tm_acc[3][0]);"),
+            "{on}"
+        );
+        assert!(
+            !copied.contains("_rows[") && !copied.contains("tm_acc"),
+            "{copied}"
+        );
+        tutorial_results_agree(&k, (bm, bn), &[("default", &default), ("A copied", &off)]);
+    }
+}

@@ -128,7 +128,11 @@ impl Lowering<'_> {
     /// rows of C accumulate `A[m, k] * B[k, :]` for k in order, four rows at a time, so
     /// the innermost loop runs along contiguous rows of B and C (vectorised by the C
     /// compiler) and each row of B is read once per four rows of C. Every element still
-    /// sums its products in k order, as [`Self::dot_scalar`] does.
+    /// sums its products in k order, as [`Self::dot_scalar`] does. When A's rows are read
+    /// in place ([`crate::opt::cpu::CpuPlan::rows_in_place`]), A's elements come through
+    /// its table of row pointers and, for f32 with B held in an array, the four rows of C
+    /// accumulate in vectors of 16 across the whole K (with A read through pointers, clang
+    /// would otherwise keep them in memory).
     #[allow(clippy::too_many_arguments)]
     fn dot_rows(
         &mut self,
@@ -193,23 +197,52 @@ impl Lowering<'_> {
             let hi = share(&format!("(tm_m + {rows}u)"));
             ahead += self.prefetch_next(b, (&share("tm_m"), &hi), n)? as usize;
         }
-        self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
-        for q in 0..rows {
-            let ai = format!("(tm_b * {m}u + tm_m + {q}u) * {k}u + tm_k");
-            self.line(format!("const {ct} tm_x{q} = {ct}({});", self.el(a, &ai)));
+        let a_rows = self
+            .cpu
+            .as_ref()
+            .and_then(|c| c.row_ptrs.get(&a).cloned())
+            .filter(|_| batch == 1);
+        let b_array = match self.repr(b) {
+            Repr::Block(x) if self.lazy_reads_of(x).is_none() => Some(x.clone()),
+            _ => None,
+        };
+        let vectors = match (&a_rows, &b_array) {
+            (Some(t), Some(y))
+                if !narrow
+                    && rows == 4
+                    && n % 16 == 0
+                    && dacc == DType::F32
+                    && self.edt(a) == DType::F32
+                    && self.edt(b) == DType::F32 =>
+            {
+                Some((t.clone(), y.clone()))
+            }
+            _ => None,
+        };
+        if let Some((t, y)) = &vectors {
+            self.dot_vectors(&name, t, y, k, n);
+        } else {
+            self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
+            for q in 0..rows {
+                let x = match &a_rows {
+                    Some(t) => format!("{t}[tm_m + {q}u][tm_k]"),
+                    None => self.el(a, &format!("(tm_b * {m}u + tm_m + {q}u) * {k}u + tm_k")),
+                };
+                self.line(format!("const {ct} tm_x{q} = {ct}({x});"));
+            }
+            self.line(format!("const uint tm_brow = (tm_b * {k}u + tm_k) * {n}u;"));
+            self.open(format!("for (uint tm_n = 0; tm_n < {n}u; ++tm_n)"));
+            self.line(format!(
+                "const {ct} tm_y = {ct}({});",
+                self.el(b, "tm_brow + tm_n")
+            ));
+            for q in 0..rows {
+                let c = format!("{name}[(tm_b * {m}u + tm_m + {q}u) * {n}u + tm_n]");
+                self.line(format!("{c} = {};", fma(&format!("tm_x{q}"), "tm_y", &c)));
+            }
+            self.close();
+            self.close();
         }
-        self.line(format!("const uint tm_brow = (tm_b * {k}u + tm_k) * {n}u;"));
-        self.open(format!("for (uint tm_n = 0; tm_n < {n}u; ++tm_n)"));
-        self.line(format!(
-            "const {ct} tm_y = {ct}({});",
-            self.el(b, "tm_brow + tm_n")
-        ));
-        for q in 0..rows {
-            let c = format!("{name}[(tm_b * {m}u + tm_m + {q}u) * {n}u + tm_n]");
-            self.line(format!("{c} = {};", fma(&format!("tm_x{q}"), "tm_y", &c)));
-        }
-        self.close();
-        self.close();
         self.close();
         self.close();
         if narrow {
@@ -222,11 +255,16 @@ impl Lowering<'_> {
         self.layouts.push(LayoutChoice {
             op: format!("dot {batch}x{m}x{n}x{k}"),
             layout: format!(
-                "rows of C along rows of B, {rows} row(s) at a time{}{}",
+                "rows of C along rows of B, {rows} row(s) at a time{}{}{}",
                 if in_place.is_some() {
                     ", accumulating in the loop's variable"
                 } else {
                     ""
+                },
+                match (&a_rows, &vectors) {
+                    (_, Some(_)) => ", A's rows read in place, C's rows in vectors of 16",
+                    (Some(_), None) => ", A's rows read in place",
+                    _ => "",
                 },
                 match ahead {
                     0 => "",
@@ -236,6 +274,53 @@ impl Lowering<'_> {
             ),
         });
         Ok(())
+    }
+
+    /// The k loop of [`Self::dot_rows`] for four f32 rows of C (`acc`, from row `tm_m`) with
+    /// A's rows through the row pointers `a_rows` and B (`k`×`n`) in array `b`: per chunk of
+    /// up to 64 columns, the 4 rows' chunks sit in vectors of 16 for the whole K, each
+    /// updated by `fma` in k order (the same roundings as the scalar loop).
+    fn dot_vectors(&mut self, acc: &str, a_rows: &str, b: &str, k: usize, n: usize) {
+        let w = [64, 32, 16].into_iter().find(|w| n % w == 0).unwrap_or(16);
+        let v = w / 16;
+        self.open(format!("for (uint tm_c0 = 0; tm_c0 < {n}u; tm_c0 += {w}u)"));
+        self.line(format!("vec<float, 16> tm_acc[4][{v}];"));
+        for q in 0..4 {
+            for j in 0..v {
+                self.line(format!(
+                    "__builtin_memcpy(&tm_acc[{q}][{j}], &{acc}[(tm_m + {q}u) * {n}u + tm_c0 + {}u], 64);",
+                    16 * j
+                ));
+            }
+        }
+        self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
+        self.line(format!("vec<float, 16> tm_y[{v}];"));
+        for j in 0..v {
+            self.line(format!(
+                "__builtin_memcpy(&tm_y[{j}], &{b}[tm_k * {n}u + tm_c0 + {}u], 64);",
+                16 * j
+            ));
+        }
+        for q in 0..4 {
+            self.line(format!(
+                "const vec<float, 16> tm_x{q} = {a_rows}[tm_m + {q}u][tm_k];"
+            ));
+            for j in 0..v {
+                self.line(format!(
+                    "tm_acc[{q}][{j}] = fma(tm_x{q}, tm_y[{j}], tm_acc[{q}][{j}]);"
+                ));
+            }
+        }
+        self.close();
+        for q in 0..4 {
+            for j in 0..v {
+                self.line(format!(
+                    "__builtin_memcpy(&{acc}[(tm_m + {q}u) * {n}u + tm_c0 + {}u], &tm_acc[{q}][{j}], 64);",
+                    16 * j
+                ));
+            }
+        }
+        self.close();
     }
 
     /// Before `for` loop `id` of a one-thread program: the loop's `tl.dot` operand loads

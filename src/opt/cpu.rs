@@ -41,7 +41,11 @@
 //!   shifted block of a read-only argument is copied into a per-thread cache of tiles, one
 //!   slot per iteration (modulo the slots), keyed by its rows' offsets; the next programs
 //!   that read the same tile at the same offsets (Triton's grouped ordering runs the
-//!   programs sharing a column block one after another) read the slot instead of copying.
+//!   programs sharing a column block one after another) read the slot instead of copying;
+//! - **rows read in place** ([`CpuPlan::rows_in_place`]): a `tl.dot` operand A of `f32`
+//!   copied by rows from a read-only argument is not copied where a row passes its checks:
+//!   the dot reads that row where it lies (through a table of row pointers; rows that fail
+//!   are copied element by element, as before), accumulating in vector registers.
 //!
 //! Every decision can be overridden (the `set_*` methods) on the plan given to
 //! `codegen::cpu::compile_with`; [`CpuPlan::verify`] refuses what the kernel cannot take.
@@ -108,6 +112,7 @@ pub struct CpuPlan {
     shift: BTreeMap<OpId, (Vec<usize>, String)>,
     rowcheck: BTreeMap<OpId, (bool, String)>,
     pack: BTreeMap<OpId, (usize, String)>,
+    inplace: BTreeMap<OpId, (bool, String)>,
 }
 
 /// The decisions for `k` on a one-thread program; `resident(op)` tells whether the plan
@@ -141,6 +146,7 @@ pub fn plan(
         shift: BTreeMap::new(),
         rowcheck: BTreeMap::new(),
         pack: BTreeMap::new(),
+        inplace: BTreeMap::new(),
     };
     for (i, why) in lazy_values(k).into_iter().enumerate() {
         if let Some(why) = why {
@@ -211,6 +217,9 @@ pub fn plan(
         }
         if let Ok((slots, why)) = facts.packable(op, &p) {
             p.pack.insert(op, (slots, why));
+        }
+        if let Ok(why) = facts.in_place_rows(op, &p) {
+            p.inplace.insert(op, (true, why));
         }
     }
     p
@@ -354,6 +363,22 @@ impl CpuPlan {
         self.pack.insert(op, (slots, why.into()));
     }
 
+    /// Whether block load `op`'s whole rows are read where they lie by the `tl.dot` that
+    /// reads it, instead of copied.
+    pub fn rows_in_place(&self, op: OpId) -> bool {
+        self.inplace.get(&op).is_some_and(|x| x.0)
+    }
+
+    /// Overrides [`Self::rows_in_place`] for `op`.
+    pub fn set_rows_in_place(&mut self, op: OpId, on: bool, why: impl Into<String>) {
+        self.inplace.insert(op, (on, why.into()));
+    }
+
+    /// Loads with an in-place decision: the op, whether its rows are read in place, and why.
+    pub fn in_place_decisions(&self) -> impl Iterator<Item = (OpId, bool, &str)> {
+        self.inplace.iter().map(|(o, (b, w))| (*o, *b, w.as_str()))
+    }
+
     /// Loads with a pack decision: the op, its slots (0: not packed), and why.
     pub fn pack_decisions(&self) -> impl Iterator<Item = (OpId, usize, &str)> {
         self.pack.iter().map(|(o, (n, w))| (*o, *n, w.as_str()))
@@ -476,6 +501,21 @@ impl CpuPlan {
             if *on {
                 if let Err(e) = facts.rows_once(op, self) {
                     return bad(format!("{op} checks its rows once: {e}"));
+                }
+            }
+        }
+        for (&op, &(on, _)) in &self.inplace {
+            if !matches!(
+                kernel.ops.get(op.index()).map(|o| &o.op),
+                Some(Op::Load { .. })
+            ) {
+                return bad(format!(
+                    "{op}: rows read in place on an op that is not a load"
+                ));
+            }
+            if on {
+                if let Err(e) = facts.in_place_rows(op, self) {
+                    return bad(format!("{op} read in place: {e}"));
                 }
             }
         }
@@ -625,6 +665,8 @@ impl CpuPlan {
                         _ => return None,
                     };
                     self.set_rows_checked_once(op, once, why);
+                } else if let Some(s) = what.strip_prefix("inplace=") {
+                    self.set_rows_in_place(op, onoff(s)?, why);
                 } else if let Some(s) = what.strip_prefix("pack=") {
                     let slots = match s {
                         "off" => 0,
@@ -664,6 +706,7 @@ impl CpuPlan {
             shift: BTreeMap::new(),
             rowcheck: BTreeMap::new(),
             pack: BTreeMap::new(),
+            inplace: BTreeMap::new(),
         }
     }
 }
@@ -673,7 +716,7 @@ impl fmt::Display for CpuPlan {
     /// `branch_free=on`, `%N lazy` / `%N stored`, `%N unswitch` / `%N masked`, `opN peel=0,1`
     /// (`peel=none`), `opN lanes=32`, `opN whole=on`, `opN rows=on` (`off`: not done),
     /// `%N table` / `%N recomputed`, `opN shift=1,2` (`shift=none`), `opN rowcheck=once`
-    /// (`each`), `opN pack=16` (`pack=off`).
+    /// (`each`), `opN pack=16` (`pack=off`), `opN inplace=on` (`off`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = |b: bool| if b { "on" } else { "off" };
         writeln!(
@@ -731,6 +774,9 @@ impl fmt::Display for CpuPlan {
                 slots.to_string()
             };
             writeln!(f, "  cpu {op} pack={n} ; {why}")?;
+        }
+        for (op, (b, why)) in &self.inplace {
+            writeln!(f, "  cpu {op} inplace={} ; {why}", on(*b))?;
         }
         Ok(())
     }
@@ -1323,6 +1369,109 @@ impl Facts<'_> {
              +1 in every iteration exactly when they do at the start, checked once before the loop",
             i - 1
         ))
+    }
+
+    /// Why block load `op` of `plan` can be read in place by its `tl.dot`, or why not: the
+    /// plan copies it by rows, it is an `f32` tile read only as operand A of `tl.dot`s of
+    /// `f32` B and accumulator whose rows of C go four at a time along columns in vectors
+    /// of 16 (`M % 4 == 0`, `N % 16 == 0`), and its pointer comes from a read-only argument
+    /// (so a row read when the dot runs holds what the load would have copied).
+    fn in_place_rows(&self, op: OpId, plan: &CpuPlan) -> std::result::Result<String, String> {
+        let k = self.k;
+        let (Op::Load { ptr, .. }, Some(res)) = (&k.op(op).op, k.op(op).result()) else {
+            return Err("not a load".into());
+        };
+        if !plan.rows(op) || plan.whole(op) || plan.lazy(res) {
+            return Err("not copied by rows (and only by rows: not whole, not lazy)".into());
+        }
+        let ty = k.ty(res);
+        if ty.shape.len() != 2 || ty.dtype != DType::F32 {
+            return Err(format!("{ty} is not an f32 tile"));
+        }
+        let mut dots = 0;
+        for o in &k.ops {
+            let mut used = false;
+            o.op.for_each_operand(|v| used |= v == res);
+            if !used {
+                continue;
+            }
+            let Op::Dot { a, b, acc, .. } = &o.op else {
+                return Err(format!(
+                    "{res} is read by `{}`, not only by `tl.dot`s",
+                    o.op.name()
+                ));
+            };
+            let (tb, tc) = (k.ty(*b), k.ty(*acc));
+            if *a != res || *b == res || *acc == res {
+                return Err(format!("{res} is not only a `tl.dot`'s operand A"));
+            }
+            if tb.dtype != DType::F32 || tc.dtype != DType::F32 || tc.shape.len() != 2 {
+                return Err(format!("a `tl.dot` of {tb} into {tc}, not f32"));
+            }
+            let (m, n) = (tc.shape[0], tc.shape[1]);
+            if m % 4 != 0 || n % 16 != 0 {
+                return Err(format!(
+                    "C of {m}x{n} (rows of C go 4 at a time, columns 16)"
+                ));
+            }
+            dots += 1;
+        }
+        if dots == 0 {
+            return Err(format!("{res} is no `tl.dot`'s operand A"));
+        }
+        let param = self
+            .source_param(*ptr)
+            .ok_or_else(|| format!("{ptr} does not come from one argument"))?;
+        let p = &k.params[param];
+        if p.stored {
+            return Err(format!("argument `{}` is written by the kernel", p.name));
+        }
+        Ok(format!(
+            "`tl.dot` operand A, {ty} of read-only `{}`: whole rows read where they lie",
+            p.name
+        ))
+    }
+
+    /// The argument pointer `v` points into, following offsets, shape ops and the `for`
+    /// slots that carry it (starting from it and advanced from themselves by offsets).
+    fn source_param(&self, v: Value) -> Option<usize> {
+        let k = self.k;
+        // Back through offsets and shape ops: the value reached (a parameter or a slot).
+        let root = |mut v: Value| loop {
+            match k.value(v).map(|d| d.def) {
+                Some(ValueDef::OpResult(d, _)) => match &k.op(d).op {
+                    Op::AddPtr { ptr, .. } => v = *ptr,
+                    Op::Splat { src }
+                    | Op::Broadcast { src }
+                    | Op::ExpandDims { src, .. }
+                    | Op::Reshape { src } => v = *src,
+                    _ => return None,
+                },
+                _ => return Some(v),
+            }
+        };
+        let mut v = root(v)?;
+        loop {
+            match k.value(v)?.def {
+                ValueDef::Param(p) => return Some(p as usize),
+                ValueDef::RegionArg(r, i) if i > 0 => {
+                    let parent = k.region(r).parent?;
+                    let Op::For { init, .. } = &k.op(parent).op else {
+                        return None;
+                    };
+                    let slot = i as usize - 1;
+                    let yielded = match k.region(r).ops.last().map(|&y| &k.op(y).op) {
+                        Some(Op::Yield { values }) => *values.get(slot)?,
+                        _ => return None,
+                    };
+                    if root(yielded)? != v {
+                        return None;
+                    }
+                    v = root(*init.get(slot)?)?;
+                }
+                _ => return None,
+            }
+        }
     }
 
     /// The most slots of a cache of packed tiles for block load `op` of `plan`, and why it

@@ -135,7 +135,11 @@ impl Lowering<'_> {
     /// A block load as rows of `c` elements: a row whose mask lanes are all set, whose
     /// offsets run +1 (checked here unless proven) and which lies inside the argument is
     /// one copy; any other row reads element by element, each checked, masked lanes taking
-    /// `other`, so a bad access is reported as the element-wise load reports it.
+    /// `other`, so a bad access is reported as the element-wise load reports it. Where the
+    /// plan reads the rows in place ([`crate::opt::cpu::CpuPlan::rows_in_place`]), a row that
+    /// passes is not copied: a table of row pointers (`<name>_rows`, in
+    /// [`super::CpuStage::row_ptrs`]) points at it in the argument, or at the copy of a row
+    /// that did not pass.
     #[allow(clippy::too_many_arguments)]
     pub(in crate::codegen) fn load_rows(
         &mut self,
@@ -149,16 +153,35 @@ impl Lowering<'_> {
         zero: &str,
     ) -> Result<()> {
         let conds = self.row_conds(id, ptr, mask, c)?;
+        let res = self.k.op(id).result();
+        let in_place = match res {
+            Some(r) if self.cpu.as_ref().is_some_and(|s| s.plan.rows_in_place(id)) => {
+                let table = format!("{name}_rows");
+                let ct = self.cty(self.edt(r))?;
+                self.line(format!("const {ct}* {table}[{}];", lay.n / c));
+                Some((r, table))
+            }
+            _ => None,
+        };
         self.open(format!(
             "for (uint tm_r = 0; tm_r < {}u; ++tm_r)",
             lay.n / c
         ));
         self.line(format!("const uint tm_i = tm_r * {c}u;"));
-        self.row_copy(name, ptr, (mask, other, zero), c, &conds, None)?;
+        let table = in_place.as_ref().map(|(_, t)| t.as_str());
+        self.row_copy(name, ptr, (mask, other, zero), c, &conds, (None, table))?;
         self.close();
+        let how = if in_place.is_some() {
+            "read in place by the dot where it passes, else copied"
+        } else {
+            "one copy per row"
+        };
+        if let (Some((r, table)), Some(cpu)) = (in_place, self.cpu.as_mut()) {
+            cpu.row_ptrs.insert(r, table);
+        }
         self.layouts.push(LayoutChoice {
             op: format!("load {name}"),
-            layout: format!("rows of {c}: one bounds check and one copy per row"),
+            layout: format!("rows of {c}: one bounds check per row, {how}"),
         });
         Ok(())
     }
@@ -268,7 +291,9 @@ impl Lowering<'_> {
 
     /// Copies row `tm_r` (first element `tm_i`) into `name`: at once where `conds` hold,
     /// else element by element, checked, masked lanes taking `other` (`slow`, a statement
-    /// run first on that path).
+    /// run first on that path). With a table of row pointers (`rows`), a row where `conds`
+    /// hold is not copied: its entry points at it in the argument; other rows' entries point
+    /// at their copies.
     fn row_copy(
         &mut self,
         name: &str,
@@ -276,15 +301,18 @@ impl Lowering<'_> {
         (mask, other, zero): (Option<Value>, Option<Value>, &str),
         c: usize,
         conds: &RowConds,
-        slow: Option<&str>,
+        (slow, rows): (Option<&str>, Option<&str>),
     ) -> Result<()> {
         let p = self.param_name(ptr)?;
         self.row_run(conds, c);
         self.open(format!("if ({})", conds.whole.join(" && ")));
-        self.line(format!(
-            "__builtin_memcpy(&{name}[tm_i], {p}.base + {}, {c}u * sizeof({name}[0]));",
-            conds.off0
-        ));
+        match rows {
+            Some(t) => self.line(format!("{t}[tm_r] = {p}.base + {};", conds.off0)),
+            None => self.line(format!(
+                "__builtin_memcpy(&{name}[tm_i], {p}.base + {}, {c}u * sizeof({name}[0]));",
+                conds.off0
+            )),
+        }
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
@@ -302,6 +330,9 @@ impl Lowering<'_> {
         self.line(format!(
             "for (uint tm_e = 0; tm_e < {c}u; ++tm_e) {name}[tm_i + tm_e] = {e};"
         ));
+        if let Some(t) = rows {
+            self.line(format!("{t}[tm_r] = &{name}[tm_i];"));
+        }
         self.close();
         Ok(())
     }
@@ -374,7 +405,14 @@ impl Lowering<'_> {
         self.line(format!("const uint tm_i = tm_r * {c}u;"));
         self.line(format!("{key}[{slot}][tm_r] = {};", conds.off0));
         let slow = format!("{all} = false;");
-        self.row_copy(&name, ptr, (mask, other, zero), c, &conds, Some(&slow))?;
+        self.row_copy(
+            &name,
+            ptr,
+            (mask, other, zero),
+            c,
+            &conds,
+            (Some(&slow), None),
+        )?;
         self.close();
         self.line(format!("{ok}[{slot}] = {all};"));
         self.close();

@@ -72,6 +72,8 @@ pub(super) struct CpuStage {
     /// Per packed load's result ([`CpuPlan::packed`]): whether this iteration found its
     /// tile in the cache (the dot then skips prefetching the next iteration's rows).
     pub packed_hits: HashMap<Value, String>,
+    /// Per load read in place ([`CpuPlan::rows_in_place`]): its table of row pointers.
+    pub row_ptrs: HashMap<Value, String>,
     /// The trip counters of the `for` loops being printed, innermost last.
     pub loops: Vec<String>,
     /// Declarations printed once per call of `tm_run`, before its loop over programs (the
@@ -91,6 +93,7 @@ impl CpuStage {
             flags: HashMap::new(),
             row_runs: HashMap::new(),
             packed_hits: HashMap::new(),
+            row_ptrs: HashMap::new(),
             loops: Vec::new(),
             preamble: Vec::new(),
         }
