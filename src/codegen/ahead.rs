@@ -24,7 +24,7 @@
 use super::lower::{unsigned_offset, unsupported_on, Lowering, Repr};
 use crate::error::Result;
 use crate::ir::{Op, OpId, RegionId, Value};
-use crate::opt::pipeline::{ahead_loads, AheadLoad};
+use crate::opt::pipeline::{ring_loads, AheadLoad};
 use crate::opt::plan::{dot_dims, ring_operand_tile, WGMMA_RING_ALIGN, WGMMA_SWIZZLE_COLS};
 
 /// The ring of one loop.
@@ -65,7 +65,7 @@ impl Lowering<'_> {
 
     /// The ring of `for` loop `id`, when the plan issues its dot operand loads ahead.
     pub(super) fn ring_of(&self, id: OpId) -> Option<Ring> {
-        let mut loads = ahead_loads(self.k, id, self.plan.resident(id))?;
+        let mut loads = ring_loads(self.k, id, self.plan.resident(id), self.plan.vec)?;
         let stages = self.plan.ahead(loads.first()?.load)?;
         if loads
             .iter()
@@ -132,6 +132,11 @@ impl Lowering<'_> {
                 continue;
             };
             let (l, _) = &ring.loads[i];
+            if l.carried.is_none() {
+                // Recomputed for each iteration: its chunks are tested where they are issued.
+                fast = None;
+                continue;
+            }
             let load = self.k.op(l.load);
             let (Some(res), Op::Load { ptr, mask, .. }) = (load.result(), &load.op) else {
                 fast = None;
@@ -222,6 +227,9 @@ impl Lowering<'_> {
         fast: bool,
     ) -> Result<()> {
         let (l, off) = &ring.loads[i];
+        if l.operand == 1 && self.plan.kmajor(l.dot) {
+            return self.ring_issue_along_k(l, *off, stage, ring.stage_bytes);
+        }
         let load = self.k.op(l.load);
         let (Some(res), Op::Load { ptr, mask, .. }) = (load.result(), &load.op) else {
             return Ok(());
@@ -245,9 +253,15 @@ impl Lowering<'_> {
         let uot = unsigned_offset(self.off_dtype);
         let lay = self.layout(res);
         let step = self.el(l.step, "0u");
+        // Pointers the body computes from the induction variable were just recomputed for
+        // this iteration (`ring_issue_all`): their offsets are the ones to read.
+        let recomputed = l.carried.is_none();
         // Offsets as the carried ones `dist` steps on, or from the loop's start `abs` steps
         // on (unsigned, so a wrap is not undefined).
         let addr = |lw: &Self, i: &str| {
+            if recomputed {
+                return format!("{offs}[{i}]");
+            }
             format!(
                 "{ot}({uot}({offs}[{i}]) + {uot}({dist}) * {uot}({}))",
                 lw.el(l.step, i)
@@ -266,7 +280,23 @@ impl Lowering<'_> {
             "{ct}* const tm_rb = reinterpret_cast<{ct}*>(tm_ring + ({stage}) * {}u + {off}u);",
             ring.stage_bytes
         ));
-        let chunks = self.ring_chunks.get(&l.load).cloned();
+        let chunks = match self.ring_chunks.get(&l.load).cloned() {
+            Some((co, cr)) => Some((Some(co), cr)),
+            // A recomputed pointer's chunks: offsets from its registers, the +1 run tested
+            // here where the axis analysis does not prove it.
+            None if recomputed => {
+                let v = self.ring_chunk(ring, i).unwrap_or(1);
+                let proven = self.axis[ptr.index()].contig >= v as u64;
+                let cr = (!proven && v > 1).then(|| {
+                    (1..v)
+                        .map(|e| format!("{offs}[tm_i + {e}u] == {ot}({uot}({offs}[tm_i]) + {e}u)"))
+                        .collect::<Vec<_>>()
+                        .join(" && ")
+                });
+                Some((None, cr.map(|c| format!("({c})"))))
+            }
+            None => None,
+        };
         match (self.ring_chunk(ring, i), chunks) {
             (Some(v), Some((co, cr))) => {
                 let bytes = v * dt.size_bytes();
@@ -279,10 +309,11 @@ impl Lowering<'_> {
                     "{ct}* const tm_d = tm_rb + {};",
                     tile_offset(swz, tile, "tm_l")
                 ));
-                self.line(format!(
-                    "const {ct}* const tm_s = {base} + {};",
-                    from_start(&format!("{co}[tm_c]"))
-                ));
+                let first = match &co {
+                    Some(co) => from_start(&format!("{co}[tm_c]")),
+                    None => format!("{offs}[tm_i]"),
+                };
+                self.line(format!("const {ct}* const tm_s = {base} + {first};"));
                 // Offsets that are multiples of the chunk leave only the base's alignment
                 // to test: the same for every chunk, so the compiler hoists it.
                 let aligned = if self.chunks_follow_base(ptr, l, v) {
@@ -295,7 +326,11 @@ impl Lowering<'_> {
                     bytes - 1
                 )];
                 if let Some(cr) = &cr {
-                    conds.push(format!("{cr}[tm_c]"));
+                    conds.push(if co.is_some() {
+                        format!("{cr}[tm_c]")
+                    } else {
+                        cr.clone()
+                    });
                 }
                 // A mask constant over each chunk copies the chunk or fills it with zeros
                 // (`cp.async` reads `src-size` bytes, 0 when masked off, and fills the
@@ -336,10 +371,23 @@ impl Lowering<'_> {
                 // Misaligned or not a +1 run: element by element, each offset from the
                 // loop's start (the recipe of the carried pointers' first value when it
                 // has one, else the carried offsets).
-                let first = self.carried_init(self.k.op(l.load).parent, l.carried);
-                self.line("#pragma unroll 1");
+                // A recomputed pointer's offsets at any element come from its recipe.
+                let first = match l.carried {
+                    Some(c) => self.carried_init(self.k.op(l.load).parent, c),
+                    None => self.recipe(ptr),
+                };
+                // Without a recipe the offsets array is read at `tm_i + tm_e`: unrolled, so
+                // it stays in registers.
+                self.line(if first.is_none() && recomputed {
+                    "#pragma unroll"
+                } else {
+                    "#pragma unroll 1"
+                });
                 self.open(format!("for (uint tm_e = 0; tm_e < {v}u; ++tm_e)"));
                 let a = match &first {
+                    Some(r) if recomputed => {
+                        format!("{base}[{}]", r.replace(super::lower::FLAT, "(tm_l + tm_e)"))
+                    }
                     Some(r) => format!(
                         "{base}[{}]",
                         from_start(&r.replace(super::lower::FLAT, "(tm_l + tm_e)"))
@@ -356,6 +404,8 @@ impl Lowering<'_> {
             }
             _ => {
                 let guard = lay.has_idle_threads();
+                // Unrolled, so the offsets array stays in registers.
+                self.line("#pragma unroll");
                 self.open_regs(lay, guard);
                 let a = format!("{base}[{}]", addr(self, "tm_i"));
                 let dst = format!("tm_rb[{}]", tile_offset(swz, tile, "tm_l"));
@@ -366,6 +416,114 @@ impl Lowering<'_> {
                 self.close();
             }
         }
+        Ok(())
+    }
+
+    /// Copies load `l`, operand B `[k, n]` of a dot whose ring holds B column by column
+    /// ([`crate::opt::plan::KernelPlan::kmajor`]), into its tile `[n][k]` at byte `off` of
+    /// buffer `stage`: 16 bytes along K per `cp.async`, each element's offset and mask from
+    /// their recipes (recomputed for this iteration). A chunk whose offsets do not run +1,
+    /// are misaligned, or whose mask is mixed is copied element by element.
+    fn ring_issue_along_k(
+        &mut self,
+        l: &AheadLoad,
+        off: usize,
+        stage: &str,
+        stage_bytes: usize,
+    ) -> Result<()> {
+        let load = self.k.op(l.load);
+        let (Some(res), Op::Load { ptr, mask, .. }) = (load.result(), &load.op) else {
+            return Ok(());
+        };
+        let (ptr, mask) = (*ptr, *mask);
+        let dims = dot_dims(self.k, l.dot)
+            .ok_or_else(|| unsupported_on(self.d, self.k, "a batched dot issued ahead"))?;
+        let (n, kk, pitch) = ring_operand_tile(&self.plan, l.dot, dims, 1);
+        let dt = self.edt(res);
+        let ct = self.cty(dt)?;
+        let base = self.param_name(ptr)?;
+        let no_recipe = || {
+            unsupported_on(
+                self.d,
+                self.k,
+                "operand B copied along K without recipes for its offsets and mask",
+            )
+        };
+        let rp = self.recipe(ptr).ok_or_else(no_recipe)?;
+        let rm = match mask {
+            Some(m) => Some(self.recipe(m).ok_or_else(no_recipe)?),
+            None => None,
+        };
+        let ot = self.cty(self.off_dtype)?;
+        let uot = unsigned_offset(self.off_dtype);
+        let v = (16 / dt.size_bytes()).min(kk);
+        let chunks = n * kk / v;
+        let per = chunks.div_ceil(self.threads);
+        // Element `e` of the chunk sits at the load's flat index `(k + e) * n + n_`.
+        let at = |r: &str, e: usize| {
+            r.replace(
+                super::lower::FLAT,
+                &format!("((tm_k + {e}u) * {n}u + tm_n)"),
+            )
+        };
+        self.line(format!(
+            "{ct}* const tm_rb = reinterpret_cast<{ct}*>(tm_ring + ({stage}) * {stage_bytes}u + {off}u);"
+        ));
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_c = 0; tm_c < {per}u; ++tm_c)"));
+        self.line(format!(
+            "const uint tm_q = (tm_c * {}u + tm_lid) * {v}u;",
+            self.threads
+        ));
+        if per * self.threads != chunks {
+            self.line(format!("if (tm_q >= {}u) break;", n * kk));
+        }
+        self.line(format!("const uint tm_n = tm_q / {kk}u;"));
+        self.line(format!("const uint tm_k = tm_q % {kk}u;"));
+        self.line(format!(
+            "{ct}* const tm_d = tm_rb + tm_n * {pitch}u + tm_k;"
+        ));
+        self.line(format!("const {ot} tm_o = {};", at(&rp, 0)));
+        let runs: Vec<String> = (1..v)
+            .map(|e| format!("{} == {ot}({uot}(tm_o) + {e}u)", at(&rp, e)))
+            .collect();
+        let mut conds = vec![format!(
+            "(reinterpret_cast<ulong>({base} + tm_o) & {}ul) == 0",
+            v * dt.size_bytes() - 1
+        )];
+        conds.extend(runs);
+        let size = match &rm {
+            Some(r) => {
+                for e in 0..v {
+                    self.line(format!("const bool tm_m{e} = {};", at(r, e)));
+                }
+                let all: Vec<String> = (0..v).map(|e| format!("tm_m{e}")).collect();
+                conds.push(format!(
+                    "(({}) || !({}))",
+                    all.join(" && "),
+                    all.join(" || ")
+                ));
+                format!("tm_m0 ? {}u : 0u", v * dt.size_bytes())
+            }
+            None => (v * dt.size_bytes()).to_string(),
+        };
+        let bytes = v * dt.size_bytes();
+        self.open(format!("if ({})", conds.join(" && ")));
+        self.line(format!(
+            "asm volatile(\"cp.async.cg.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"((uint)__cvta_generic_to_shared(tm_d)), \"l\"({base} + tm_o), \"r\"({size}) : \"memory\");"
+        ));
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        for e in 0..v {
+            let a = format!("{base}[{}]", at(&rp, e));
+            match &rm {
+                Some(_) => self.line(format!("tm_d[{e}] = tm_m{e} ? {a} : {ct}(0);")),
+                None => self.line(format!("tm_d[{e}] = {a};")),
+            }
+        }
+        self.close();
+        self.close();
         Ok(())
     }
 
@@ -380,12 +538,17 @@ impl Lowering<'_> {
     ) -> Result<()> {
         self.line("{");
         self.indent += 1;
-        let mask_ops: Vec<OpId> = ring
+        // The masks, and the pointers the body computes, for this induction variable: each
+        // op once, in the body's order.
+        let mut ops: Vec<OpId> = ring
             .loads
             .iter()
-            .flat_map(|(l, _)| l.mask_ops.iter().copied())
+            .flat_map(|(l, _)| l.mask_ops.iter().chain(&l.ptr_ops).copied())
             .collect();
-        self.relower(body, &mask_ops, iv)?;
+        let order = &self.k.region(body).ops;
+        ops.sort_by_key(|o| order.iter().position(|x| x == o));
+        ops.dedup();
+        self.relower(body, &ops, iv)?;
         self.open(format!("if ({guard})"));
         let issue = |lw: &mut Self, fast: bool| -> Result<()> {
             for i in 0..ring.loads.len() {

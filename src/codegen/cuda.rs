@@ -29,6 +29,22 @@ use crate::opt::plan::KernelPlan;
 /// Static shared memory a CUDA block may declare (more needs dynamic shared memory).
 pub const STATIC_SHARED_LIMIT: usize = 48 * 1024;
 
+/// Dynamic shared memory above which MLX's `cuda_kernel` raises the kernel's limit
+/// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`); at or below it the kernel keeps the
+/// default limit, `STATIC_SHARED_LIMIT` less its static shared memory.
+pub const MLX_DYNAMIC_SHARED_OPT_IN: usize = 48_000;
+
+/// The dynamic shared memory to request for a kernel of `smem` static and `ring` dynamic
+/// bytes: `ring`, unless together they pass the default limit while `ring` alone would not
+/// make MLX raise it; then just above MLX's threshold (16-byte multiple).
+pub fn dynamic_request(smem: usize, ring: usize) -> usize {
+    if ring > 0 && smem + ring > STATIC_SHARED_LIMIT && ring <= MLX_DYNAMIC_SHARED_OPT_IN {
+        (MLX_DYNAMIC_SHARED_OPT_IN + 1).next_multiple_of(16)
+    } else {
+        ring
+    }
+}
+
 /// Largest block CUDA launches.
 pub const MAX_THREADS_PER_BLOCK: usize = 1024;
 
@@ -315,7 +331,7 @@ pub fn compile_in_place(
 
     body.extend(lw.arena_decls(&format!("shared memory on {}", opts.target.chip))?);
     let smem = lw.plan.arena.bytes;
-    let dynamic = lw.ring_bytes;
+    let dynamic = dynamic_request(smem, lw.ring_bytes);
     let total_limit = opts.target.threadgroup_memory_bytes as usize;
     if smem + dynamic > total_limit {
         return Err(launch_err(format!(

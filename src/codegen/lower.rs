@@ -100,6 +100,11 @@ pub(super) struct Lowering<'k> {
     pub(super) hoisted: HashMap<OpId, String>,
     /// The warp grid of each `mma.sync` fragment array, by array name.
     pub frag_grid: HashMap<String, crate::opt::plan::WarpGrid>,
+    /// Row vectors the plan keeps in the row slices of `mma.sync` fragments
+    /// ([`crate::opt::rows`]): value -> the grid whose rows they follow.
+    pub slices: HashMap<Value, crate::opt::plan::WarpGrid>,
+    /// Registers of the loop-carried arrays holding row slices, by array name.
+    pub slice_vars: HashMap<String, usize>,
     /// Bytes of register arrays declared so far (an upper bound on their stack use: arrays
     /// of disjoint scopes are counted as if they all lived at once).
     pub local_bytes: usize,
@@ -284,6 +289,14 @@ impl<'k> Lowering<'k> {
         names.insert(k.name.clone());
         let axis = crate::opt::axis::analyse(k);
         let axis_unchecked = crate::opt::axis::analyse_unchecked(k);
+        let slices = if plan.printer.matrix.mma_sync() {
+            crate::opt::rows::kept(k, &plan)
+                .into_iter()
+                .flat_map(|c| c.values.into_iter().map(move |v| (v, c.grid)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
         let mut lw = Lowering {
             vec: plan.vec,
             k,
@@ -316,6 +329,8 @@ impl<'k> Lowering<'k> {
             frags: HashMap::new(),
             frag_vals: HashMap::new(),
             frag_grid: HashMap::new(),
+            slices,
+            slice_vars: HashMap::new(),
             hoisted: HashMap::new(),
             local_bytes: 0,
             cpu: plan.cpu.clone().map(|c| super::cpu::CpuStage::new(c, k)),
@@ -547,6 +562,20 @@ impl<'k> Lowering<'k> {
         if need_flat {
             let e = lay.flat_expr("tm_i", "tm_lid");
             self.line(format!("const uint tm_l = {e};"));
+        }
+    }
+
+    /// Opens a loop over `regs` registers (`tm_i`).
+    pub fn open_reg_loop(&mut self, regs: usize) {
+        self.open(format!("for (uint tm_i = 0; tm_i < {regs}u; ++tm_i)"));
+    }
+
+    /// Registers per thread of block `v`: its blocked layout's, or two per 16-row tile of
+    /// its grid for a row vector kept in fragment rows.
+    pub fn regs_of(&self, v: Value) -> usize {
+        match self.slices.get(&v) {
+            Some(g) => 2 * g.fm,
+            None => self.layout(v).regs(),
         }
     }
 
@@ -1422,6 +1451,9 @@ impl<'k> Lowering<'k> {
     ) -> Result<()> {
         if let Some(&fv) = self.frag_vals.get(&res) {
             return self.mma_elementwise(res, args, base, f, fv);
+        }
+        if let Some(&g) = self.slices.get(&res) {
+            return self.slice_elementwise(res, args, base, f, g);
         }
         let dt = self.edt(res);
         let ct = self.cty(dt)?;
@@ -2445,7 +2477,10 @@ impl<'k> Lowering<'k> {
         let ct = self.cty(dt)?;
         let name = self.fresh(base);
         if self.ty(v).is_block() {
-            let r = self.layout(v).regs();
+            let r = self.regs_of(v);
+            if self.slices.contains_key(&v) {
+                self.slice_vars.insert(name.clone(), r);
+            }
             self.line(format!("{ct} {name}[{r}];"));
             self.local_bytes += r * dt.size_bytes();
             Ok(Repr::Block(name))
@@ -2480,9 +2515,9 @@ impl<'k> Lowering<'k> {
                 let dt = self.edt(*v);
                 let ct = self.cty(dt)?;
                 if self.ty(*v).is_block() {
-                    let lay = self.layout(*v);
-                    self.line(format!("{ct} {tmp}[{}];", lay.regs()));
-                    self.open_regs(lay, false);
+                    let regs = self.regs_of(*v);
+                    self.line(format!("{ct} {tmp}[{regs}];"));
+                    self.open_reg_loop(regs);
                     self.line(format!("{tmp}[tm_i] = {};", self.el(*v, "tm_i")));
                     self.close();
                 } else {
@@ -2502,9 +2537,14 @@ impl<'k> Lowering<'k> {
                     if src("tm_i") == format!("{a}[tm_i]") {
                         continue;
                     }
-                    let lay = self.layout(*v);
+                    // A row-slice variable has its own register count (its initial value
+                    // is uniform, of no layout).
+                    let regs = match self.slice_vars.get(a) {
+                        Some(&r) => r,
+                        None => self.regs_of(*v),
+                    };
                     let s = src("tm_i");
-                    self.open_regs(lay, false);
+                    self.open_reg_loop(regs);
                     self.line(format!("{a}[tm_i] = {s};"));
                     self.close();
                 }
@@ -2557,7 +2597,9 @@ impl<'k> Lowering<'k> {
                 vars.push(Repr::Block(String::new()));
                 continue;
             }
-            let r = self.carried_var(*v, &format!("acc{k}"))?;
+            // The block argument's type is the initial value's; its layout may differ (a
+            // row vector kept in fragment rows starts from a uniform value).
+            let r = self.carried_var(args[k + 1], &format!("acc{k}"))?;
             vars.push(r);
         }
         let keep = |xs: &[Value]| -> Vec<Value> {

@@ -191,6 +191,31 @@ impl Lowering<'_> {
             return Ok(());
         }
         let g = fv.grid;
+        if let Some(&sg) = self.slices.get(&src) {
+            if (sg.wm, sg.wn, sg.fm) != (g.wm, g.wn, g.fm) {
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    "a row vector broadcast into fragments of another warp grid",
+                ));
+            }
+            let dt = self.edt(res);
+            let ct = self.cty(dt)?;
+            let name = self.fresh("frag_f");
+            let x = self.el(src, &crate::opt::rows::slot_of_register("tm_r", g));
+            self.line(format!("{ct} {name}[{}];", g.regs()));
+            self.line("#pragma unroll");
+            self.open(format!("for (uint tm_r = 0; tm_r < {}u; ++tm_r)", g.regs()));
+            self.line(format!("{name}[tm_r] = {x};"));
+            self.close();
+            self.bind_frags(res, name.clone(), g);
+            self.layouts.push(super::LayoutChoice {
+                op: format!("bcast {name}: {} -> {}", self.ty(src), self.ty(res)),
+                layout: "into mma fragments: each register reads its row's slot of the row vector"
+                    .into(),
+            });
+            return Ok(());
+        }
         let idx = if self.ty(src).shape[0] == 1 {
             "tm_col"
         } else {
@@ -290,6 +315,41 @@ impl Lowering<'_> {
         self.close();
         self.close();
         self.bind_frags(res, name, g);
+        Ok(())
+    }
+
+    /// An elementwise op whose result is a row vector kept in the row slices of fragments on
+    /// `grid` ([`crate::opt::rows`]): every block operand is such a row vector too.
+    pub(super) fn slice_elementwise(
+        &mut self,
+        res: Value,
+        args: &[Value],
+        base: &str,
+        f: &dyn Fn(&[String]) -> String,
+        grid: WarpGrid,
+    ) -> Result<()> {
+        let mut xs = Vec::new();
+        for &a in args {
+            if !self.is_uniform(a) && !self.slices.contains_key(&a) {
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    format!("{base} of a row vector outside the fragments' rows"),
+                ));
+            }
+            xs.push(self.el(a, "tm_i"));
+        }
+        let dt = self.edt(res);
+        let ct = self.cty(dt)?;
+        let name = self.fresh(base);
+        let regs = 2 * grid.fm;
+        self.line(format!("{ct} {name}[{regs}];"));
+        self.local_bytes += regs * dt.size_bytes();
+        self.line("#pragma unroll");
+        self.open_reg_loop(regs);
+        self.line(format!("{name}[tm_i] = {};", f(&xs)));
+        self.close();
+        self.set(res, super::lower::Repr::Block(name));
         Ok(())
     }
 
@@ -491,6 +551,15 @@ impl Lowering<'_> {
         self.close();
         self.close();
         self.close();
+        if self.slices.contains_key(&res) {
+            // Every lane of a row holds its result: the row slice is the value.
+            self.set(res, super::lower::Repr::Block(part.clone()));
+            self.layouts.push(super::LayoutChoice {
+                op: format!("reduce {} axis 1 of {}", kind.name(), self.ty(x)),
+                layout: format!("in mma fragments: per thread over its N tiles, shuffles over the 4 lanes of a row; the result stays in the fragments' rows ({rows} per thread)"),
+            });
+            return Ok(());
+        }
         let s = self.scratch_array(dt, m)?;
         self.smem_write_begin();
         self.open_warp_ids();
@@ -626,32 +695,53 @@ impl Lowering<'_> {
         }
         let (ka, nb) = (k + PAD, n + PAD);
         let hoisted = self.cur_op.and_then(|op| self.hoisted.get(&op).cloned());
-        // A staged here, or (from registers or staged before the loop) only B.
-        let a_here = a_regs.is_none() && hoisted.is_none();
-        let boff = if a_here { m * ka } else { 0 };
-        // Operands copied ahead sit in the loop's ring, B right after A (`ahead.rs`), in
-        // the layout staged here.
-        let ring = self.in_ring(a) && self.in_ring(b);
-        let s = if ring {
-            match self.repr(a) {
-                super::lower::Repr::Block(x) => x.clone(),
-                _ => {
-                    return Err(unsupported_on(
-                        self.d,
-                        self.k,
-                        "a dot operand copied ahead that is not a ring buffer",
-                    ))
-                }
-            }
-        } else {
-            let s = self.smem_buf(Role::Operands, din, boff + k * nb)?;
+        // Operands copied ahead sit in the loop's ring (`ahead.rs`), each in the layout
+        // staged here; B may be there while A comes from registers or from before the loop,
+        // or is staged here.
+        let (a_ring, b_ring) = (self.in_ring(a), self.in_ring(b));
+        if a_ring && !b_ring {
+            return Err(unsupported_on(
+                self.d,
+                self.k,
+                "a dot whose operand A is copied ahead and B is not",
+            ));
+        }
+        let ring_buf = |lw: &Self, v: Value| match lw.repr(v) {
+            super::lower::Repr::Block(x) => Ok(x.clone()),
+            _ => Err(unsupported_on(
+                lw.d,
+                lw.k,
+                "a dot operand copied ahead that is not a ring buffer",
+            )),
+        };
+        // A staged here, or (from registers, the ring, or staged before the loop) not.
+        let a_here = a_regs.is_none() && hoisted.is_none() && !a_ring;
+        let staged = if a_here || !b_ring {
+            let elems = if a_here { m * ka } else { 0 } + if b_ring { 0 } else { k * nb };
+            let s = self.smem_buf(Role::Operands, din, elems)?;
             self.smem_write_begin();
             if a_here {
                 self.stage_rows(a, &s, 0, k, ka)?;
             }
-            self.stage_rows(b, &s, boff, n, nb)?;
+            if !b_ring {
+                self.stage_rows(b, &s, if a_here { m * ka } else { 0 }, n, nb)?;
+            }
             self.smem_write_end();
-            s
+            Some(s)
+        } else {
+            None
+        };
+        let a_buf = match (&hoisted, a_ring, &staged) {
+            (Some(h), _, _) => h.clone(),
+            (None, true, _) => ring_buf(self, a)?,
+            (None, false, Some(s)) => s.clone(),
+            // A from registers: its buffer is never read.
+            (None, false, None) => ring_buf(self, b)?,
+        };
+        let (s, boff) = match (&staged, b_ring) {
+            (_, true) => (ring_buf(self, b)?, 0),
+            (Some(s), false) => (s.clone(), if a_here { m * ka } else { 0 }),
+            (None, false) => unreachable!("B is staged when it is not in the ring"),
         };
         let ty = if din == DType::BF16 { "bf16" } else { "f16" };
         let (fm, fnn) = (g.fm, g.fn_);
@@ -667,12 +757,22 @@ impl Lowering<'_> {
             fnn * 8
         ));
         self.line(format!(
-            "const uint tm_sa = (uint)__cvta_generic_to_shared({}) + 2u * ((tm_r0 + (tm_ln & 15u)) * {ka}u + (tm_ln >> 4) * 8u);",
-            hoisted.as_deref().unwrap_or(&s)
+            "const uint tm_sa = (uint)__cvta_generic_to_shared({a_buf}) + 2u * ((tm_r0 + (tm_ln & 15u)) * {ka}u + (tm_ln >> 4) * 8u);"
         ));
-        self.line(format!(
-            "const uint tm_sb = (uint)__cvta_generic_to_shared({s}) + 2u * ({boff}u + (tm_ln & 15u) * {nb}u + tm_c0 + (tm_ln >> 4) * 8u);"
-        ));
+        // B held column by column in the ring (`[n][k]`, K contiguous): `ldmatrix` reads
+        // it untransposed, lanes 0-7 / 8-15 / 16-23 / 24-31 giving the rows (N) of the
+        // four 8x8 matrices at K offsets 0 / 8 / 0 / 8 and N offsets 0 / 0 / 8 / 8.
+        let kmajor = b_ring && self.cur_op.is_some_and(|op| self.plan.kmajor(op));
+        let kb = k + PAD;
+        if kmajor {
+            self.line(format!(
+                "const uint tm_sb = (uint)__cvta_generic_to_shared({s}) + 2u * ((tm_c0 + (tm_ln & 7u) + ((tm_ln >> 4) << 3)) * {kb}u + ((tm_ln >> 3) & 1u) * 8u);"
+            ));
+        } else {
+            self.line(format!(
+                "const uint tm_sb = (uint)__cvta_generic_to_shared({s}) + 2u * ({boff}u + (tm_ln & 15u) * {nb}u + tm_c0 + (tm_ln >> 4) * 8u);"
+            ));
+        }
         self.line("#pragma unroll");
         self.open(format!("for (uint tm_kk = 0; tm_kk < {k}u; tm_kk += 16u)"));
         self.line(format!("uint tm_fa[{}];", fm * 4));
@@ -706,11 +806,23 @@ impl Lowering<'_> {
         // takes `x2.trans` (only lanes 0-15 supply addresses, all within this tile).
         self.line("#pragma unroll");
         self.open(format!("for (uint tm_j = 0; tm_j < {}u; ++tm_j)", fnn / 2));
+        let (trans, at) = if kmajor {
+            ("", format!("tm_j * {}u + tm_kk", 16 * kb))
+        } else {
+            (".trans", format!("tm_kk * {nb}u + tm_j * 16u"))
+        };
         self.line(format!(
-            "asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"(tm_fb[4 * tm_j]), \"=r\"(tm_fb[4 * tm_j + 1]), \"=r\"(tm_fb[4 * tm_j + 2]), \"=r\"(tm_fb[4 * tm_j + 3]) : \"r\"(tm_sb + 2u * (tm_kk * {nb}u + tm_j * 16u)));"
+            "asm volatile(\"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"(tm_fb[4 * tm_j]), \"=r\"(tm_fb[4 * tm_j + 1]), \"=r\"(tm_fb[4 * tm_j + 2]), \"=r\"(tm_fb[4 * tm_j + 3]) : \"r\"(tm_sb + 2u * ({at})));"
         ));
         self.close();
-        if fnn % 2 == 1 {
+        if fnn % 2 == 1 && kmajor {
+            // Lanes 0-15 address the last N tile's two matrices (K offsets 0 and 8).
+            self.line(format!(
+                "asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.shared.b16 {{%0, %1}}, [%2];\" : \"=r\"(tm_fb[{j4}]), \"=r\"(tm_fb[{j4} + 1]) : \"r\"(tm_sb + 2u * ({row}u * {kb}u + tm_kk)));",
+                j4 = (fnn / 2) * 4,
+                row = (fnn - 1) * 8
+            ));
+        } else if fnn % 2 == 1 {
             self.line(format!(
                 "asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {{%0, %1}}, [%2];\" : \"=r\"(tm_fb[{j4}]), \"=r\"(tm_fb[{j4} + 1]) : \"r\"(tm_sb - 2u * (tm_ln >> 4) * 8u + 2u * (tm_kk * {nb}u + {col}u)));",
                 j4 = (fnn / 2) * 4,
@@ -731,13 +843,13 @@ impl Lowering<'_> {
         self.close();
         self.close();
         self.close();
-        if !ring {
+        if staged.is_some() {
             self.smem_read_done();
         }
-        let staged = if ring {
-            "A/B copied ahead (cp.async) into a ring of shared-memory buffers"
-        } else {
-            "A/B staged in shared memory"
+        let staged = match (a_ring, b_ring) {
+            (true, _) => "A/B copied ahead (cp.async) into a ring of shared-memory buffers",
+            (false, true) => "B copied ahead (cp.async) into a ring of shared-memory buffers",
+            _ => "A/B staged in shared memory",
         };
         self.layouts.push(LayoutChoice {
             op: format!("dot {m}x{n}x{k}"),
@@ -1300,8 +1412,21 @@ mod tests {
     fn a_plan_cannot_issue_other_loads_ahead() {
         let k = build("mm", &[("BM", 64), ("BN", 64), ("BK", 32)], matmul(F16));
         let o = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
-        let mut plan = super::super::cuda::plan(&k, &o);
-        // This kernel's loads compute their pointers from the induction variable.
+        // This kernel's loads compute their pointers from the induction variable: the ring
+        // recomputes them for each later iteration.
+        let ringed = super::super::cuda::plan(&k, &o);
+        let ahead = ringed
+            .decisions()
+            .filter(|(_, d, _)| matches!(d, Decision::Ahead { .. }))
+            .count();
+        assert_eq!(ahead, 2, "{ringed}");
+        // Without a ring (one stage), one load alone cannot be issued ahead: each operand
+        // load of the loop's dots goes into one ring.
+        let one = LaunchOptions {
+            num_stages: 1,
+            ..o.clone()
+        };
+        let mut plan = super::super::cuda::plan(&k, &one);
         assert!(!plan
             .decisions()
             .any(|(_, d, _)| matches!(d, Decision::Ahead { .. })));

@@ -17,6 +17,19 @@ use crate::opt::barriers::When;
 use crate::opt::plan::{Decision, DotLowering, KernelPlan};
 use crate::opt::{Chip, HardwareProfile};
 
+/// Drops every load's [`Decision::Ahead`]: the loads are issued in their own iteration
+/// (what a loop keeping no accumulator in fragments needs).
+fn drop_ring(p: &mut KernelPlan) {
+    let ahead: Vec<OpId> = p
+        .decisions()
+        .filter(|(_, d, _)| matches!(d, Decision::Ahead { .. }))
+        .map(|(o, _, _)| o)
+        .collect();
+    for o in ahead {
+        p.remove(o);
+    }
+}
+
 fn op_where(k: &Kernel, f: impl Fn(&Op) -> bool) -> OpId {
     let i = k.ops.iter().position(|o| f(&o.op)).expect("op present");
     OpId(i as u32)
@@ -241,6 +254,7 @@ fn dot_decisions_change_the_code_not_the_result() {
     let mut cuda_scalar = cuda::plan(&k, &sm90);
     cuda_scalar.set(for_, Decision::Resident(vec![]), "override");
     cuda_scalar.set(dot, Decision::Dot(DotLowering::Fma), "override");
+    drop_ring(&mut cuda_scalar);
     let progs =
         [cuda::plan(&k, &sm90), cuda_scalar].map(|p| cuda::compile_with(&k, &sm90, &p).unwrap());
     assert!(progs[0].source.contains("mma.sync"));
@@ -633,8 +647,12 @@ fn threadgroup_memory_decisions_change_the_code_not_the_result() {
             && e.contains("needs a threadgroup buffer of 4096 bytes of f32 for acc.out"),
         "{e}"
     );
-    // CUDA: the same overrides reach the tensor-core path; all compile.
-    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    // CUDA: the same overrides reach the tensor-core path; all compile. One stage, so the
+    // operands are staged by the dot in the arena (not copied ahead into a ring).
+    let sm90 = LaunchOptions {
+        num_stages: 1,
+        ..LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90))
+    };
     let mut cdef = cuda::plan(&k, &sm90);
     // The accumulator leaves its fragments through shared memory (by default it is stored
     // from them).
@@ -1068,6 +1086,7 @@ fn a_rescaled_accumulator_stays_in_mma_fragments() {
         );
         let mut staged = default.clone();
         staged.set(for_, Decision::Resident(vec![]), "override");
+        drop_ring(&mut staged);
         let progs = [&default, &staged].map(|p| cuda::compile_with(&k, &sm90, p).unwrap());
         // Resident: fragments are read back once, after the loop; staged: the accumulator
         // goes in and out of shared memory on every step.
@@ -1421,4 +1440,186 @@ fn a_loop_invariant_operand_is_staged_once_before_the_loop() {
             "emulated Metal",
         );
     }
+}
+
+/// Flash attention's loop on one 64-row tile: keys in blocks of 32 (the first `N` valid),
+/// head dim 32, running maximum `m_i` and denominator `l_i` carried with the rescaled
+/// accumulator, normalised and stored after the loop.
+fn attention_loop(k: &mut crate::tl::KernelBuilder) {
+    use crate::tl::{self, Tensor};
+    let (q, kt, v, o) = (
+        k.ptr(F16, "q"),
+        k.ptr(F16, "k"),
+        k.ptr(F16, "v"),
+        k.ptr(F32, "o"),
+    );
+    let n_ctx = k.scalar(I32, "N");
+    let (rows, keys, dims) = (tl::arange(0, 64), tl::arange(0, 32), tl::arange(0, 32));
+    let qt = tl::load(q + rows.col() * 32 + dims.row());
+    let init = (
+        tl::full([64], f32::NEG_INFINITY, F32),
+        tl::full([64], 1.0, F32),
+        tl::zeros([64, 32], F32),
+    );
+    let (_, l_i, acc) = tl::range(0, n_ctx, 32).fold(init, |start, (m_i, l_i, acc)| {
+        let cols: Tensor = start + keys;
+        let kb = tl::load(kt + dims.col() + cols.row() * 32)
+            .mask(cols.row().lt(n_ctx))
+            .other(0.0);
+        let s = tl::dot(qt, kb, tl::zeros([64, 32], F32)) * 0.25;
+        let s = tl::where_(cols.row().lt(n_ctx), s, f32::NEG_INFINITY);
+        let m_ij = tl::maximum(m_i, s.max(1));
+        let p = tl::exp2(s - m_ij.col());
+        let alpha = tl::exp2(m_i - m_ij);
+        let l_i = l_i * alpha + p.sum(1);
+        let vb = tl::load(v + cols.col() * 32 + dims.row())
+            .mask(cols.col().lt(n_ctx))
+            .other(0.0);
+        let acc = tl::dot(p.to(F16), vb, acc * alpha.col());
+        (m_ij, l_i, acc)
+    });
+    tl::store(o + rows.col() * 32 + dims.row(), acc / l_i.col());
+}
+
+#[test]
+fn attention_row_vectors_stay_in_fragment_rows() {
+    let k = build("attn_loop", &[], attention_loop);
+    let sm80 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm80));
+    let reduces: Vec<OpId> = (0..k.ops.len() as u32)
+        .map(OpId)
+        .filter(|&o| matches!(k.op(o).op, Op::Reduce { .. }))
+        .collect();
+    assert_eq!(reduces.len(), 2);
+    let kept = cuda::plan(&k, &sm80);
+    let text = kept.to_string();
+    for r in &reduces {
+        assert!(kept.rows(*r), "{text}");
+        assert!(text.contains(&format!("{r} rows ;")), "{text}");
+    }
+    assert_eq!(KernelPlan::parse(&text).unwrap(), kept);
+    // m_i, l_i and alpha (and their loop slots) are row slices: 2 rows per 16-row tile of
+    // each of the 4 warps.
+    let values = crate::opt::values::text(&k, &kept, &sm80);
+    assert!(
+        values
+            .lines()
+            .filter(|l| l.contains("rows<warps=4 tiles=1 regs=2>"))
+            .count()
+            >= 8,
+        "{values}"
+    );
+    // The override: one reduction leaves its rows, and with it the whole component.
+    let mut left = kept.clone();
+    left.set_rows(reduces[0], false, "override");
+    left.place_arena(&k, &sm80);
+    left.verify(&k).unwrap();
+    assert!(crate::opt::rows::kept(&k, &left).is_empty());
+    // Rows on an op that is no row reduction of fragments: refused.
+    let mut bad = kept.clone();
+    let for_ = op_where(&k, |o| matches!(o, Op::For { .. }));
+    bad.set_rows(for_, true, "override");
+    let err = bad.verify(&k).unwrap_err().to_string();
+    assert!(err.contains("row reduction of fragments"), "{err}");
+    let progs = [&kept, &left].map(|p| cuda::compile_with(&k, &sm80, p).unwrap());
+    // Kept: no reduction result and no row broadcast goes through shared memory, and the
+    // broadcasts read the thread's own slot.
+    assert!(
+        !progs[0].source.contains("_red_f32["),
+        "{}",
+        progs[0].source
+    );
+    assert!(
+        !progs[0].source.contains("_shape_f32["),
+        "{}",
+        progs[0].source
+    );
+    assert!(progs[0]
+        .source
+        .contains("(2u * ((tm_r >> 2) / 4u) + ((tm_r >> 1) & 1u))"));
+    assert!(progs[1].source.contains("_red_f32["), "{}", progs[1].source);
+    assert!(
+        progs[0].source.matches("__syncthreads").count()
+            < progs[1].source.matches("__syncthreads").count()
+    );
+    if let Some(nv) = nvrtc() {
+        for p in &progs {
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_80"))
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn attention_key_and_value_loads_are_copied_ahead() {
+    let k = build("attn_loop", &[], attention_loop);
+    let sm80 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm80));
+    let dots: Vec<OpId> = (0..k.ops.len() as u32)
+        .map(OpId)
+        .filter(|&o| matches!(k.op(o).op, Op::Dot { .. }))
+        .collect();
+    let loads_in_loop: Vec<OpId> = (0..k.ops.len() as u32)
+        .map(OpId)
+        .filter(|&o| {
+            matches!(k.op(o).op, Op::Load { .. }) && k.region(k.op(o).parent).parent.is_some()
+        })
+        .collect();
+    let plan = cuda::plan(&k, &sm80);
+    // Both loads compute their pointers from the induction variable; the ring recomputes
+    // them for later iterations. `k` runs along K in memory: copied along K, held `[n][k]`.
+    for l in &loads_in_loop {
+        assert!(plan.ahead(*l).is_some(), "{plan}");
+    }
+    assert!(plan.kmajor(dots[0]) && !plan.kmajor(dots[1]), "{plan}");
+    let text = plan.to_string();
+    assert!(text.contains(&format!("{} kmajor ;", dots[0])), "{text}");
+    assert_eq!(KernelPlan::parse(&text).unwrap(), plan);
+    // Overrides: `k` copied along N (chunk by chunk, element-wise where they do not run),
+    // and no ring at all.
+    let mut along_n = plan.clone();
+    along_n.set_kmajor(dots[0], false, "override");
+    along_n.place_arena(&k, &sm80);
+    along_n.verify(&k).unwrap();
+    let mut no_ring = plan.clone();
+    drop_ring(&mut no_ring);
+    no_ring.set_kmajor(dots[0], false, "override");
+    no_ring.place_arena(&k, &sm80);
+    no_ring.verify(&k).unwrap();
+    // Column by column is refused where B is not in the ring.
+    let mut bad = no_ring.clone();
+    bad.set_kmajor(dots[0], true, "override");
+    let err = bad.verify(&k).unwrap_err().to_string();
+    assert!(err.contains("kmajor on a dot"), "{err}");
+    let progs = [&plan, &along_n, &no_ring].map(|p| cuda::compile_with(&k, &sm80, p).unwrap());
+    // The scores' B read untransposed from `[n][k]` (lanes 8-15 and 24-31 at K + 8), V's
+    // transposed from `[k][n]`.
+    let kmajor_b = "((tm_ln >> 3) & 1u) * 8u";
+    assert!(progs[0].source.contains(kmajor_b), "{}", progs[0].source);
+    assert!(progs[0]
+        .source
+        .contains("ldmatrix.sync.aligned.m8n8.x4.trans"));
+    assert!(!progs[1].source.contains(kmajor_b));
+    for p in &progs[..2] {
+        assert!(p.source.contains("cp.async.cg.shared.global"));
+        assert!(p.dynamic_shared_mem_bytes > 0);
+    }
+    assert!(!progs[2].source.contains("cp.async"));
+    if let Some(nv) = nvrtc() {
+        for p in &progs {
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_80"))
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn dynamic_shared_memory_passes_mlx_threshold_when_the_total_needs_it() {
+    use super::cuda::{dynamic_request, MLX_DYNAMIC_SHARED_OPT_IN, STATIC_SHARED_LIMIT};
+    // Within the default limit together: as asked.
+    assert_eq!(dynamic_request(10_000, 20_000), 20_000);
+    assert_eq!(dynamic_request(0, 0), 0);
+    // Above MLX's threshold alone: MLX raises the limit, as asked.
+    assert_eq!(dynamic_request(20_000, 60_000), 60_000);
+    // Together past the default limit, alone below the threshold: padded past it.
+    let r = dynamic_request(27_648, 27_648);
+    assert!(r > MLX_DYNAMIC_SHARED_OPT_IN && r % 16 == 0 && 27_648 + 27_648 > STATIC_SHARED_LIMIT);
 }

@@ -181,6 +181,11 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
     let h = held(k);
     let off = offset_dtype(k);
     let regions = p.fragment_regions(k);
+    // Row vectors kept in the row slices of fragments move through no buffer.
+    let sliced: std::collections::BTreeSet<Value> = super::rows::kept(k, p)
+        .into_iter()
+        .flat_map(|c| c.values)
+        .collect();
     let mut all = Vec::new();
     for (i, data) in k.ops.iter().enumerate() {
         let op = OpId(i as u32);
@@ -200,7 +205,7 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                 // even then (a square transpose).
                 let same = matches!(data.op, Op::Broadcast { .. })
                     && Some(&k.ty(*src).shape) == res.map(|v| &k.ty(v).shape);
-                if block(*src) && !same {
+                if block(*src) && !same && !sliced.contains(src) {
                     if let Some(res) = res {
                         r.push(r.edt(res), numel(*src));
                     }
@@ -247,8 +252,9 @@ pub fn requests(k: &Kernel, p: &KernelPlan, opts: &LaunchOptions) -> Vec<Request
                 }
             }
             Op::Reduce { srcs, .. } if regions.iter().any(|g| g.reduces.contains(&op)) => {
-                // Row results of fragments, one per row, read back in the blocked layout.
-                if let Some(res) = res {
+                // Row results of fragments, one per row, read back in the blocked layout
+                // unless they stay in the fragments' row slices.
+                if let Some(res) = res.filter(|v| !sliced.contains(v)) {
                     r.push(r.edt(srcs[0]), numel(res));
                 }
             }
@@ -469,13 +475,19 @@ fn dot(
                     r.push(DType::F32, acc_out_elems(true, m, n, rows));
                 }
             }
-            if !(ahead(a) && ahead(b)) {
+            // Operands not in a loop's ring are staged by the dot (A only when it is not
+            // staged before the loop or taken from registers).
+            let (a_here, b_here) = (a_staged && !ahead(a), !ahead(b));
+            if a_here || b_here {
                 let elems = |o: usize| {
                     let (rows, _, pitch) = mma_operand_tile(mnk, o);
                     rows * pitch
                 };
                 r.role = Role::Operands;
-                r.push(din, if a_staged { elems(0) } else { 0 } + elems(1));
+                r.push(
+                    din,
+                    if a_here { elems(0) } else { 0 } + if b_here { elems(1) } else { 0 },
+                );
             }
         }
         (DotLowering::Fma, _) if k.ty(a).shape.len() >= 2 => {

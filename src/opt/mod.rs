@@ -26,6 +26,7 @@ pub mod layout;
 pub mod options;
 pub mod pipeline;
 pub mod plan;
+pub mod rows;
 pub mod smem;
 pub mod values;
 

@@ -8,12 +8,17 @@
 //! known early and nothing in the loop writes memory. The analysis asks for the shape
 //! Triton's tutorials have:
 //! - the pointer is a loop-carried block advanced by a loop-invariant offset
-//!   (`ptrs += BLOCK_K * stride`), so iteration `t + d` reads `ptrs + d * offset`;
+//!   (`ptrs += BLOCK_K * stride`), so iteration `t + d` reads `ptrs + d * offset`; or, on
+//!   the CUDA ring ([`ring_loads`]), it is computed in the body from the induction
+//!   variable and values defined before the loop only (flash attention's
+//!   `k_base + (start_n + offs_n)[None, :] * stride_kn + ...`), so it is recomputed for
+//!   `iv + d * step` like the mask;
 //! - the mask (if any) is computed in the body from the induction variable and values
 //!   defined before the loop only, so it can be recomputed for `iv + d * step`;
 //! - `other` is absent or the constant 0 (the copy fills masked elements with zeros);
 //! - the loop body writes no memory and has no barrier, at any depth.
 
+use super::buffers::Held;
 use crate::ir::{Const, Kernel, Op, OpId, RegionId, Value, ValueDef};
 
 /// One load of a loop that can be issued ahead.
@@ -25,10 +30,15 @@ pub struct AheadLoad {
     pub dot: OpId,
     /// 0 for the dot's A operand, 1 for B.
     pub operand: usize,
-    /// Index of the loop-carried value holding the pointers (into the loop's `init`).
-    pub carried: usize,
-    /// The offset the loop adds to those pointers each iteration.
+    /// Index of the loop-carried value holding the pointers (into the loop's `init`), or
+    /// `None` when the body computes them from the induction variable ([`Self::ptr_ops`]).
+    pub carried: Option<usize>,
+    /// The offset the loop adds to carried pointers each iteration (the pointer itself when
+    /// they are recomputed).
     pub step: Value,
+    /// Ops of the body that compute recomputed pointers, in program order (recomputed for
+    /// a later induction variable); empty for carried pointers.
+    pub ptr_ops: Vec<OpId>,
     /// Ops of the body that compute the mask, in program order (recomputed for a later
     /// induction variable).
     pub mask_ops: Vec<OpId>,
@@ -125,8 +135,42 @@ fn is_zero(k: &Kernel, v: Value) -> bool {
 }
 
 /// The loads of `for` loop `id` that can be issued ahead, when both operands of every dot
-/// on a carried accumulator in `resident` qualify; `None` otherwise.
+/// on a carried accumulator in `resident` qualify; `None` otherwise. Their pointers are
+/// loop-carried (the shape the Metal double buffer and the CPU prefetch spell).
 pub fn ahead_loads(k: &Kernel, id: OpId, resident: &[usize]) -> Option<Vec<AheadLoad>> {
+    loads_of(k, id, resident, None)
+}
+
+/// The loads of `for` loop `id` the CUDA ring can issue ahead: the operand loads of every
+/// `tl.dot` of the body, through carried pointers or pointers the body computes from the
+/// induction variable, when the loop keeps an accumulator in `resident`. A recomputed
+/// pointer qualifies only where the integer analysis proves its elements run +1 over
+/// `min_run` (whole `cp.async` chunks; an element-wise copy would gain nothing from the
+/// ring), or, for operand `b`, where its offsets and mask are recipes (the ring may then
+/// copy it along K, testing the runs as it goes). An operand `a` that is no such load (staged before the loop, in registers, or
+/// not proven to run) stays with its dot, and so does a dot's `a` when its `b` does; any
+/// other operand that does not qualify leaves the loop without a ring (`None`).
+pub fn ring_loads(
+    k: &Kernel,
+    id: OpId,
+    resident: &[usize],
+    min_run: usize,
+) -> Option<Vec<AheadLoad>> {
+    loads_of(k, id, resident, Some(min_run))
+}
+
+fn loads_of(
+    k: &Kernel,
+    id: OpId,
+    resident: &[usize],
+    min_run: Option<usize>,
+) -> Option<Vec<AheadLoad>> {
+    let recompute = min_run.is_some();
+    let (axis, how) = if recompute {
+        (super::axis::analyse(k), super::buffers::held(k))
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let Op::For { body, init, .. } = &k.op(id).op else {
         return None;
     };
@@ -140,24 +184,45 @@ pub fn ahead_loads(k: &Kernel, id: OpId, resident: &[usize]) -> Option<Vec<Ahead
         Some(Op::Yield { values }) => values.clone(),
         _ => return None,
     };
-    let mut out = Vec::new();
-    for &slot in resident {
-        let acc = *args.get(slot + 1)?;
-        let dots: Vec<OpId> = k
-            .region(body)
-            .ops
-            .iter()
-            .copied()
-            .filter(|&d| matches!(k.op(d).op, Op::Dot { acc: a, .. } if a == acc))
-            .collect();
-        if dots.len() != 1 {
-            return None;
+    let mut dots = Vec::new();
+    if recompute {
+        dots.extend(
+            k.region(body)
+                .ops
+                .iter()
+                .copied()
+                .filter(|&d| matches!(k.op(d).op, Op::Dot { .. })),
+        );
+    } else {
+        for &slot in resident {
+            let acc = *args.get(slot + 1)?;
+            let on: Vec<OpId> = k
+                .region(body)
+                .ops
+                .iter()
+                .copied()
+                .filter(|&d| matches!(k.op(d).op, Op::Dot { acc: a, .. } if a == acc))
+                .collect();
+            if on.len() != 1 {
+                return None;
+            }
+            dots.push(on[0]);
         }
-        let dot = dots[0];
+    }
+    let mut out = Vec::new();
+    for dot in dots {
         let Op::Dot { a, b, .. } = k.op(dot).op else {
             return None;
         };
+        let mut of_dot = Vec::new();
         for (operand, v) in [a, b].into_iter().enumerate() {
+            let in_body = k.def_op(v).is_some_and(|d| k.op(d).parent == body);
+            let is_load = in_body
+                && k.def_op(v)
+                    .is_some_and(|d| matches!(k.op(d).op, Op::Load { .. }));
+            if recompute && operand == 0 && !is_load {
+                continue;
+            }
             let load = k.def_op(v)?;
             let Op::Load { ptr, mask, other } = k.op(load).op else {
                 return None;
@@ -170,32 +235,57 @@ pub fn ahead_loads(k: &Kernel, id: OpId, resident: &[usize]) -> Option<Vec<Ahead
             if uses != [dot] {
                 return None;
             }
-            let carried = args.iter().position(|&x| x == ptr)?.checked_sub(1)?;
-            if carried >= init.len() {
-                return None;
-            }
-            let next = k.def_op(*yields.get(carried)?)?;
-            let Op::AddPtr { ptr: p, offset } = k.op(next).op else {
-                return None;
-            };
-            if p != ptr || k.op(next).parent != body {
-                return None;
-            }
-            let step_ops = pure_slice(k, body, offset, &[])?;
             let mask_ops = match mask {
                 Some(m) => pure_slice(k, body, m, &[iv])?,
                 None => Vec::new(),
             };
-            out.push(AheadLoad {
+            let carried = args
+                .iter()
+                .position(|&x| x == ptr)
+                .and_then(|p| p.checked_sub(1))
+                .filter(|&c| c < init.len());
+            let (carried, step, step_ops, ptr_ops) = match carried {
+                Some(c) => {
+                    let next = k.def_op(*yields.get(c)?)?;
+                    let Op::AddPtr { ptr: p, offset } = k.op(next).op else {
+                        return None;
+                    };
+                    if p != ptr || k.op(next).parent != body {
+                        return None;
+                    }
+                    let step_ops = pure_slice(k, body, offset, &[])?;
+                    (Some(c), offset, step_ops, Vec::new())
+                }
+                None if recompute && k.ty(ptr).is_block() => {
+                    let runs = min_run.is_some_and(|r| axis[ptr.index()].contig >= r as u64);
+                    // Operand B not proven to run along N is copied along K, each element's
+                    // offset and mask recomputed from its index: they must be recipes.
+                    let recipe = |v: Value| matches!(how[v.index()], Held::Recipe(_));
+                    let along_k = operand == 1 && recipe(ptr) && mask.is_none_or(recipe);
+                    match pure_slice(k, body, ptr, &[iv]).filter(|_| runs || along_k) {
+                        Some(ptr_ops) => (None, ptr, Vec::new(), ptr_ops),
+                        // Staged by its dot, as is the dot's `a`.
+                        None if operand == 1 => {
+                            of_dot.clear();
+                            continue;
+                        }
+                        None => continue,
+                    }
+                }
+                None => return None,
+            };
+            of_dot.push(AheadLoad {
                 load,
                 dot,
                 operand,
                 carried,
-                step: offset,
+                step,
                 mask_ops,
                 step_ops,
+                ptr_ops,
             });
         }
+        out.extend(of_dot);
     }
     Some(out)
 }

@@ -350,6 +350,13 @@ pub struct KernelPlan {
     /// `mma.sync`-gridded dots spelled as `wgmma.mma_async` instead, both operands read
     /// from the loop's ring in the swizzled layout [`ring_operand_tile`] describes.
     wgmma: BTreeMap<OpId, String>,
+    /// `mma.sync` dots whose operand B the loop's ring holds column by column (`[n][k]`,
+    /// K contiguous): its load runs along K in memory (flash attention's `k` read
+    /// transposed), so the copies go 16 bytes along K and `ldmatrix` reads B untransposed.
+    kmajor: BTreeMap<OpId, String>,
+    /// Row reductions of fragments whose results, and the row vectors computed from them,
+    /// stay in the fragments' row slices ([`super::rows`]).
+    rows: BTreeMap<OpId, String>,
     /// Per op converting an `[m, n]` accumulator between fragments and the blocked layout
     /// (the dot, or the `for` keeping it in fragments): rows per band.
     bands: BTreeMap<(OpId, usize, usize), (usize, String)>,
@@ -454,6 +461,10 @@ pub fn ring_operand_tile(
     mnk: (usize, usize, usize),
     operand: usize,
 ) -> (usize, usize, usize) {
+    if operand == 1 && plan.kmajor(dot) {
+        let (_, n, k) = mnk;
+        return (n, k, k + MMA_OPERAND_PAD);
+    }
     let (rows, row, pitch) = mma_operand_tile(mnk, operand);
     if plan.wgmma(dot) {
         (rows, row, row)
@@ -678,6 +689,8 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
         fragments: BTreeMap::new(),
         hoists: BTreeMap::new(),
         wgmma: BTreeMap::new(),
+        rows: BTreeMap::new(),
+        kmajor: BTreeMap::new(),
         bands: BTreeMap::new(),
         arena: {
             let (limit, why) = budget(opts, printer);
@@ -753,6 +766,7 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
         }
     }
     p.plan_loop_fragments(kernel);
+    p.plan_rows(kernel);
     p.plan_hoists(kernel);
     p.plan_tiling(kernel);
     if printer.threads == 1 {
@@ -985,7 +999,7 @@ impl KernelPlan {
         if !self.printer.matrix.mma_sync() || opts.num_stages < 2 {
             return;
         }
-        let Some(loads) = super::pipeline::ahead_loads(k, id, slots) else {
+        let Some(loads) = super::pipeline::ring_loads(k, id, slots, self.vec) else {
             return;
         };
         if loads.is_empty()
@@ -1005,6 +1019,23 @@ impl KernelPlan {
                     dot,
                     "both operands copied ahead into the ring: warpgroup MMAs read them there"
                         .to_string(),
+                );
+            }
+        }
+        // B loads whose elements are not proven to run along N are copied along K.
+        let axis = super::axis::analyse(k);
+        for l in &loads {
+            let Op::Load { ptr, .. } = k.op(l.load).op else {
+                continue;
+            };
+            if l.operand == 1
+                && l.carried.is_none()
+                && !self.wgmma(l.dot)
+                && axis[ptr.index()].contig < self.vec as u64
+            {
+                self.kmajor.insert(
+                    l.dot,
+                    "B's load is not proven to run along N: the ring holds it column by column, copied along K".into(),
                 );
             }
         }
@@ -1118,7 +1149,11 @@ impl KernelPlan {
     ) -> Option<(OpId, Vec<super::pipeline::AheadLoad>)> {
         let region = k.ops.get(op.index())?.parent;
         let for_op = k.region(region).parent?;
-        let loads = super::pipeline::ahead_loads(k, for_op, self.resident(for_op))?;
+        let loads = if self.printer.matrix.mma_sync() {
+            super::pipeline::ring_loads(k, for_op, self.resident(for_op), self.vec)?
+        } else {
+            super::pipeline::ahead_loads(k, for_op, self.resident(for_op))?
+        };
         Some((for_op, loads))
     }
 
@@ -1144,8 +1179,16 @@ impl KernelPlan {
     /// Computes every threadgroup buffer the printed code of `k` goes through under this
     /// plan and `opts` ([`super::buffers::requests`]) and places them in the arena.
     /// The barriers between ops follow ([`super::barriers::required`]); barriers the plan
-    /// already lists stay.
+    /// already lists stay. `rows` decisions whose reductions no longer leave fragments
+    /// ([`super::rows::candidates`]) are dropped first.
     pub fn place_arena(&mut self, k: &Kernel, opts: &LaunchOptions) {
+        // Row vectors stay in fragment rows only while their fragments do: an override
+        // that took a region or a resident accumulator away also ends its `rows` lines.
+        if !self.rows.is_empty() {
+            let candidates = super::rows::candidates(k, self);
+            self.rows
+                .retain(|r, _| candidates.iter().any(|c| c.reduces.contains(r)));
+        }
         let reqs = super::buffers::requests(k, self, opts);
         self.place_buffers(k, &reqs);
         for (at, why) in super::barriers::required(k, &self.arena) {
@@ -1595,6 +1638,58 @@ impl KernelPlan {
         self.barriers.clear();
     }
 
+    /// Keeps the row vectors of [`super::rows::candidates`] in the row slices of their
+    /// fragments, recording the decision on each component's reductions.
+    fn plan_rows(&mut self, k: &Kernel) {
+        for c in super::rows::candidates(k, self) {
+            let why = format!(
+                "{} row vector(s) from {} reduction(s) of fragments stay in their rows ({} per thread)",
+                c.values.len(),
+                c.reduces.len(),
+                c.slots()
+            );
+            for &r in &c.reduces {
+                self.rows.insert(r, why.clone());
+            }
+        }
+    }
+
+    /// Whether the result of row reduction `op` stays in the row slices of its fragments
+    /// ([`super::rows`]).
+    pub fn rows(&self, op: OpId) -> bool {
+        self.rows.contains_key(&op)
+    }
+
+    /// Whether the ring holds `mma.sync` dot `op`'s operand B column by column (K
+    /// contiguous).
+    pub fn kmajor(&self, op: OpId) -> bool {
+        self.kmajor.contains_key(&op)
+    }
+
+    /// Holds (or not) dot `op`'s operand B in the ring column by column; [`Self::verify`]
+    /// checks that B is a load of the ring the body recomputes.
+    pub fn set_kmajor(&mut self, op: OpId, on: bool, why: impl Into<String>) {
+        if on {
+            self.kmajor.insert(op, why.into());
+        } else {
+            self.kmajor.remove(&op);
+        }
+        self.arena.buffers.clear();
+        self.barriers.clear();
+    }
+
+    /// Keeps (or not) reduction `op`'s result in row slices; a component stays there only
+    /// while every one of its reductions does ([`super::rows::kept`]).
+    pub fn set_rows(&mut self, op: OpId, keep: bool, why: impl Into<String>) {
+        if keep {
+            self.rows.insert(op, why.into());
+        } else {
+            self.rows.remove(&op);
+        }
+        self.arena.buffers.clear();
+        self.barriers.clear();
+    }
+
     /// The region of every dot keeping its result in fragments.
     pub fn fragment_regions(&self, k: &Kernel) -> Vec<super::fragments::Region> {
         self.fragments
@@ -1872,6 +1967,30 @@ impl KernelPlan {
                 }
             }
         }
+        for &op in self.kmajor.keys() {
+            let b_ring = self.ahead_loop_of_dot(kernel, op).is_some_and(|loads| {
+                loads
+                    .iter()
+                    .any(|l| l.dot == op && l.operand == 1 && l.carried.is_none())
+            });
+            if !b_ring || self.wgmma(op) || !matches!(self.dot(op), DotLowering::Mma(_)) {
+                return bad(
+                    op,
+                    "kmajor on a dot whose B is not a recomputed load of its loop's ring on mma.sync".into(),
+                );
+            }
+        }
+        if !self.rows.is_empty() {
+            let candidates = super::rows::candidates(kernel, self);
+            for &op in self.rows.keys() {
+                if !candidates.iter().any(|c| c.reduces.contains(&op)) {
+                    return bad(
+                        op,
+                        "rows kept by a reduction that is not a row reduction of fragments whose row vectors can stay in their rows".into(),
+                    );
+                }
+            }
+        }
         for (&(op, m, _), &(rows, _)) in &self.bands {
             if op.index() >= kernel.ops.len() || rows == 0 || m % rows != 0 {
                 return bad(op, format!("bands of {rows} rows of {m}"));
@@ -1958,6 +2077,8 @@ impl KernelPlan {
             fragments: BTreeMap::new(),
             hoists: BTreeMap::new(),
             wgmma: BTreeMap::new(),
+            rows: BTreeMap::new(),
+            kmajor: BTreeMap::new(),
             bands: BTreeMap::new(),
             arena: Arena::new(0, String::new()),
             cpu: None,
@@ -2026,6 +2147,14 @@ impl KernelPlan {
                 }
                 ["wgmma"] => {
                     p.wgmma.insert(op, why.to_string());
+                    continue;
+                }
+                ["rows"] => {
+                    p.rows.insert(op, why.to_string());
+                    continue;
+                }
+                ["kmajor"] => {
+                    p.kmajor.insert(op, why.to_string());
                     continue;
                 }
                 [kc] if kc.starts_with("kslice=") => {
@@ -2150,6 +2279,12 @@ impl fmt::Display for KernelPlan {
         }
         for (op, why) in &self.wgmma {
             writeln!(f, "  {op} wgmma ; {why}")?;
+        }
+        for (op, why) in &self.rows {
+            writeln!(f, "  {op} rows ; {why}")?;
+        }
+        for (op, why) in &self.kmajor {
+            writeln!(f, "  {op} kmajor ; {why}")?;
         }
         for ((op, m, n), (rows, why)) in &self.bands {
             writeln!(f, "  {op} band {m}x{n} rows={rows} ; {why}")?;

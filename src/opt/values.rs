@@ -7,14 +7,16 @@
 //! accumulators a `for` loop keeps in matrix fragments ([`Decision::Resident`]): the loop's
 //! carried values in those slots and the dots that accumulate into them live in the dot's
 //! fragments until the loop ends, and so does a rescale on the way (`acc * alpha[:, None]`,
-//! [`super::plan::ResidentChain`]) with its broadcast factor. Every move between layouts is a `convert` record of the
+//! [`super::plan::ResidentChain`]) with its broadcast factor; and on `mma.sync` the row vectors
+//! computed from row reductions of fragments live in the fragments' row slices
+//! ([`super::rows`]). Every move between layouts is a `convert` record of the
 //! plan; the printers read each value's layout from here.
 
 use std::fmt;
 
 use super::blocked::{layout_of, BlockedLayout};
 use super::options::LaunchOptions;
-use super::plan::{resident_chain, Decision, DotLowering, KernelPlan};
+use super::plan::{resident_chain, Decision, DotLowering, KernelPlan, WarpGrid};
 use crate::ir::{Kernel, Op, OpId, ValueDef};
 
 /// Where one value's elements live.
@@ -32,6 +34,12 @@ pub enum ValueLayout {
         /// That dot's lowering.
         lowering: DotLowering,
     },
+    /// A row vector kept in the row slices of `mma.sync` fragments on `grid`
+    /// ([`super::rows`]): each thread holds the rows its fragments cover.
+    Rows {
+        /// The warp grid whose fragment rows it follows.
+        grid: WarpGrid,
+    },
 }
 
 impl ValueLayout {
@@ -39,6 +47,7 @@ impl ValueLayout {
     pub fn regs(&self) -> usize {
         match *self {
             ValueLayout::Blocked(b) => b.regs(),
+            ValueLayout::Rows { grid } => 2 * grid.fm,
             _ => 0,
         }
     }
@@ -58,6 +67,13 @@ impl fmt::Display for ValueLayout {
             ValueLayout::Fragments { dot, lowering } => {
                 write!(f, "fragments<{}> of {dot}", Decision::Dot(*lowering))
             }
+            ValueLayout::Rows { grid } => write!(
+                f,
+                "rows<warps={} tiles={} regs={}> of mma fragments",
+                grid.wm,
+                grid.fm,
+                2 * grid.fm
+            ),
         }
     }
 }
@@ -93,6 +109,13 @@ pub fn value_layouts(k: &Kernel, plan: &KernelPlan, opts: &LaunchOptions) -> Vec
         };
         for v in r.values(k) {
             out[v.index()] = frags;
+        }
+    }
+    if plan.printer.matrix.mma_sync() {
+        for c in super::rows::kept(k, plan) {
+            for v in &c.values {
+                out[v.index()] = ValueLayout::Rows { grid: c.grid };
+            }
         }
     }
     // Program order: a loop's resident slots are marked before its body's dots are seen.
