@@ -26,13 +26,50 @@ pub mod row_sum;
 #[path = "vector_add.rs"]
 pub mod vector_add;
 
+/// The tutorial matmul with its K tiles addressed from the loop's induction variable
+/// (`a_ptr + offs_am[:, None] * stride_am + (k * BLOCK_SIZE_K + offs_k)[None, :] *
+/// stride_ak`) instead of pointers the loop advances: the other way users write it.
+#[triton_metal::jit(name = "matmul_iv_kernel")]
+#[rustfmt::skip]
+pub fn matmul_iv_kernel(
+    a_ptr: Ptr, b_ptr: Ptr, c_ptr: Ptr,
+    M: i32, N: i32, K: i32,
+    stride_am: i32, stride_ak: i32,
+    stride_bk: i32, stride_bn: i32,
+    stride_cm: i32, stride_cn: i32,
+    BLOCK_SIZE_M: Constexpr, BLOCK_SIZE_N: Constexpr, BLOCK_SIZE_K: Constexpr,
+    GROUP_SIZE_M: Constexpr,
+) {
+    let pid = tl::program_id(axis = 0);
+    let num_pid_m = tl::cdiv(M, BLOCK_SIZE_M);
+    let num_pid_n = tl::cdiv(N, BLOCK_SIZE_N);
+    let num_pid_in_group = num_pid_n * GROUP_SIZE_M;
+    let group_id = tl::floordiv(pid, num_pid_in_group);
+    let first_pid_m = group_id * GROUP_SIZE_M;
+    let group_size_m = tl::minimum(num_pid_m - first_pid_m, GROUP_SIZE_M);
+    let pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m;
+    let pid_n = tl::floordiv(pid % num_pid_in_group, group_size_m);
+    let offs_am = pid_m * BLOCK_SIZE_M + tl::arange(0, BLOCK_SIZE_M);
+    let offs_bn = pid_n * BLOCK_SIZE_N + tl::arange(0, BLOCK_SIZE_N);
+    let mut accumulator = tl::zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype = F32);
+    for k in tl::range(0, tl::cdiv(K, BLOCK_SIZE_K)) {
+        let ks = k * BLOCK_SIZE_K + tl::arange(0, BLOCK_SIZE_K);
+        let a = tl::load(a_ptr + offs_am.col() * stride_am + ks.row() * stride_ak, mask = (offs_am.col() < M) & (ks.row() < K), other = 0.0);
+        let b = tl::load(b_ptr + ks.col() * stride_bk + offs_bn.row() * stride_bn, mask = (ks.col() < K) & (offs_bn.row() < N), other = 0.0);
+        accumulator = tl::dot(a, b, accumulator);
+    }
+    let c_ptrs = c_ptr + stride_cm * offs_am.col() + stride_cn * offs_bn.row();
+    let c_mask = (offs_am.col() < M) & (offs_bn.row() < N);
+    tl::store(c_ptrs, accumulator.to(c_ptr.dtype.element_ty), mask = c_mask);
+}
+
 use serde_json::{json, Value};
 use triton_metal::codegen::{self, CudaProgram, LaunchOptions};
 use triton_metal::ir::ParamKind;
 use triton_metal::opt::{Chip, HardwareProfile};
 use triton_metal::passes::{specializable, IntFact, IntSpec};
 use triton_metal::tl::{JitKernel, Signature};
-use triton_metal::{DType, Error, Result};
+use triton_metal::{tl, DType, DType::F32, Error, Result};
 
 /// A scalar argument's value.
 #[derive(Clone, Copy, Debug)]
@@ -117,6 +154,34 @@ fn cases() -> Result<Vec<Case>> {
                 "matmul_4096"
             },
             kernel: matmul::matmul_kernel()?,
+            arrays: vec![DType::F16; 3],
+            constexprs: vec![
+                ("BLOCK_SIZE_M", bm),
+                ("BLOCK_SIZE_N", bn),
+                ("BLOCK_SIZE_K", bk),
+                ("GROUP_SIZE_M", 8),
+            ],
+            num_warps: warps,
+            scalars: vec![
+                ("M", Val::I(size)),
+                ("N", Val::I(size)),
+                ("K", Val::I(size)),
+                ("stride_am", Val::I(size)),
+                ("stride_ak", Val::I(1)),
+                ("stride_bk", Val::I(size)),
+                ("stride_bn", Val::I(1)),
+                ("stride_cm", Val::I(size)),
+                ("stride_cn", Val::I(1)),
+            ],
+            programs: [((size / bm) * (size / bn)) as usize, 1, 1],
+        });
+        v.push(Case {
+            case: if size == 1024 {
+                "matmul_iv_1024"
+            } else {
+                "matmul_iv_4096"
+            },
+            kernel: matmul_iv_kernel()?,
             arrays: vec![DType::F16; 3],
             constexprs: vec![
                 ("BLOCK_SIZE_M", bm),

@@ -151,6 +151,14 @@ def cases():
                         ref=(lambda a=a, b=b: a @ b),
                         tensors={"a_ptr": a, "b_ptr": b, "c_ptr": c2}, t_out=c1, g_out="c_ptr",
                         tol=None))
+        # The same product, our kernel addressing K tiles from the induction variable.
+        c3 = torch.empty_like(a)
+        out.append(dict(case=f"matmul_iv_{size}", what=f"matmul f16 {size}^3, K tiles from the induction variable",
+                        flops=2 * size ** 3,
+                        triton=(lambda a=a, b=b, c1=c1: triton_ref.matmul(a, b, c1)),
+                        ref=(lambda a=a, b=b: a @ b),
+                        tensors={"a_ptr": a, "b_ptr": b, "c_ptr": c3}, t_out=c1, g_out="c_ptr",
+                        tol=None))
     z, h, d = 4, 32, 64
     for n_ctx in (1024, 4096):
         for causal in (False, True):

@@ -58,8 +58,17 @@ impl Lowering<'_> {
     /// Whether every chunk of `v` elements of load `l` through `ptr` starts a multiple of
     /// `v` elements from the base, in every iteration: then the base's alignment is the
     /// chunks'.
+    ///
+    /// Where the integer analysis does not prove the chunk's offsets run +1, every use of
+    /// this answer also tests that they do (`tm_cr`), so the facts that hold under that
+    /// test ([`crate::opt::axis::analyse_unchecked`]) apply.
     fn chunks_follow_base(&self, ptr: Value, l: &AheadLoad, v: usize) -> bool {
-        let whole = |x: Value| self.axis[x.index()].div >= v as u64;
+        let facts = if self.axis[ptr.index()].contig >= v as u64 {
+            &self.axis
+        } else {
+            &self.axis_unchecked
+        };
+        let whole = |x: Value| facts[x.index()].div >= v as u64;
         whole(ptr) && whole(l.step)
     }
 

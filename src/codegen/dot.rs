@@ -927,7 +927,7 @@ mod tests {
     fn the_cpu_dot_accumulates_into_the_loop_variable_only_when_nothing_else_reads_it() {
         let k = build("mm", &[("BM", 32), ("BN", 32), ("BK", 16)], matmul(F32));
         let l = cpu_dot_layout(&k);
-        assert!(l.ends_with("accumulating in the loop's variable"), "{l}");
+        assert!(l.contains("accumulating in the loop's variable"), "{l}");
         // The accumulator is read again after the dot: the dot writes a block of its own.
         let k = build("mm_reread", &[], |k| {
             let (a, c) = (k.ptr(F32, "a_ptr"), k.ptr(F32, "c_ptr"));

@@ -624,15 +624,17 @@ fn axis_of(
             if s.cst >= n(*src) {
                 AxisInfo { cst: whole, ..s }
             } else if stretched > 1 {
+                // Every source element starts a run of its own.
                 AxisInfo {
                     contig: 1,
-                    div: s.div,
+                    div: div_at(s, 1),
                     cst: stretched,
                 }
             } else {
+                let contig = s.contig.min(kept);
                 AxisInfo {
-                    contig: s.contig.min(kept),
-                    div: s.div,
+                    contig,
+                    div: div_at(s, contig),
                     cst: s.cst.min(kept),
                 }
             }
@@ -640,38 +642,51 @@ fn axis_of(
         Op::Binary { kind, lhs, rhs } => {
             let (a, b) = (get(*lhs, info), get(*rhs, info));
             match kind {
-                BinaryOp::Add => AxisInfo {
-                    contig: gcd(a.contig, b.cst).max(gcd(a.cst, b.contig)),
-                    div: gcd(a.div, b.div),
-                    cst: gcd(a.cst, b.cst),
-                },
-                BinaryOp::Sub => AxisInfo {
-                    contig: gcd(a.contig, b.cst),
-                    div: gcd(a.div, b.div),
-                    cst: gcd(a.cst, b.cst),
-                },
-                BinaryOp::Mul => AxisInfo {
+                BinaryOp::Add => {
+                    let contig = gcd(a.contig, b.cst).max(gcd(a.cst, b.contig));
+                    AxisInfo {
+                        contig,
+                        div: gcd(div_at(a, contig), div_at(b, contig)),
+                        cst: gcd(a.cst, b.cst),
+                    }
+                }
+                BinaryOp::Sub => {
+                    let contig = gcd(a.contig, b.cst);
+                    AxisInfo {
+                        contig,
+                        div: gcd(div_at(a, contig), div_at(b, contig)),
+                        cst: gcd(a.cst, b.cst),
+                    }
+                }
+                BinaryOp::Mul => {
                     // `x * 1` keeps `x`'s runs (a stride specialised to 1).
-                    contig: match (int_value(k, *lhs), int_value(k, *rhs)) {
+                    let contig = match (int_value(k, *lhs), int_value(k, *rhs)) {
                         (_, Some(1)) => a.contig,
                         (Some(1), _) => b.contig,
                         _ => 1,
-                    },
-                    div: (a.div * b.div).min(MAX_DIV),
-                    cst: gcd(a.cst, b.cst),
-                },
-                BinaryOp::Rem => AxisInfo {
+                    };
+                    AxisInfo {
+                        contig,
+                        div: (div_at(a, contig) * div_at(b, contig)).min(MAX_DIV),
+                        cst: gcd(a.cst, b.cst),
+                    }
+                }
+                BinaryOp::Rem => {
                     // A non-negative +1 run starting at a multiple of d = div(n) wraps
                     // only at multiples of n, so runs of gcd(contig, d) survive.
-                    contig: if b.cst >= n(*rhs) && (assume_nonneg || nonneg[lhs.index()]) {
+                    let contig = if b.cst >= n(*rhs) && (assume_nonneg || nonneg[lhs.index()]) {
                         gcd(a.contig, b.div)
                     } else {
                         1
-                    },
-                    // x - trunc(x / n) * n: a multiple of d when x and n are, either sign.
-                    div: gcd(a.div, b.div),
-                    cst: gcd(a.cst, b.cst),
-                },
+                    };
+                    AxisInfo {
+                        contig,
+                        // x - trunc(x / n) * n: a multiple of d when x and n are, either
+                        // sign.
+                        div: gcd(div_at(a, contig), div_at(b, contig)),
+                        cst: gcd(a.cst, b.cst),
+                    }
+                }
                 _ => AxisInfo {
                     cst: gcd(a.cst, b.cst),
                     ..AxisInfo::UNKNOWN
@@ -680,9 +695,10 @@ fn axis_of(
         }
         Op::AddPtr { ptr, offset } => {
             let (a, b) = (get(*ptr, info), get(*offset, info));
+            let contig = gcd(a.contig, b.cst).max(gcd(a.cst, b.contig));
             AxisInfo {
-                contig: gcd(a.contig, b.cst).max(gcd(a.cst, b.contig)),
-                div: gcd(a.div, b.div),
+                contig,
+                div: gcd(div_at(a, contig), div_at(b, contig)),
                 cst: gcd(a.cst, b.cst),
             }
         }
@@ -720,6 +736,19 @@ fn axis_of(
             cst: get(*src, info).cst,
         },
         _ => AxisInfo::UNKNOWN,
+    }
+}
+
+/// The divisibility of the first value of each run of `c` elements when `x`'s runs are cut
+/// into runs of `c` (a power of two): `x.div` holds for the first value of each of `x`'s
+/// runs, and inside a +1 run the value at offset `j * c` is `first + j * c`, a multiple
+/// of `min(x.div, c)` only. (Triton's `mul` rule drops a contiguous operand's
+/// divisibility to 1 for the same reason.)
+fn div_at(x: AxisInfo, c: u64) -> u64 {
+    if c >= x.contig {
+        x.div
+    } else {
+        x.div.min(c)
     }
 }
 
@@ -970,6 +999,52 @@ mod tests {
         let k = build(3);
         let info = analyse(&k)[load_ptr(&k).index()];
         assert_eq!((info.contig, info.div), (32, 1), "{}", k.ir());
+    }
+
+    /// A run's divisibility holds for its first value only: once the runs are cut (a
+    /// broadcast of a column, a product with a run-time stride), the values in between set
+    /// it. Rows `r * stride + c` of a tile start at multiples of the stride's divisibility,
+    /// not of the tile's: with an odd stride no chunk of a row is aligned.
+    #[test]
+    fn cut_runs_keep_only_the_divisibility_every_value_has() {
+        let k = tl::build("rows", &Default::default(), |k| {
+            let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+            let stride = k.scalar(I32, "stride");
+            let rows = tl::program_id(0) * 64 + tl::arange(0, 64);
+            let cols = tl::program_id(1) * 64 + tl::arange(0, 64);
+            let v = tl::load(x + rows.col() * stride + cols.row());
+            tl::store(o + rows * stride, v.sum(1));
+        })
+        .unwrap();
+        let info = analyse(&k);
+        let ptrs: Vec<crate::ir::Value> = k
+            .ops
+            .iter()
+            .filter_map(|d| match &d.op {
+                Op::Load { ptr, .. } | Op::Store { ptr, .. } => Some(*ptr),
+                _ => None,
+            })
+            .collect();
+        // The tile: runs of 64 along a row, each starting at `r * stride + 64 * pid1`.
+        assert_eq!(
+            (info[ptrs[0].index()].contig, info[ptrs[0].index()].div),
+            (64, 1)
+        );
+        // `rows * stride`: no run, and no value but the first a multiple of 64.
+        assert_eq!(
+            (info[ptrs[1].index()].contig, info[ptrs[1].index()].div),
+            (1, 1)
+        );
+        // The broadcast column alone: every row its own constant run.
+        let bcast = k
+            .ops
+            .iter()
+            .find_map(|d| match &d.op {
+                Op::Broadcast { src } if k.ty(*src).shape == [64, 1] => d.result(),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(info[bcast.index()].div, 1);
     }
 
     /// A block pointer advanced in a loop carries its shape and strides through it
