@@ -22,10 +22,11 @@ const LEN: usize = 1024;
 const POISON: f32 = -12345.5;
 
 /// Max error in f32 ulp on the compiled CPU executor and emulated Metal, per function:
-/// the worst measured on these inputs (glibc 2.36's vectorised libm; the helpers of
-/// `codegen::math`), rounded up to a half.
+/// the worst measured on these inputs (glibc 2.36's vectorised libm, which the executor's
+/// loops call wherever their stores are plain and so vectorise: `tan` 2.26 and `log1p`
+/// 3.19 ulp; the helpers of `codegen::math`), rounded up to a half.
 const TOLERANCE: &[(&str, f64)] = &[
-    ("tan", 1.0),
+    ("tan", 2.5),
     ("asin", 1.0),
     ("acos", 1.0),
     ("atan", 1.0),
@@ -34,7 +35,7 @@ const TOLERANCE: &[(&str, f64)] = &[
     ("asinh", 1.5),
     ("acosh", 1.5),
     ("atanh", 1.5),
-    ("log1p", 2.0),
+    ("log1p", 3.5),
     ("expm1", 2.0),
     ("log10", 1.5),
     ("exp10", 1.0),
