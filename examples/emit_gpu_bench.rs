@@ -147,62 +147,37 @@ fn cases() -> Result<Vec<Case>> {
         } else {
             (128, 128, 64, 8)
         };
-        v.push(Case {
-            case: if size == 1024 {
-                "matmul_1024"
-            } else {
-                "matmul_4096"
-            },
-            kernel: matmul::matmul_kernel()?,
-            arrays: vec![DType::F16; 3],
-            constexprs: vec![
-                ("BLOCK_SIZE_M", bm),
-                ("BLOCK_SIZE_N", bn),
-                ("BLOCK_SIZE_K", bk),
-                ("GROUP_SIZE_M", 8),
-            ],
-            num_warps: warps,
-            scalars: vec![
-                ("M", Val::I(size)),
-                ("N", Val::I(size)),
-                ("K", Val::I(size)),
-                ("stride_am", Val::I(size)),
-                ("stride_ak", Val::I(1)),
-                ("stride_bk", Val::I(size)),
-                ("stride_bn", Val::I(1)),
-                ("stride_cm", Val::I(size)),
-                ("stride_cn", Val::I(1)),
-            ],
-            programs: [((size / bm) * (size / bn)) as usize, 1, 1],
-        });
-        v.push(Case {
-            case: if size == 1024 {
-                "matmul_iv_1024"
-            } else {
-                "matmul_iv_4096"
-            },
-            kernel: matmul_iv_kernel()?,
-            arrays: vec![DType::F16; 3],
-            constexprs: vec![
-                ("BLOCK_SIZE_M", bm),
-                ("BLOCK_SIZE_N", bn),
-                ("BLOCK_SIZE_K", bk),
-                ("GROUP_SIZE_M", 8),
-            ],
-            num_warps: warps,
-            scalars: vec![
-                ("M", Val::I(size)),
-                ("N", Val::I(size)),
-                ("K", Val::I(size)),
-                ("stride_am", Val::I(size)),
-                ("stride_ak", Val::I(1)),
-                ("stride_bk", Val::I(size)),
-                ("stride_bn", Val::I(1)),
-                ("stride_cm", Val::I(size)),
-                ("stride_cn", Val::I(1)),
-            ],
-            programs: [((size / bm) * (size / bn)) as usize, 1, 1],
-        });
+        // The tutorial's kernel, and the same product with K tiles from the loop counter.
+        let kernels = [
+            (["matmul_1024", "matmul_4096"], matmul::matmul_kernel()?),
+            (["matmul_iv_1024", "matmul_iv_4096"], matmul_iv_kernel()?),
+        ];
+        for (names, kernel) in kernels {
+            v.push(Case {
+                case: names[usize::from(size != 1024)],
+                kernel,
+                arrays: vec![DType::F16; 3],
+                constexprs: vec![
+                    ("BLOCK_SIZE_M", bm),
+                    ("BLOCK_SIZE_N", bn),
+                    ("BLOCK_SIZE_K", bk),
+                    ("GROUP_SIZE_M", 8),
+                ],
+                num_warps: warps,
+                scalars: vec![
+                    ("M", Val::I(size)),
+                    ("N", Val::I(size)),
+                    ("K", Val::I(size)),
+                    ("stride_am", Val::I(size)),
+                    ("stride_ak", Val::I(1)),
+                    ("stride_bk", Val::I(size)),
+                    ("stride_bn", Val::I(1)),
+                    ("stride_cm", Val::I(size)),
+                    ("stride_cn", Val::I(1)),
+                ],
+                programs: [((size / bm) * (size / bn)) as usize, 1, 1],
+            });
+        }
     }
     // Attention forward (tutorial 06's benchmark shape: batch 4, 32 heads, head dim 64),
     // with the tile and warps of `triton_ref.attention`.

@@ -63,7 +63,8 @@ impl Region {
     }
 }
 
-fn elementwise(op: &Op) -> bool {
+/// Whether `op` is elementwise (unary, binary, compare, select, cast).
+pub(crate) fn elementwise(op: &Op) -> bool {
     matches!(
         op,
         Op::Unary { .. } | Op::Binary { .. } | Op::Cmp { .. } | Op::Select { .. } | Op::Cast { .. }

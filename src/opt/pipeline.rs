@@ -39,6 +39,9 @@ pub struct AheadLoad {
     /// Ops of the body that compute recomputed pointers, in program order (recomputed for
     /// a later induction variable); empty for carried pointers.
     pub ptr_ops: Vec<OpId>,
+    /// A recomputed pointer the integer analysis proves to run +1 over the ring's chunk
+    /// (false: operand B copied along K, see [`ring_loads`]); true for carried pointers.
+    pub runs: bool,
     /// Ops of the body that compute the mask, in program order (recomputed for a later
     /// induction variable).
     pub mask_ops: Vec<OpId>,
@@ -244,7 +247,7 @@ fn loads_of(
                 .position(|&x| x == ptr)
                 .and_then(|p| p.checked_sub(1))
                 .filter(|&c| c < init.len());
-            let (carried, step, step_ops, ptr_ops) = match carried {
+            let (carried, step, step_ops, ptr_ops, runs) = match carried {
                 Some(c) => {
                     let next = k.def_op(*yields.get(c)?)?;
                     let Op::AddPtr { ptr: p, offset } = k.op(next).op else {
@@ -254,7 +257,7 @@ fn loads_of(
                         return None;
                     }
                     let step_ops = pure_slice(k, body, offset, &[])?;
-                    (Some(c), offset, step_ops, Vec::new())
+                    (Some(c), offset, step_ops, Vec::new(), true)
                 }
                 None if recompute && k.ty(ptr).is_block() => {
                     let runs = min_run.is_some_and(|r| axis[ptr.index()].contig >= r as u64);
@@ -263,7 +266,7 @@ fn loads_of(
                     let recipe = |v: Value| matches!(how[v.index()], Held::Recipe(_));
                     let along_k = operand == 1 && recipe(ptr) && mask.is_none_or(recipe);
                     match pure_slice(k, body, ptr, &[iv]).filter(|_| runs || along_k) {
-                        Some(ptr_ops) => (None, ptr, Vec::new(), ptr_ops),
+                        Some(ptr_ops) => (None, ptr, Vec::new(), ptr_ops, runs),
                         // Staged by its dot, as is the dot's `a`.
                         None if operand == 1 => {
                             of_dot.clear();
@@ -283,6 +286,7 @@ fn loads_of(
                 mask_ops,
                 step_ops,
                 ptr_ops,
+                runs,
             });
         }
         out.extend(of_dot);

@@ -1023,16 +1023,8 @@ impl KernelPlan {
             }
         }
         // B loads whose elements are not proven to run along N are copied along K.
-        let axis = super::axis::analyse(k);
         for l in &loads {
-            let Op::Load { ptr, .. } = k.op(l.load).op else {
-                continue;
-            };
-            if l.operand == 1
-                && l.carried.is_none()
-                && !self.wgmma(l.dot)
-                && axis[ptr.index()].contig < self.vec as u64
-            {
+            if l.operand == 1 && !l.runs && !self.wgmma(l.dot) {
                 self.kmajor.insert(
                     l.dot,
                     "B's load is not proven to run along N: the ring holds it column by column, copied along K".into(),

@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::buffers::{held, Held};
+use super::fragments::elementwise;
 use super::plan::{resident_chain, DotLowering, KernelPlan, WarpGrid};
 use crate::ir::{Kernel, Op, OpId, Value};
 
@@ -46,13 +47,6 @@ impl Component {
 /// `4 * (i * fn + j) + e` holds row `(e / 2) * 8` of M tile `i`): `2 * i + e / 2`.
 pub fn slot_of_register(r: &str, grid: WarpGrid) -> String {
     format!("(2u * (({r} >> 2) / {}u) + (({r} >> 1) & 1u))", grid.fn_)
-}
-
-fn elementwise(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary { .. } | Op::Binary { .. } | Op::Cmp { .. } | Op::Select { .. } | Op::Cast { .. }
-    )
 }
 
 /// The warp grid of an `mma.sync` dot whose fragments have whole rows per warp and no idle
