@@ -1218,7 +1218,7 @@ fn rows_read_in_place_change_the_code_not_the_result() {
         p.cpu.as_mut().unwrap().set_rows(la, false, "test");
         refuse(&p, "not copied by rows");
         // In place: a table of row pointers, whole rows pointing into `a_ptr`, the others at
-        // their copies; the dot's rows of C in vectors of 16. Copied: neither.
+        // their copies; the dot's rows of C in vector registers. Copied: neither.
         let src = |p: &KernelPlan| {
             super::cpu::compile_with(&k, false, p)
                 .unwrap_or_else(|e| panic!("{e}"))
@@ -1231,6 +1231,17 @@ fn rows_read_in_place_change_the_code_not_the_result() {
         assert!(
             on.contains("tm_acc[3][0] = fma(tm_x3, tm_y[0], tm_acc[3][0]);"),
             "{on}"
+        );
+        // Both register blocks, the host's chosen when clang compiles: 4 rows of up to 64
+        // columns in vectors of 16 with AVX-512, of 16 columns in vectors of 8 elsewhere.
+        let (wide, narrow) = on
+            .split_once("#if defined(__AVX512F__)")
+            .and_then(|(_, r)| r.split_once("#else"))
+            .unwrap_or_else(|| panic!("{on}"));
+        assert!(wide.contains("vec<float, 16> tm_acc[4]"), "{wide}");
+        assert!(
+            narrow.contains("vec<float, 8> tm_acc[4][2];") && narrow.contains("#endif"),
+            "{narrow}"
         );
         assert!(
             !copied.contains("_rows[") && !copied.contains("tm_acc"),

@@ -131,8 +131,8 @@ impl Lowering<'_> {
     /// sums its products in k order, as [`Self::dot_scalar`] does. When A's rows are read
     /// in place ([`crate::opt::cpu::CpuPlan::rows_in_place`]), A's elements come through
     /// its table of row pointers and, for f32 with B held in an array, the four rows of C
-    /// accumulate in vectors of 16 across the whole K (with A read through pointers, clang
-    /// would otherwise keep them in memory).
+    /// accumulate in vector registers across the whole K ([`Self::dot_vectors`]; with A
+    /// read through pointers, clang would otherwise keep them in memory).
     #[allow(clippy::too_many_arguments)]
     fn dot_rows(
         &mut self,
@@ -262,7 +262,8 @@ impl Lowering<'_> {
                     ""
                 },
                 match (&a_rows, &vectors) {
-                    (_, Some(_)) => ", A's rows read in place, C's rows in vectors of 16",
+                    (_, Some(_)) =>
+                        ", A's rows read in place, C's rows in vectors of 16 (AVX-512) or 8",
                     (Some(_), None) => ", A's rows read in place",
                     _ => "",
                 },
@@ -278,32 +279,53 @@ impl Lowering<'_> {
 
     /// The k loop of [`Self::dot_rows`] for four f32 rows of C (`acc`, from row `tm_m`) with
     /// A's rows through the row pointers `a_rows` and B (`k`×`n`) in array `b`: per chunk of
-    /// up to 64 columns, the 4 rows' chunks sit in vectors of 16 for the whole K, each
-    /// updated by `fma` in k order (the same roundings as the scalar loop).
+    /// columns, the 4 rows' chunks sit in vector registers for the whole K, each updated by
+    /// `fma` in k order (the same roundings as the scalar loop). The chunk fits the host's
+    /// registers, chosen when clang compiles the program: with AVX-512 (32 registers of 16
+    /// floats) up to 64 columns in vectors of 16, 16 registers; elsewhere (16 registers of 8
+    /// floats on AVX2) 16 columns in vectors of 8, 8 registers, where 64 columns would spill
+    /// the accumulators to memory at every k.
     fn dot_vectors(&mut self, acc: &str, a_rows: &str, b: &str, k: usize, n: usize) {
+        self.line("#if defined(__AVX512F__)");
         let w = [64, 32, 16].into_iter().find(|w| n % w == 0).unwrap_or(16);
-        let v = w / 16;
+        self.dot_vector_chunks((acc, a_rows, b), k, n, 16, w);
+        self.line("#else");
+        self.dot_vector_chunks((acc, a_rows, b), k, n, 8, 16);
+        self.line("#endif");
+    }
+
+    /// [`Self::dot_vectors`] in chunks of `w` columns, vectors of `lanes` floats.
+    fn dot_vector_chunks(
+        &mut self,
+        (acc, a_rows, b): (&str, &str, &str),
+        k: usize,
+        n: usize,
+        lanes: usize,
+        w: usize,
+    ) {
+        let v = w / lanes;
+        let bytes = 4 * lanes;
         self.open(format!("for (uint tm_c0 = 0; tm_c0 < {n}u; tm_c0 += {w}u)"));
-        self.line(format!("vec<float, 16> tm_acc[4][{v}];"));
+        self.line(format!("vec<float, {lanes}> tm_acc[4][{v}];"));
         for q in 0..4 {
             for j in 0..v {
                 self.line(format!(
-                    "__builtin_memcpy(&tm_acc[{q}][{j}], &{acc}[(tm_m + {q}u) * {n}u + tm_c0 + {}u], 64);",
-                    16 * j
+                    "__builtin_memcpy(&tm_acc[{q}][{j}], &{acc}[(tm_m + {q}u) * {n}u + tm_c0 + {}u], {bytes});",
+                    lanes * j
                 ));
             }
         }
         self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
-        self.line(format!("vec<float, 16> tm_y[{v}];"));
+        self.line(format!("vec<float, {lanes}> tm_y[{v}];"));
         for j in 0..v {
             self.line(format!(
-                "__builtin_memcpy(&tm_y[{j}], &{b}[tm_k * {n}u + tm_c0 + {}u], 64);",
-                16 * j
+                "__builtin_memcpy(&tm_y[{j}], &{b}[tm_k * {n}u + tm_c0 + {}u], {bytes});",
+                lanes * j
             ));
         }
         for q in 0..4 {
             self.line(format!(
-                "const vec<float, 16> tm_x{q} = {a_rows}[tm_m + {q}u][tm_k];"
+                "const vec<float, {lanes}> tm_x{q} = {a_rows}[tm_m + {q}u][tm_k];"
             ));
             for j in 0..v {
                 self.line(format!(
@@ -315,8 +337,8 @@ impl Lowering<'_> {
         for q in 0..4 {
             for j in 0..v {
                 self.line(format!(
-                    "__builtin_memcpy(&{acc}[(tm_m + {q}u) * {n}u + tm_c0 + {}u], &tm_acc[{q}][{j}], 64);",
-                    16 * j
+                    "__builtin_memcpy(&{acc}[(tm_m + {q}u) * {n}u + tm_c0 + {}u], &tm_acc[{q}][{j}], {bytes});",
+                    lanes * j
                 ));
             }
         }
