@@ -705,58 +705,43 @@ std::unique_ptr<MlxArrayList> cpu_kernel_launch(rust::Box<CpuLaunch> launch, rus
 }
 
 namespace {
-mx::fast::CustomKernelFunction make_metal_kernel(rust::Str name, rust::Slice<const rust::String> input_names,
-                                                 rust::Slice<const rust::String> output_names, rust::Str source,
-                                                 rust::Str header, bool atomic_outputs) {
-  return mx::fast::metal_kernel(to_string(name), to_strings(input_names), to_strings(output_names),
-                                to_string(source), to_string(header), true, atomic_outputs);
+std::unique_ptr<MlxKernel> made(mx::fast::CustomKernelFunction f) {
+  return std::make_unique<MlxKernel>(MlxKernel{std::move(f)});
 }
 }  // namespace
 
-std::unique_ptr<MlxArrayList> metal_kernel_launch(rust::Str name, rust::Slice<const rust::String> input_names,
-                                        rust::Slice<const rust::String> output_names, rust::Str source,
-                                        rust::Str header, rust::Slice<const MlxArray* const> inputs,
-                                        rust::Slice<const int32_t> out_shapes_flat,
-                                        rust::Slice<const int32_t> out_ndims,
-                                        rust::Slice<const DtypeCode> out_dtypes, std::array<int32_t, 3> grid,
-                                        std::array<int32_t, 3> threadgroup, bool has_init, float init_value,
-                                        bool atomic_outputs) {
-  auto kernel = make_metal_kernel(name, input_names, output_names, source, header, atomic_outputs);
+std::unique_ptr<MlxKernel> metal_kernel_make(rust::Str name, rust::Slice<const rust::String> input_names,
+                                             rust::Slice<const rust::String> output_names, rust::Str source,
+                                             rust::Str header, bool atomic_outputs) {
+  return made(mx::fast::metal_kernel(to_string(name), to_strings(input_names), to_strings(output_names),
+                                     to_string(source), to_string(header), true, atomic_outputs));
+}
+
+std::unique_ptr<MlxKernel> cuda_kernel_make(rust::Str name, rust::Slice<const rust::String> input_names,
+                                            rust::Slice<const rust::String> output_names, rust::Str source,
+                                            rust::Str header, int32_t shared_memory) {
+  return made(mx::fast::cuda_kernel(to_string(name), to_strings(input_names), to_strings(output_names),
+                                    to_string(source), to_string(header), true, shared_memory));
+}
+
+std::unique_ptr<MlxArrayList> mlx_kernel_call(const MlxKernel& kernel, rust::Slice<const MlxArray* const> inputs,
+                                              rust::Slice<const int32_t> out_shapes_flat,
+                                              rust::Slice<const int32_t> out_ndims,
+                                              rust::Slice<const DtypeCode> out_dtypes, std::array<int32_t, 3> grid,
+                                              std::array<int32_t, 3> threadgroup, bool has_init, float init_value) {
   std::optional<float> init;
   if (has_init) init = init_value;
-  auto outs = kernel(to_arrays(inputs), to_shapes(out_shapes_flat, out_ndims), to_dtypes(out_dtypes),
-                     {grid[0], grid[1], grid[2]}, {threadgroup[0], threadgroup[1], threadgroup[2]}, {}, init,
-                     false, {});
+  auto outs = kernel.f(to_arrays(inputs), to_shapes(out_shapes_flat, out_ndims), to_dtypes(out_dtypes),
+                       {grid[0], grid[1], grid[2]}, {threadgroup[0], threadgroup[1], threadgroup[2]}, {}, init,
+                       false, {});
   return wrap_all(std::move(outs));
 }
 
-std::unique_ptr<MlxArrayList> cuda_kernel_launch(rust::Str name, rust::Slice<const rust::String> input_names,
-                                                 rust::Slice<const rust::String> output_names, rust::Str source,
-                                                 rust::Str header, rust::Slice<const MlxArray* const> inputs,
-                                                 rust::Slice<const int32_t> out_shapes_flat,
-                                                 rust::Slice<const int32_t> out_ndims,
-                                                 rust::Slice<const DtypeCode> out_dtypes, std::array<int32_t, 3> grid,
-                                                 std::array<int32_t, 3> threadgroup, bool has_init, float init_value,
-                                                 int32_t shared_memory) {
-  auto kernel = mx::fast::cuda_kernel(to_string(name), to_strings(input_names), to_strings(output_names),
-                                      to_string(source), to_string(header), true, shared_memory);
-  std::optional<float> init;
-  if (has_init) init = init_value;
-  auto outs = kernel(to_arrays(inputs), to_shapes(out_shapes_flat, out_ndims), to_dtypes(out_dtypes),
-                     {grid[0], grid[1], grid[2]}, {threadgroup[0], threadgroup[1], threadgroup[2]}, {}, init,
-                     false, {});
-  return wrap_all(std::move(outs));
-}
-
-rust::String metal_kernel_traced_source(rust::Str name, rust::Slice<const rust::String> input_names,
-                                        rust::Slice<const rust::String> output_names, rust::Str source,
-                                        rust::Str header, rust::Slice<const MlxArray* const> inputs,
-                                        rust::Slice<const int32_t> out_shapes_flat,
-                                        rust::Slice<const int32_t> out_ndims,
-                                        rust::Slice<const DtypeCode> out_dtypes, std::array<int32_t, 3> grid,
-                                        std::array<int32_t, 3> threadgroup, bool atomic_outputs,
-                                        rust::Str scratch_path) {
-  auto kernel = make_metal_kernel(name, input_names, output_names, source, header, atomic_outputs);
+rust::String mlx_kernel_traced_source(const MlxKernel& k, rust::Slice<const MlxArray* const> inputs,
+                                     rust::Slice<const int32_t> out_shapes_flat, rust::Slice<const int32_t> out_ndims,
+                                     rust::Slice<const DtypeCode> out_dtypes, std::array<int32_t, 3> grid,
+                                     std::array<int32_t, 3> threadgroup, rust::Str scratch_path) {
+  const auto& kernel = k.f;
   auto shapes = to_shapes(out_shapes_flat, out_ndims);
   auto dtypes = to_dtypes(out_dtypes);
   auto args = to_arrays(inputs);

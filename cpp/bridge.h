@@ -85,31 +85,36 @@ std::unique_ptr<MlxArrayList> cpu_kernel_launch(
     rust::Slice<const int32_t> out_ndims,
     rust::Slice<const DtypeCode> out_dtypes);
 
-// `fast::metal_kernel`. On a build without Metal, MLX throws "No Metal back-end".
-std::unique_ptr<MlxArrayList> metal_kernel_launch(
+// One custom kernel of MLX (`fast::metal_kernel` or `fast::cuda_kernel`), made once and
+// called for many launches. MLX's function is a lambda over copies of its arguments that
+// it only reads when called, so calls from several threads at once are safe.
+struct MlxKernel {
+  mlx::core::fast::CustomKernelFunction f;
+};
+
+// `fast::metal_kernel` (row-contiguous inputs). MLX's CPU build makes it; calling it then
+// throws "No Metal back-end" (except under `export_function` tracing).
+std::unique_ptr<MlxKernel> metal_kernel_make(
     rust::Str name,
     rust::Slice<const rust::String> input_names,
     rust::Slice<const rust::String> output_names,
     rust::Str source,
     rust::Str header,
-    rust::Slice<const MlxArray* const> inputs,
-    rust::Slice<const int32_t> out_shapes_flat,
-    rust::Slice<const int32_t> out_ndims,
-    rust::Slice<const DtypeCode> out_dtypes,
-    std::array<int32_t, 3> grid,
-    std::array<int32_t, 3> threadgroup,
-    bool has_init,
-    float init_value,
     bool atomic_outputs);
 
 // `fast::cuda_kernel` (row-contiguous inputs, `shared_memory` bytes of dynamic shared
-// memory). MLX's CPU build exports it too; launching then fails with MLX's error (no GPU).
-std::unique_ptr<MlxArrayList> cuda_kernel_launch(
+// memory). MLX's CPU build exports it too and throws "No CUDA back-end".
+std::unique_ptr<MlxKernel> cuda_kernel_make(
     rust::Str name,
     rust::Slice<const rust::String> input_names,
     rust::Slice<const rust::String> output_names,
     rust::Str source,
     rust::Str header,
+    int32_t shared_memory);
+
+// One launch of a made kernel on MLX's default stream: lazy outputs.
+std::unique_ptr<MlxArrayList> mlx_kernel_call(
+    const MlxKernel& kernel,
     rust::Slice<const MlxArray* const> inputs,
     rust::Slice<const int32_t> out_shapes_flat,
     rust::Slice<const int32_t> out_ndims,
@@ -117,24 +122,18 @@ std::unique_ptr<MlxArrayList> cuda_kernel_launch(
     std::array<int32_t, 3> grid,
     std::array<int32_t, 3> threadgroup,
     bool has_init,
-    float init_value,
-    int32_t shared_memory);
+    float init_value);
 
-// MLX's own generated Metal source for a metal_kernel call, captured through
+// MLX's own generated source for a call of a made Metal kernel, captured through
 // `export_function` tracing with verbose=true (works without Metal).
-rust::String metal_kernel_traced_source(
-    rust::Str name,
-    rust::Slice<const rust::String> input_names,
-    rust::Slice<const rust::String> output_names,
-    rust::Str source,
-    rust::Str header,
+rust::String mlx_kernel_traced_source(
+    const MlxKernel& kernel,
     rust::Slice<const MlxArray* const> inputs,
     rust::Slice<const int32_t> out_shapes_flat,
     rust::Slice<const int32_t> out_ndims,
     rust::Slice<const DtypeCode> out_dtypes,
     std::array<int32_t, 3> grid,
     std::array<int32_t, 3> threadgroup,
-    bool atomic_outputs,
     rust::Str scratch_path);
 
 }  // namespace triton_metal

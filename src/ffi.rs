@@ -136,56 +136,48 @@ pub(crate) mod bridge {
             out_dtypes: &[DtypeCode],
         ) -> Result<UniquePtr<MlxArrayList>>;
 
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn metal_kernel_launch(
-            name: &str,
-            input_names: &[String],
-            output_names: &[String],
-            source: &str,
-            header: &str,
-            inputs: &[*const MlxArray],
-            out_shapes_flat: &[i32],
-            out_ndims: &[i32],
-            out_dtypes: &[DtypeCode],
-            grid: [i32; 3],
-            threadgroup: [i32; 3],
-            has_init: bool,
-            init_value: f32,
-            atomic_outputs: bool,
-        ) -> Result<UniquePtr<MlxArrayList>>;
+        type MlxKernel;
 
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn cuda_kernel_launch(
+        fn metal_kernel_make(
             name: &str,
             input_names: &[String],
             output_names: &[String],
             source: &str,
             header: &str,
-            inputs: &[*const MlxArray],
-            out_shapes_flat: &[i32],
-            out_ndims: &[i32],
-            out_dtypes: &[DtypeCode],
-            grid: [i32; 3],
-            threadgroup: [i32; 3],
-            has_init: bool,
-            init_value: f32,
+            atomic_outputs: bool,
+        ) -> Result<UniquePtr<MlxKernel>>;
+
+        fn cuda_kernel_make(
+            name: &str,
+            input_names: &[String],
+            output_names: &[String],
+            source: &str,
+            header: &str,
             shared_memory: i32,
-        ) -> Result<UniquePtr<MlxArrayList>>;
+        ) -> Result<UniquePtr<MlxKernel>>;
 
         #[allow(clippy::too_many_arguments)]
-        unsafe fn metal_kernel_traced_source(
-            name: &str,
-            input_names: &[String],
-            output_names: &[String],
-            source: &str,
-            header: &str,
+        unsafe fn mlx_kernel_call(
+            kernel: &MlxKernel,
             inputs: &[*const MlxArray],
             out_shapes_flat: &[i32],
             out_ndims: &[i32],
             out_dtypes: &[DtypeCode],
             grid: [i32; 3],
             threadgroup: [i32; 3],
-            atomic_outputs: bool,
+            has_init: bool,
+            init_value: f32,
+        ) -> Result<UniquePtr<MlxArrayList>>;
+
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn mlx_kernel_traced_source(
+            kernel: &MlxKernel,
+            inputs: &[*const MlxArray],
+            out_shapes_flat: &[i32],
+            out_ndims: &[i32],
+            out_dtypes: &[DtypeCode],
+            grid: [i32; 3],
+            threadgroup: [i32; 3],
             scratch_path: &str,
         ) -> Result<String>;
     }
@@ -196,6 +188,13 @@ pub(crate) mod bridge {
 // mutated through a shared reference, so moving or sharing them across threads is sound.
 unsafe impl Send for bridge::MlxArray {}
 unsafe impl Sync for bridge::MlxArray {}
+
+// SAFETY: `MlxKernel` holds MLX's kernel function, a lambda over copies of the names and
+// sources it was made from, which a call only reads (`std::function`'s call operator is
+// const and MLX's lambda is not `mutable`); nothing else reaches it, so it may be called
+// from several threads at once and dropped on any.
+unsafe impl Send for bridge::MlxKernel {}
+unsafe impl Sync for bridge::MlxKernel {}
 
 pub mod cpu_primitive;
 pub(crate) mod programs;

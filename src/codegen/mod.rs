@@ -77,17 +77,50 @@ pub struct LayoutChoice {
     pub layout: String,
 }
 
-fn cache() -> &'static Mutex<HashMap<String, Arc<MetalProgram>>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<MetalProgram>>>> = OnceLock::new();
+fn cache() -> &'static Mutex<HashMap<Digest, Arc<MetalProgram>>> {
+    static CACHE: OnceLock<Mutex<HashMap<Digest, Arc<MetalProgram>>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The cache key: a SHA-256 digest (hex) of the IR text, the
-/// constexprs, the options (target profile included) and, for a plan given instead of the
-/// optimizer's ([`msl_planned`], [`cuda_planned`]), that plan's text, which determines every
-/// decision the printer spells.
+/// A SHA-256 digest.
+type Digest = [u8; 32];
+
+/// SHA-256 of `parts`, each preceded by its length (so that no two lists of parts share a
+/// message).
+fn digest(parts: &[&[u8]]) -> Digest {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    h.finalize().into()
+}
+
+/// The part of a program's cache key ([`cache_key`]) that comes from the kernel
+/// specialisation: a SHA-256 digest of its IR text and its constexprs. Launches compute it
+/// once per specialisation (printing a large kernel's IR takes longer than the rest of a
+/// launch) and look programs up with it ([`msl_digested`], [`cuda_digested`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KernelDigest(Digest);
+
+impl KernelDigest {
+    /// The digest of `kernel`.
+    pub(crate) fn of(kernel: &Kernel) -> KernelDigest {
+        let (ir, constexprs) = (kernel.ir(), format!("{:?}", kernel.constexprs));
+        KernelDigest(digest(&[ir.as_bytes(), constexprs.as_bytes()]))
+    }
+}
+
+/// The cache key: a SHA-256 digest (hex) of a SHA-256 digest of the kernel's IR text and
+/// constexprs, the options (target profile included) and, for a plan given instead of
+/// the optimizer's ([`msl_planned`], [`cuda_planned`]), that plan's text, which determines
+/// every decision the printer spells.
 pub fn cache_key(kernel: &Kernel, opts: &LaunchOptions, plan: Option<&KernelPlan>) -> String {
-    in_place_key(kernel, opts, &[], plan)
+    in_place_key(&KernelDigest::of(kernel), opts, &[], plan)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The Metal program of a kernel specialisation under `opts`, compiled once per process
@@ -121,10 +154,28 @@ pub fn msl_planned(
     in_place: &[usize],
     plan: &KernelPlan,
 ) -> Result<Arc<MetalProgram>> {
+    msl_digested(
+        kernel,
+        &KernelDigest::of(kernel),
+        opts,
+        in_place,
+        Some(plan),
+    )
+}
+
+/// [`msl_in_place`], or [`msl_planned`] with a `plan`, for a kernel whose digest is known:
+/// `digest` must be `KernelDigest::of(kernel)`.
+pub(crate) fn msl_digested(
+    kernel: &Kernel,
+    digest: &KernelDigest,
+    opts: &LaunchOptions,
+    in_place: &[usize],
+    plan: Option<&KernelPlan>,
+) -> Result<Arc<MetalProgram>> {
     let dir = crate::cache::source_dir()?;
     msl_cached(
-        kernel,
-        (opts, Some(plan)),
+        (kernel, digest),
+        (opts, plan),
         in_place,
         crate::settings::debug_enabled(),
         dir.as_deref(),
@@ -133,21 +184,15 @@ pub fn msl_planned(
 
 /// [`cache_key`] extended by the parameters updated in place.
 fn in_place_key(
-    kernel: &Kernel,
+    kernel: &KernelDigest,
     opts: &LaunchOptions,
     in_place: &[usize],
     plan: Option<&KernelPlan>,
-) -> String {
-    let (ir, constexprs, options) = (
-        kernel.ir(),
-        format!("{:?}", kernel.constexprs),
-        format!("{opts:?}"),
-    );
-    let in_place = format!("{in_place:?}");
+) -> Digest {
+    let (options, in_place) = (format!("{opts:?}"), format!("{in_place:?}"));
     let plan = plan.map_or(String::new(), |p| p.to_string());
-    crate::cache::hash_key(&[
-        ir.as_bytes(),
-        constexprs.as_bytes(),
+    digest(&[
+        &kernel.0,
         options.as_bytes(),
         in_place.as_bytes(),
         plan.as_bytes(),
@@ -161,17 +206,18 @@ fn msl_with(
     debug: bool,
     source_dir: Option<&std::path::Path>,
 ) -> Result<Arc<MetalProgram>> {
-    msl_cached(kernel, (opts, None), in_place, debug, source_dir)
+    let digest = KernelDigest::of(kernel);
+    msl_cached((kernel, &digest), (opts, None), in_place, debug, source_dir)
 }
 
 fn msl_cached(
-    kernel: &Kernel,
+    (kernel, kernel_digest): (&Kernel, &KernelDigest),
     (opts, given): (&LaunchOptions, Option<&KernelPlan>),
     in_place: &[usize],
     debug: bool,
     source_dir: Option<&std::path::Path>,
 ) -> Result<Arc<MetalProgram>> {
-    let key = in_place_key(kernel, opts, in_place, given);
+    let key = in_place_key(kernel_digest, opts, in_place, given);
     if let Some(p) = cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }
@@ -215,8 +261,8 @@ fn msl_cached(
     Ok(prog)
 }
 
-fn cuda_cache() -> &'static Mutex<HashMap<String, Arc<CudaProgram>>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<CudaProgram>>>> = OnceLock::new();
+fn cuda_cache() -> &'static Mutex<HashMap<Digest, Arc<CudaProgram>>> {
+    static CACHE: OnceLock<Mutex<HashMap<Digest, Arc<CudaProgram>>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -235,7 +281,7 @@ pub fn cuda_in_place(
     opts: &LaunchOptions,
     in_place: &[usize],
 ) -> Result<Arc<CudaProgram>> {
-    cuda_cached(kernel, opts, in_place, None)
+    cuda_digested(kernel, &KernelDigest::of(kernel), opts, in_place, None)
 }
 
 /// [`cuda_in_place`] spelling `plan` ([`cuda::plan`]'s, edited) instead of the optimizer's
@@ -246,16 +292,25 @@ pub fn cuda_planned(
     in_place: &[usize],
     plan: &KernelPlan,
 ) -> Result<Arc<CudaProgram>> {
-    cuda_cached(kernel, opts, in_place, Some(plan))
+    cuda_digested(
+        kernel,
+        &KernelDigest::of(kernel),
+        opts,
+        in_place,
+        Some(plan),
+    )
 }
 
-fn cuda_cached(
+/// [`cuda_in_place`], or [`cuda_planned`] with a `plan`, for a kernel whose digest is
+/// known: `digest` must be `KernelDigest::of(kernel)`.
+pub(crate) fn cuda_digested(
     kernel: &Kernel,
+    digest: &KernelDigest,
     opts: &LaunchOptions,
     in_place: &[usize],
     given: Option<&KernelPlan>,
 ) -> Result<Arc<CudaProgram>> {
-    let key = in_place_key(kernel, opts, in_place, given);
+    let key = in_place_key(digest, opts, in_place, given);
     if let Some(p) = cuda_cache().lock().map_err(|_| poisoned())?.get(&key) {
         return Ok(p.clone());
     }

@@ -49,11 +49,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Index;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::array::Array;
-use crate::codegen::{self, CudaProgram, LaunchOptions, MetalProgram, ReductionLayout};
-use crate::device::{self, Device};
+use crate::codegen::{
+    self, CudaProgram, KernelDigest, LaunchOptions, MetalProgram, ReductionLayout,
+};
+use crate::device::{self, Backend, Device, HardwareInfo};
 use crate::dtype::DType;
 use crate::emu::{self, EmuBuffer, LaneOrder};
 use crate::error::{Error, Result};
@@ -62,8 +64,9 @@ use crate::ir::{Kernel, Op, ParamKind};
 use crate::opt::plan::KernelPlan;
 use crate::opt::HardwareProfile;
 use crate::passes::{specializable, IntFact, IntSpec, PassOptions};
+use crate::runtime::memo::ByAddress;
 use crate::runtime::mlx_kernel::{
-    cpu_launch, register_program, CudaKernelCall, KernelCall, MetalKernelCall, OutputSpec,
+    cpu_launch, register_program, MadeKernel, MadeKernels, OutputSpec,
 };
 use crate::tl::{ArgType, ConstexprValue, JitKernel, Signature};
 
@@ -1016,7 +1019,7 @@ impl<'k> Launch<'k> {
             Target::Auto => match Target::from_env().map_err(|e| with_kernel(e, &kernel.name))? {
                 Some(t) => t,
                 None if device::default_device()? == Device::Gpu => {
-                    match crate::device::HardwareInfo::detect()?.backend {
+                    match detected()?.0 {
                         crate::device::Backend::Metal => Target::Metal,
                         // Only a `cuda` build asks MLX about CUDA; without the feature a
                         // GPU default device here would be a Metal-less, CUDA-less MLX.
@@ -1094,10 +1097,10 @@ impl<'k> Launch<'k> {
         self.cuda_program(&kernel, &in_place)
     }
 
-    fn cuda_program(&self, kernel: &Kernel, in_place: &[usize]) -> Result<Arc<CudaProgram>> {
+    fn cuda_program(&self, kernel: &Arc<Kernel>, in_place: &[usize]) -> Result<Arc<CudaProgram>> {
         // The NVIDIA GPU at hand (or TRITON_METAL_HW); otherwise sm_80, the oldest
         // architecture MLX's CUDA back end targets.
-        let target = match HardwareProfile::detect()? {
+        let target = match detected_profile()? {
             p if p.backend == crate::device::Backend::Cuda => p,
             _ => HardwareProfile::of(crate::opt::Chip::Sm80),
         };
@@ -1108,16 +1111,15 @@ impl<'k> Launch<'k> {
             num_stages: self.num_stages,
         };
         let plan = || codegen::cuda::plan(kernel, &opts);
-        match self.edit_plan(kernel, &opts, plan, "CUDA")? {
-            Some(p) => codegen::cuda_planned(kernel, &opts, in_place, &p),
-            None => codegen::cuda_in_place(kernel, &opts, in_place),
-        }
+        let edited = self.edit_plan(kernel, &opts, plan, "CUDA")?;
+        let digest = kernel_digest(kernel);
+        codegen::cuda_digested(kernel, &digest, &opts, in_place, edited.as_ref())
     }
 
-    fn metal_program(&self, kernel: &Kernel, in_place: &[usize]) -> Result<Arc<MetalProgram>> {
+    fn metal_program(&self, kernel: &Arc<Kernel>, in_place: &[usize]) -> Result<Arc<MetalProgram>> {
         // Plan for the Apple GPU at hand, or the one TRITON_METAL_HW names; when neither
         // is Metal (emulating on Linux), for the most constrained one (M1).
-        let target = match HardwareProfile::detect()? {
+        let target = match detected_profile()? {
             p if p.backend == crate::device::Backend::Metal => p,
             _ => LaunchOptions::default().target,
         };
@@ -1128,10 +1130,9 @@ impl<'k> Launch<'k> {
             num_stages: self.num_stages,
         };
         let plan = || codegen::metal::plan(kernel, &opts);
-        match self.edit_plan(kernel, &opts, plan, "Metal")? {
-            Some(p) => codegen::msl_planned(kernel, &opts, in_place, &p),
-            None => codegen::msl_in_place(kernel, &opts, in_place),
-        }
+        let edited = self.edit_plan(kernel, &opts, plan, "Metal")?;
+        let digest = kernel_digest(kernel);
+        codegen::msl_digested(kernel, &digest, &opts, in_place, edited.as_ref())
     }
 
     /// Matches arguments to parameters, checking count, kinds, dtypes and ranges.
@@ -1566,6 +1567,44 @@ fn check_memory(kernel: &Kernel, plan: &Bound) -> Result<()> {
     })
 }
 
+/// The digest of each kernel specialisation launched on a GPU target, computed once.
+static KERNEL_DIGESTS: ByAddress<Kernel, KernelDigest> = ByAddress::new();
+
+/// `KernelDigest::of(kernel)`, computed once per specialisation (the JIT keeps them).
+fn kernel_digest(kernel: &Arc<Kernel>) -> KernelDigest {
+    // Computing a digest cannot fail.
+    KERNEL_DIGESTS
+        .get_or_try(kernel, |k| Ok(KernelDigest::of(k)))
+        .unwrap_or_else(|_| KernelDigest::of(kernel))
+}
+
+/// The backend and hardware profile of MLX's default device, as `HardwareInfo::detect`
+/// and `HardwareProfile::from_info` give them, asked once per kind of device (CPU, GPU):
+/// what MLX reports about a device does not change while the process runs.
+fn detected() -> Result<(Backend, HardwareProfile)> {
+    static SEEN: [OnceLock<(Backend, HardwareProfile)>; 2] = [OnceLock::new(), OnceLock::new()];
+    let device = device::default_device()?;
+    let slot = &SEEN[usize::from(device == Device::Gpu)];
+    if let Some(seen) = slot.get() {
+        return Ok(seen.clone());
+    }
+    let info = HardwareInfo::detect()?;
+    let seen = (info.backend, HardwareProfile::from_info(&info));
+    // Kept only where it describes `device` (the default device may change meanwhile).
+    if (info.backend == Backend::Cpu) == (device == Device::Cpu) {
+        let _ = slot.set(seen.clone());
+    }
+    Ok(seen)
+}
+
+/// `HardwareProfile::detect()`: the profile `TRITON_METAL_HW` names, else [`detected`]'s.
+fn detected_profile() -> Result<HardwareProfile> {
+    match crate::settings::var(crate::opt::hardware::HW_ENV_VAR) {
+        Some(v) if !v.trim().is_empty() => HardwareProfile::detect(),
+        _ => Ok(detected()?.1),
+    }
+}
+
 /// How a CPU launch runs its kernel.
 #[derive(Clone)]
 enum CpuRun {
@@ -1927,22 +1966,18 @@ fn gpu_inputs(
     plan: &Bound,
     unstored: &[(usize, Array)],
 ) -> Result<Vec<Array>> {
-    let mut by_param: Vec<Option<Array>> = vec![None; kernel.params.len()];
+    let mut by_param: Vec<Option<&Array>> = vec![None; kernel.params.len()];
+    let mut scalars: Vec<Option<Array>> = vec![None; kernel.params.len()];
     let mut ins = plan.inputs.iter();
     let mut outs = plan.outputs.iter();
     for (i, (slot, p)) in plan.slots.iter().zip(&kernel.params).enumerate() {
         match (slot, p.kind) {
-            (Slot::Input, _) => by_param[i] = ins.next().cloned(),
-            (Slot::Scalar(v), ParamKind::Scalar(d)) => {
-                by_param[i] = Some(Array::from_bytes(&scalar_bytes(*v, d), &[], d)?)
-            }
+            (Slot::Input, _) => by_param[i] = ins.next(),
+            (Slot::Scalar(v), ParamKind::Scalar(d)) => scalars[i] = Some(scalar_array(*v, d)?),
             (Slot::Output, _) => {
                 by_param[i] = match outs.next() {
-                    Some((_, Init::From(a))) => Some(a.clone()),
-                    _ => unstored
-                        .iter()
-                        .find(|(j, _)| *j == i)
-                        .map(|(_, a)| a.clone()),
+                    Some((_, Init::From(a))) => Some(a),
+                    _ => unstored.iter().find(|(j, _)| *j == i).map(|(_, a)| a),
                 }
             }
             _ => {}
@@ -1951,16 +1986,38 @@ fn gpu_inputs(
     prog_inputs
         .iter()
         .map(|&i| {
-            by_param
-                .get(i)
-                .cloned()
-                .flatten()
+            let given = by_param.get(i).copied().flatten().cloned();
+            given
+                .or_else(|| scalars.get_mut(i).and_then(Option::take))
                 .ok_or_else(|| Error::Launch {
                     kernel: kernel.name.clone(),
                     msg: format!("internal: no argument for GPU input {i}"),
                 })
         })
         .collect()
+}
+
+/// A scalar argument as the 0-d array of `dtype` a GPU program takes. Launches passing the
+/// same value share one array (an MLX array, once made, never changes; finding one costs
+/// less than making one): up to 1024 values are kept, then all are dropped and kept anew.
+fn scalar_array(v: ScalarValue, dtype: DType) -> Result<Array> {
+    static MADE: Mutex<BTreeMap<(DType, [u8; 8]), Array>> = Mutex::new(BTreeMap::new());
+    let bytes = scalar_bytes(v, dtype);
+    let mut key = (dtype, [0u8; 8]);
+    match key.1.get_mut(..bytes.len()) {
+        Some(k) => k.copy_from_slice(&bytes),
+        None => return Array::from_bytes(&bytes, &[], dtype),
+    }
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(a) = made.get(&key) {
+        return Ok(a.clone());
+    }
+    let a = Array::from_bytes(&bytes, &[], dtype)?;
+    if made.len() >= 1024 {
+        made.clear();
+    }
+    made.insert(key, a.clone());
+    Ok(a)
 }
 
 /// The program's outputs (in parameter order, as the program lists them), then one
@@ -1994,59 +2051,6 @@ fn gpu_outputs(
     Ok(specs)
 }
 
-/// The parts of a generated GPU program that MLX's custom-kernel calls need.
-struct GpuSource<'a> {
-    /// Per output, whether the program keeps it in 32-bit words (`MetalProgram::word_outputs`).
-    words: &'a [bool],
-    name: &'a str,
-    source: &'a str,
-    header: &'a str,
-    input_names: &'a [String],
-    output_names: &'a [String],
-    outputs: &'a [usize],
-    in_place: &'a [usize],
-    flag_dtype: DType,
-}
-
-/// The MLX custom-kernel call for one launch.
-fn kernel_call<'a>(
-    kernel: &Kernel,
-    prog: GpuSource<'a>,
-    inputs: &'a [Array],
-    plan: &Bound,
-    (grid, threadgroup): ([usize; 3], [usize; 3]),
-    init_value: Option<f32>,
-) -> Result<KernelCall<'a>> {
-    let outputs = gpu_outputs(kernel, (prog.outputs, prog.in_place), prog.flag_dtype, plan)?;
-    let outputs = in_words(outputs, prog.words);
-    Ok(KernelCall {
-        name: prog.name,
-        input_names: prog.input_names.to_vec(),
-        output_names: prog.output_names.to_vec(),
-        source: prog.source,
-        header: prog.header,
-        inputs: inputs.iter().collect(),
-        outputs,
-        grid,
-        threadgroup,
-        init_value,
-    })
-}
-
-fn metal_source(prog: &MetalProgram) -> GpuSource<'_> {
-    GpuSource {
-        name: &prog.name,
-        source: &prog.source,
-        header: &prog.header,
-        input_names: &prog.input_names,
-        output_names: &prog.output_names,
-        outputs: &prog.outputs,
-        words: &prog.word_outputs,
-        in_place: &prog.in_place,
-        flag_dtype: prog.flag_dtype,
-    }
-}
-
 /// The launch's results from what a Metal program (on a GPU or the emulator) returned:
 /// outputs kept in words read back in their dtype, in-place outputs merged with their
 /// arguments, the unstored outputs added.
@@ -2063,64 +2067,86 @@ fn metal_results(
     gpu_results(kernel, plan, prog_outputs, outs, unstored)
 }
 
+/// MLX's kernels of the Metal programs launched so far, one per program.
+static METAL_KERNELS: MadeKernels<MetalProgram> = MadeKernels::new();
+/// MLX's kernels of the CUDA programs launched so far, one per program.
+static CUDA_KERNELS: MadeKernels<CudaProgram> = MadeKernels::new();
+
+/// MLX's `fast::metal_kernel` of `prog`, made on its first launch.
+fn metal_kernel(kernel: &Kernel, prog: &Arc<MetalProgram>) -> Result<Arc<MadeKernel>> {
+    METAL_KERNELS.get_or_try(prog, |p| {
+        register_program(&p.name, &kernel.name);
+        let made = MadeKernel::metal(
+            &p.name,
+            &p.input_names,
+            &p.output_names,
+            (&p.source, &p.header),
+            p.atomic_outputs,
+        )?;
+        Ok(Arc::new(made))
+    })
+}
+
+/// MLX's `fast::cuda_kernel` of `prog`, made on its first launch. Scratch arrays are static
+/// `__shared__` declarations in the source; the rings of loads issued ahead are the block's
+/// dynamic shared memory.
+fn cuda_kernel(kernel: &Kernel, prog: &Arc<CudaProgram>) -> Result<Arc<MadeKernel>> {
+    CUDA_KERNELS.get_or_try(prog, |p| {
+        register_program(&p.name, &kernel.name);
+        let made = MadeKernel::cuda(
+            &p.name,
+            &p.input_names,
+            &p.output_names,
+            (&p.source, &p.header),
+            p.dynamic_shared_mem_bytes,
+        )?;
+        Ok(Arc::new(made))
+    })
+}
+
 fn run_metal(
     kernel: &Kernel,
-    prog: &MetalProgram,
+    prog: &Arc<MetalProgram>,
     grid: [usize; 3],
     plan: &Bound,
     init_value: Option<f32>,
 ) -> Result<Vec<Array>> {
     let unstored = unstored_outputs(&prog.outputs, plan)?;
     let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
-    let dims = prog.launch_dims(grid);
-    register_program(&prog.name, &kernel.name);
-    let outs = MetalKernelCall {
-        kernel: kernel_call(kernel, metal_source(prog), &inputs, plan, dims, init_value)?,
-        atomic_outputs: prog.atomic_outputs,
-    }
-    .launch()
-    .map_err(|e| from_program(e, kernel, &prog.name))?;
-    metal_results(kernel, prog, plan, outs, unstored)
+    let prog_outputs = (prog.outputs.as_slice(), prog.in_place.as_slice());
+    let specs = gpu_outputs(kernel, prog_outputs, prog.flag_dtype, plan)?;
+    let made = metal_kernel(kernel, prog).map_err(|e| from_program(e, kernel, &prog.name))?;
+    let outs = made
+        .launch(
+            &inputs.iter().collect::<Vec<_>>(),
+            &in_words(specs.clone(), &prog.word_outputs),
+            prog.launch_dims(grid),
+            init_value,
+        )
+        .map_err(|e| from_program(e, kernel, &prog.name))?;
+    let outs = from_words(outs, &specs, &prog.word_outputs)?;
+    gpu_results(kernel, plan, prog_outputs, outs, unstored)
 }
 
 fn run_cuda(
     kernel: &Kernel,
-    prog: &CudaProgram,
+    prog: &Arc<CudaProgram>,
     grid: [usize; 3],
     plan: &Bound,
     init_value: Option<f32>,
 ) -> Result<Vec<Array>> {
     let unstored = unstored_outputs(&prog.outputs, plan)?;
     let inputs = gpu_inputs(kernel, &prog.inputs, plan, &unstored)?;
+    let prog_outputs = (prog.outputs.as_slice(), prog.in_place.as_slice());
     let n = prog.outputs.len();
-    let source = GpuSource {
-        name: &prog.name,
-        source: &prog.source,
-        header: &prog.header,
-        input_names: &prog.input_names,
-        output_names: &prog.output_names,
-        outputs: &prog.outputs,
-        words: &[],
-        in_place: &prog.in_place,
-        flag_dtype: prog.output_dtypes.get(n).copied().unwrap_or(DType::U8),
-    };
+    let flag_dtype = prog.output_dtypes.get(n).copied().unwrap_or(DType::U8);
+    let specs = gpu_outputs(kernel, prog_outputs, flag_dtype, plan)?;
     let dims = prog.launch_dims(grid)?;
-    // Scratch arrays are static `__shared__` declarations in the source; the rings of
-    // loads issued ahead are the block's dynamic shared memory.
-    register_program(&prog.name, &kernel.name);
-    let outs = CudaKernelCall {
-        kernel: kernel_call(kernel, source, &inputs, plan, dims, init_value)?,
-        shared_memory: prog.dynamic_shared_mem_bytes,
-    }
-    .launch()
-    .map_err(|e| from_program(e, kernel, &prog.name))?;
-    gpu_results(
-        kernel,
-        plan,
-        (&prog.outputs, &prog.in_place),
-        outs,
-        unstored,
-    )
+    let made = cuda_kernel(kernel, prog).map_err(|e| from_program(e, kernel, &prog.name))?;
+    let outs = made
+        .launch(&inputs.iter().collect::<Vec<_>>(), &specs, dims, init_value)
+        .map_err(|e| from_program(e, kernel, &prog.name))?;
+    gpu_results(kernel, plan, prog_outputs, outs, unstored)
 }
 
 fn emulated_launch(
@@ -2181,4 +2207,149 @@ fn run_emulated(
         .map(|b| Array::from_bytes(&b.bytes, &b.shape, b.dtype))
         .collect::<Result<Vec<Array>>>()?;
     metal_results(kernel, prog, plan, outs, unstored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType::F32;
+    use crate::runtime::out;
+    use crate::tl;
+
+    /// `y = x + x` or `y = x * x` over 16 elements.
+    fn elementwise(name: &str, square: bool) -> JitKernel {
+        tl::jit(name, move |k| {
+            let (x, y) = (k.ptr(F32, "x"), k.ptr(F32, "y"));
+            let offs = tl::arange(0, 16);
+            let v = tl::load(x + offs);
+            let r = if square { v * v } else { v + v };
+            tl::store(y + offs, r);
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// One Metal launch: arrays where Metal runs, MLX's refusal on Linux.
+    fn launch_metal(k: &JitKernel, x: &Array) {
+        match k
+            .launch()
+            .grid([1])
+            .args((x, out(&[16], F32)))
+            .target(Target::Metal)
+            .run()
+        {
+            Ok(outs) => assert_eq!(outs.len(), 1),
+            Err(e) => assert!(e.to_string().contains("No Metal back-end"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn each_program_keeps_the_one_mlx_kernel_made_from_it() {
+        let (a, b) = (
+            elementwise("made_once_twice", false),
+            elementwise("made_once_square", true),
+        );
+        let x = Array::from_slice(&[1.5f32; 16], &[16]).unwrap_or_else(|e| panic!("{e}"));
+        let msl = |k: &JitKernel| {
+            k.launch()
+                .grid([1])
+                .args((&x, out(&[16], F32)))
+                .target(Target::Metal)
+                .msl()
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (pa, pb) = (msl(&a), msl(&b));
+        assert_ne!(pa.source, pb.source);
+        launch_metal(&a, &x);
+        launch_metal(&b, &x);
+        let made = |p: &Arc<MetalProgram>| {
+            METAL_KERNELS
+                .peek(p)
+                .unwrap_or_else(|| panic!("no kernel made for `{}`", p.name))
+        };
+        let (ma, mb) = (made(&pa), made(&pb));
+        assert_eq!(
+            (ma.name.as_str(), mb.name.as_str()),
+            (pa.name.as_str(), pb.name.as_str())
+        );
+        assert_ne!(ma.serial, mb.serial);
+        // Alternating launches, from several threads at once, make nothing again.
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..3 {
+                        launch_metal(&a, &x);
+                        launch_metal(&b, &x);
+                    }
+                });
+            }
+        });
+        for (p, m) in [(&pa, &ma), (&pb, &mb)] {
+            let now = made(p);
+            assert!(Arc::ptr_eq(&now, m), "`{}` got a second kernel", p.name);
+            assert_eq!(now.serial, m.serial);
+        }
+        // Each kernel is MLX's for its own program's source.
+        let spec = OutputSpec {
+            shape: vec![16],
+            dtype: F32,
+        };
+        for (p, m, other) in [(&pa, &ma, &pb), (&pb, &mb, &pa)] {
+            assert_eq!((p.input_names.len(), p.output_names.len()), (1, 1));
+            let traced = m
+                .traced_source(&[&x], std::slice::from_ref(&spec), p.launch_dims([1, 1, 1]))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(traced.contains(&p.source), "{traced}");
+            assert!(
+                traced.contains(&format!("custom_kernel_{}", p.name)),
+                "{traced}"
+            );
+            assert!(!traced.contains(&other.source), "{traced}");
+            assert!(!traced.contains(&other.name), "{traced}");
+        }
+    }
+
+    #[test]
+    fn launches_share_the_array_of_a_scalar_value() {
+        let get = |v: ScalarValue, d: DType| scalar_array(v, d).unwrap_or_else(|e| panic!("{e}"));
+        let a = get(ScalarValue::Int(-77_003), DType::I32);
+        assert_eq!(a.item::<i32>().ok(), Some(-77_003));
+        assert_eq!(a.shape(), Vec::<usize>::new());
+        assert_eq!(get(ScalarValue::Int(-77_003), DType::I32).id(), a.id());
+        // Another value or dtype is another array.
+        for (v, d) in [
+            (ScalarValue::Int(-77_004), DType::I32),
+            (ScalarValue::Int(-77_003), DType::I64),
+        ] {
+            let b = get(v, d);
+            assert_ne!(b.id(), a.id());
+            assert_eq!(b.dtype(), d);
+        }
+        let f = get(ScalarValue::Float(0.25), DType::F32);
+        assert_eq!(f.item::<f32>().ok(), Some(0.25));
+    }
+
+    #[test]
+    fn a_kernel_mlx_refuses_to_make_is_not_kept() {
+        let k = elementwise("made_refused", false);
+        let x = Array::from_slice(&[1.5f32; 16], &[16]).unwrap_or_else(|e| panic!("{e}"));
+        let launch = || {
+            k.launch()
+                .grid([1])
+                .args((&x, out(&[16], F32)))
+                .target(Target::Cuda)
+        };
+        let prog = launch().cuda().unwrap_or_else(|e| panic!("{e}"));
+        for _ in 0..2 {
+            match launch().run() {
+                // A CUDA machine: the kernel is made once and kept.
+                Ok(_) => assert!(CUDA_KERNELS.peek(&prog).is_some()),
+                Err(e) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains("No CUDA back-end"), "{msg}");
+                    assert!(msg.contains("made_refused"), "{msg}");
+                    assert!(CUDA_KERNELS.peek(&prog).is_none());
+                }
+            }
+        }
+    }
 }

@@ -4,7 +4,8 @@
 //! Everything about MLX's calling convention for custom kernels lives here and in
 //! `cpp/bridge.cpp`; code generators only produce kernel bodies.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::array::{dims_to_i32, Array};
 use crate::dtype::DType;
@@ -13,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::ffi::bridge::{self, DtypeCode, MlxArray, MlxArrayList};
 use crate::ffi::cpu_primitive::{CpuBody, CpuLaunch, ErrorSlot};
 pub(crate) use crate::ffi::programs::register_program;
+use crate::runtime::memo::ByAddress;
 
 /// Shape and dtype of one kernel output.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,7 +98,7 @@ pub fn cpu_launch(
 
 /// What every custom-kernel call of MLX (`fast::metal_kernel`, `fast::cuda_kernel`) is made
 /// of: names, sources, arrays and launch geometry. The backend calls below add their own
-/// options.
+/// options. Each call makes MLX's kernel anew; launches of generated programs keep theirs.
 #[derive(Clone, Debug)]
 pub struct KernelCall<'a> {
     /// Kernel name (MLX prefixes `custom_kernel_`).
@@ -121,7 +123,7 @@ pub struct KernelCall<'a> {
     pub init_value: Option<f32>,
 }
 
-/// A [`KernelCall`] as the bridge takes it.
+/// A custom-kernel call as the bridge takes it.
 struct Parts {
     ptrs: Vec<*const MlxArray>,
     flat: Vec<i32>,
@@ -131,8 +133,191 @@ struct Parts {
     threadgroup: [i32; 3],
 }
 
+impl Parts {
+    fn of(
+        kernel: &MadeKernel,
+        inputs: &[&Array],
+        outputs: &[OutputSpec],
+        (grid, threadgroup): ([usize; 3], [usize; 3]),
+    ) -> Result<Parts> {
+        if inputs.len() != kernel.inputs || outputs.len() != kernel.outputs {
+            return Err(Error::Launch {
+                kernel: kernel.name.clone(),
+                msg: format!(
+                    "custom kernel: {} inputs and {} outputs given for {} input and {} output names",
+                    inputs.len(),
+                    outputs.len(),
+                    kernel.inputs,
+                    kernel.outputs
+                ),
+            });
+        }
+        let (flat, ndims, dtypes) = flatten_outputs(outputs, &kernel.name)?;
+        let g = dims_to_i32(&grid, "grid")?;
+        let t = dims_to_i32(&threadgroup, "threadgroup")?;
+        Ok(Parts {
+            ptrs: inputs.iter().map(|a| a.raw() as *const _).collect(),
+            flat,
+            ndims,
+            dtypes,
+            grid: [g[0], g[1], g[2]],
+            threadgroup: [t[0], t[1], t[2]],
+        })
+    }
+}
+
+/// A custom kernel of MLX (`fast::metal_kernel` or `fast::cuda_kernel`), made once and
+/// launched many times. Making one costs MLX a scan of the whole source per input name (a
+/// large program's source takes longer to scan than the rest of a launch), so generated
+/// programs keep theirs ([`MadeKernels`]).
+pub(crate) struct MadeKernel {
+    made: cxx::UniquePtr<bridge::MlxKernel>,
+    /// The name MLX was given (the program's), for errors.
+    pub(crate) name: String,
+    inputs: usize,
+    outputs: usize,
+    /// Which kernel this is among those made in this process, counting from 0.
+    #[cfg(test)]
+    pub(crate) serial: usize,
+}
+
+impl MadeKernel {
+    fn new(
+        made: cxx::UniquePtr<bridge::MlxKernel>,
+        name: &str,
+        inputs: usize,
+        outputs: usize,
+    ) -> Result<MadeKernel> {
+        #[cfg(test)]
+        static SERIAL: AtomicUsize = AtomicUsize::new(0);
+        if made.is_null() {
+            return Err(Error::Mlx(format!(
+                "MLX made no custom kernel for `{name}`"
+            )));
+        }
+        Ok(MadeKernel {
+            made,
+            name: name.to_string(),
+            inputs,
+            outputs,
+            #[cfg(test)]
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// `fast::metal_kernel` of these names and sources (inputs made row-contiguous; outputs
+    /// as `device atomic<T>*` with `atomic_outputs`). MLX's Linux builds make it and refuse
+    /// to launch it.
+    pub(crate) fn metal(
+        name: &str,
+        input_names: &[String],
+        output_names: &[String],
+        (source, header): (&str, &str),
+        atomic_outputs: bool,
+    ) -> Result<MadeKernel> {
+        let made = bridge::metal_kernel_make(
+            name,
+            input_names,
+            output_names,
+            source,
+            header,
+            atomic_outputs,
+        )?;
+        MadeKernel::new(made, name, input_names.len(), output_names.len())
+    }
+
+    /// `fast::cuda_kernel` of these names and sources (inputs made row-contiguous) with
+    /// `shared_memory` bytes of dynamic shared memory. MLX's CPU build refuses to make it.
+    pub(crate) fn cuda(
+        name: &str,
+        input_names: &[String],
+        output_names: &[String],
+        (source, header): (&str, &str),
+        shared_memory: usize,
+    ) -> Result<MadeKernel> {
+        let smem = i32::try_from(shared_memory).map_err(|_| Error::Launch {
+            kernel: name.into(),
+            msg: format!("{shared_memory} bytes of shared memory"),
+        })?;
+        let made = bridge::cuda_kernel_make(name, input_names, output_names, source, header, smem)?;
+        MadeKernel::new(made, name, input_names.len(), output_names.len())
+    }
+
+    /// One launch on MLX's default stream: lazy outputs of `outputs`' shapes and dtypes,
+    /// each starting from `init_value` when one is given. `dims` are the grid in threads
+    /// per axis and the threads per threadgroup (block).
+    pub(crate) fn launch(
+        &self,
+        inputs: &[&Array],
+        outputs: &[OutputSpec],
+        dims: ([usize; 3], [usize; 3]),
+        init_value: Option<f32>,
+    ) -> Result<Vec<Array>> {
+        let p = Parts::of(self, inputs, outputs, dims)?;
+        // SAFETY: the input pointers are borrowed from live arrays for this call.
+        let list = unsafe {
+            bridge::mlx_kernel_call(
+                &self.made,
+                &p.ptrs,
+                &p.flat,
+                &p.ndims,
+                &p.dtypes,
+                p.grid,
+                p.threadgroup,
+                init_value.is_some(),
+                init_value.unwrap_or(0.0),
+            )?
+        };
+        unpack(list, Array::merged_pending(inputs))
+    }
+
+    /// The complete source MLX generates for a launch of this Metal kernel (signature
+    /// included), captured from MLX itself by tracing the launch under `export_function`
+    /// with `verbose = true`. Works on builds without Metal.
+    pub(crate) fn traced_source(
+        &self,
+        inputs: &[&Array],
+        outputs: &[OutputSpec],
+        dims: ([usize; 3], [usize; 3]),
+    ) -> Result<String> {
+        let p = Parts::of(self, inputs, outputs, dims)?;
+        // The capture redirects the whole process's stdout: one trace at a time.
+        static TRACE_LOCK: Mutex<()> = Mutex::new(());
+        let _guard = TRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let scratch =
+            std::env::temp_dir().join(format!("triton-metal-trace-{}-{n}", std::process::id()));
+        let scratch = scratch.to_string_lossy().to_string();
+        // SAFETY: as in `launch`.
+        let out = unsafe {
+            bridge::mlx_kernel_traced_source(
+                &self.made,
+                &p.ptrs,
+                &p.flat,
+                &p.ndims,
+                &p.dtypes,
+                p.grid,
+                p.threadgroup,
+                &scratch,
+            )?
+        };
+        // MLX prints "Generated source code for `name`:\n```\n<source>\n```".
+        let body = out
+            .split_once("```\n")
+            .and_then(|(_, rest)| rest.rsplit_once("\n```"))
+            .map(|(src, _)| src.to_string());
+        body.ok_or_else(|| Error::Mlx(format!("could not read MLX's traced source from: {out}")))
+    }
+}
+
+/// The kernels MLX made for generated programs (`P`: [`crate::codegen::MetalProgram`] or
+/// [`crate::codegen::CudaProgram`]), one per program: a program is immutable once shared,
+/// and its kernel is made from its names, sources and options alone.
+pub(crate) type MadeKernels<P> = ByAddress<P, Arc<MadeKernel>>;
+
 impl KernelCall<'_> {
-    fn parts(&self) -> Result<Parts> {
+    fn check_names(&self) -> Result<()> {
         if self.inputs.len() != self.input_names.len()
             || self.outputs.len() != self.output_names.len()
         {
@@ -141,17 +326,16 @@ impl KernelCall<'_> {
                 msg: "custom kernel: names and arrays differ in number".into(),
             });
         }
-        let (flat, ndims, dtypes) = flatten_outputs(&self.outputs, self.name)?;
-        let g = dims_to_i32(&self.grid, "grid")?;
-        let t = dims_to_i32(&self.threadgroup, "threadgroup")?;
-        Ok(Parts {
-            ptrs: self.inputs.iter().map(|a| a.raw() as *const _).collect(),
-            flat,
-            ndims,
-            dtypes,
-            grid: [g[0], g[1], g[2]],
-            threadgroup: [t[0], t[1], t[2]],
-        })
+        Ok(())
+    }
+
+    fn run(&self, made: &MadeKernel) -> Result<Vec<Array>> {
+        made.launch(
+            &self.inputs,
+            &self.outputs,
+            (self.grid, self.threadgroup),
+            self.init_value,
+        )
     }
 }
 
@@ -165,31 +349,22 @@ pub struct MetalKernelCall<'a> {
 }
 
 impl MetalKernelCall<'_> {
+    fn made(&self) -> Result<MadeKernel> {
+        let k = &self.kernel;
+        k.check_names()?;
+        MadeKernel::metal(
+            k.name,
+            &k.input_names,
+            &k.output_names,
+            (k.source, k.header),
+            self.atomic_outputs,
+        )
+    }
+
     /// Launches through `fast::metal_kernel` on MLX's default stream. Without Metal (any
     /// Linux build) MLX answers `[metal_kernel] No Metal back-end.`, returned as `Err`.
     pub fn launch(&self) -> Result<Vec<Array>> {
-        let k = &self.kernel;
-        let p = k.parts()?;
-        // SAFETY: the input pointers are borrowed from live arrays for this call.
-        let list = unsafe {
-            bridge::metal_kernel_launch(
-                k.name,
-                &k.input_names,
-                &k.output_names,
-                k.source,
-                k.header,
-                &p.ptrs,
-                &p.flat,
-                &p.ndims,
-                &p.dtypes,
-                p.grid,
-                p.threadgroup,
-                k.init_value.is_some(),
-                k.init_value.unwrap_or(0.0),
-                self.atomic_outputs,
-            )?
-        };
-        unpack(list, Array::merged_pending(&k.inputs))
+        self.kernel.run(&self.made()?)
     }
 
     /// Runs this call in the Metal emulator with lanes in `order`, returning MLX arrays as
@@ -222,39 +397,8 @@ impl MetalKernelCall<'_> {
     /// `verbose = true`. Works on builds without Metal.
     pub fn traced_source(&self) -> Result<String> {
         let k = &self.kernel;
-        let p = k.parts()?;
-        // The capture redirects the whole process's stdout: one trace at a time.
-        static TRACE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _guard = TRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let scratch =
-            std::env::temp_dir().join(format!("triton-metal-trace-{}-{n}", std::process::id()));
-        let scratch = scratch.to_string_lossy().to_string();
-        // SAFETY: as in `launch`.
-        let out = unsafe {
-            bridge::metal_kernel_traced_source(
-                k.name,
-                &k.input_names,
-                &k.output_names,
-                k.source,
-                k.header,
-                &p.ptrs,
-                &p.flat,
-                &p.ndims,
-                &p.dtypes,
-                p.grid,
-                p.threadgroup,
-                self.atomic_outputs,
-                &scratch,
-            )?
-        };
-        // MLX prints "Generated source code for `name`:\n```\n<source>\n```".
-        let body = out
-            .split_once("```\n")
-            .and_then(|(_, rest)| rest.rsplit_once("\n```"))
-            .map(|(src, _)| src.to_string());
-        body.ok_or_else(|| Error::Mlx(format!("could not read MLX's traced source from: {out}")))
+        self.made()?
+            .traced_source(&k.inputs, &k.outputs, (k.grid, k.threadgroup))
     }
 }
 
@@ -273,31 +417,15 @@ impl CudaKernelCall<'_> {
     /// (any CPU build of MLX) MLX's error is returned as `Err`.
     pub fn launch(&self) -> Result<Vec<Array>> {
         let k = &self.kernel;
-        let p = k.parts()?;
-        let smem = i32::try_from(self.shared_memory).map_err(|_| Error::Launch {
-            kernel: k.name.into(),
-            msg: format!("{} bytes of shared memory", self.shared_memory),
-        })?;
-        // SAFETY: the input pointers are borrowed from live arrays for this call.
-        let list = unsafe {
-            bridge::cuda_kernel_launch(
-                k.name,
-                &k.input_names,
-                &k.output_names,
-                k.source,
-                k.header,
-                &p.ptrs,
-                &p.flat,
-                &p.ndims,
-                &p.dtypes,
-                p.grid,
-                p.threadgroup,
-                k.init_value.is_some(),
-                k.init_value.unwrap_or(0.0),
-                smem,
-            )?
-        };
-        unpack(list, Array::merged_pending(&k.inputs))
+        k.check_names()?;
+        let made = MadeKernel::cuda(
+            k.name,
+            &k.input_names,
+            &k.output_names,
+            (k.source, k.header),
+            self.shared_memory,
+        )?;
+        k.run(&made)
     }
 }
 

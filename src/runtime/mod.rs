@@ -1,6 +1,7 @@
 //! Running kernels: the MLX custom primitive for the CPU executor, launches, caches.
 
 pub mod launch;
+mod memo;
 pub mod mlx_kernel;
 mod words;
 
