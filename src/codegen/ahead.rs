@@ -25,7 +25,9 @@ use super::lower::{unsigned_offset, unsupported_on, Lowering, Repr};
 use crate::error::Result;
 use crate::ir::{Op, OpId, RegionId, Value};
 use crate::opt::pipeline::{ring_loads, AheadLoad};
-use crate::opt::plan::{dot_dims, ring_operand_tile, WGMMA_RING_ALIGN, WGMMA_SWIZZLE_COLS};
+use crate::opt::plan::{
+    dot_dims, ring_operand_align, ring_operand_tile, WGMMA_RING_ALIGN, WGMMA_SWIZZLE_COLS,
+};
 
 /// The ring of one loop.
 pub(super) struct Ring {
@@ -91,7 +93,7 @@ impl Lowering<'_> {
                 ring_operand_tile(&self.plan, l.dot, dot_dims(self.k, l.dot)?, l.operand);
             let bytes = rows * pitch * self.edt(self.k.op(l.load).result()?).size_bytes();
             out.push((l, off));
-            off += bytes.next_multiple_of(16);
+            off += bytes.next_multiple_of(ring_operand_align(wgmma));
         }
         Some(Ring {
             loads: out,
@@ -489,8 +491,14 @@ impl Lowering<'_> {
         }
         self.line(format!("const uint tm_n = tm_q / {kk}u;"));
         self.line(format!("const uint tm_k = tm_q % {kk}u;"));
+        // Chunks of 8 along K stay inside one 16-byte unit of the swizzle.
         self.line(format!(
-            "{ct}* const tm_d = tm_rb + tm_n * {pitch}u + tm_k;"
+            "{ct}* const tm_d = tm_rb + {};",
+            tile_offset(
+                self.plan.wgmma(l.dot),
+                (n, kk, pitch),
+                &format!("(tm_n * {kk}u + tm_k)")
+            )
         ));
         self.line(format!("const {ot} tm_o = {};", at(&rp, 0)));
         let runs: Vec<String> = (1..v)

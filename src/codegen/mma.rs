@@ -20,7 +20,9 @@ use super::LayoutChoice;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{Op, OpId, Value};
-use crate::opt::plan::{DotLowering, WarpGrid, MMA_C_PAD, MMA_OPERAND_PAD};
+use crate::opt::plan::{
+    DotLowering, WarpGrid, MMA_C_PAD, MMA_OPERAND_PAD, WGMMA_RING_ALIGN, WGMMA_SWIZZLE_COLS,
+};
 use crate::opt::smem::Role;
 
 /// Elements of padding per shared-memory operand row (see [`MMA_OPERAND_PAD`]).
@@ -28,6 +30,52 @@ const PAD: usize = MMA_OPERAND_PAD;
 
 /// Padding (floats) of a banded accumulator row (see [`MMA_C_PAD`]).
 const C_PAD: usize = MMA_C_PAD;
+
+/// Where a `wgmma` dot reads operand A.
+enum WgmmaA {
+    /// The loop's ring.
+    Ring,
+    /// The copy staged before the loop (this shared-memory array).
+    Hoisted(String),
+    /// The C fragments of an earlier dot (the array, and its N tiles per warp).
+    Regs(String, usize),
+}
+
+/// Bytes from shared-memory array `s` to the first [`WGMMA_RING_ALIGN`]-byte boundary at
+/// or after it (a C expression).
+fn aligned_gap(s: &str) -> String {
+    let m = WGMMA_RING_ALIGN - 1;
+    format!(
+        "(({a}u - ((uint)__cvta_generic_to_shared({s}) & {m}u)) & {m}u)",
+        a = WGMMA_RING_ALIGN
+    )
+}
+
+/// Element offset, in `wgmma`'s copy of an operand A `[m, k]` staged before its loop, of
+/// the element at flat index `l`: blocks of [`WGMMA_SWIZZLE_COLS`] columns one after
+/// another, each `m` rows of 128 bytes in the 128-byte swizzle (as
+/// [`crate::opt::plan::ring_operand_tile`] lays out the ring's), the rows in the order
+/// the MMAs read them. On grid `g` warp `w` holds rows `16 fm w .. 16 fm (w + 1)`, and
+/// the `m64` MMA of its warpgroup `w / 4` for tile `i` gives warp `w` rows `16 (w % 4) ..`
+/// of 64 rows at one descriptor: so row `16 fm w + 16 i + r` is staged at row
+/// `64 (fm (w / 4) + i) + 16 (w % 4) + r`.
+fn wgmma_hoisted_offset((m, k): (usize, usize), g: WarpGrid, l: &str) -> String {
+    let w = WGMMA_SWIZZLE_COLS;
+    let r = format!("({l} / {k}u)");
+    let fm = g.fm;
+    let s = if fm == 1 {
+        r.clone()
+    } else {
+        let t = 16 * fm;
+        format!(
+            "(((({r} / {t}u) / 4u * {fm}u + ({r} / 16u) % {fm}u) * 4u + ({r} / {t}u) % 4u) * 16u + {r} % 16u)"
+        )
+    };
+    format!(
+        "({l} % {k}u) / {w}u * {}u + {s} * {w}u + (((({l} % {w}u) >> 3) ^ ({r} & 7u)) << 3) + ({l} & 7u)",
+        m * w
+    )
+}
 
 /// How the printer holds a value the plan keeps in `mma.sync` C fragments (a resident
 /// accumulator's rescale, or a dot result that stays in its fragments).
@@ -598,7 +646,35 @@ impl Lowering<'_> {
         self.materialize(a)?;
         let s = self.smem_buf(Role::Hoisted, self.edt(a), m * ka)?;
         self.smem_write_begin();
-        self.stage_rows(a, &s, 0, k, ka)?;
+        if self.plan.wgmma(dot) {
+            // Swizzled for `wgmma` at the first 1024-byte boundary inside the buffer (its
+            // padding leaves 16 bytes a row, at least 1024 bytes from 64 rows on).
+            let DotLowering::Mma(g) = self.plan.dot(dot) else {
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    "wgmma on a dot without a warp grid",
+                ));
+            };
+            if m * ka - m * k < WGMMA_RING_ALIGN / 2 {
+                return Err(unsupported_on(
+                    self.d,
+                    self.k,
+                    format!("wgmma with operand A of {m} rows staged before the loop"),
+                ));
+            }
+            let ct = self.cty(self.edt(a))?;
+            self.line("{");
+            self.indent += 1;
+            self.line(format!(
+                "{ct}* const tm_ha = reinterpret_cast<{ct}*>(reinterpret_cast<uchar*>({s}) + {});",
+                aligned_gap(&s)
+            ));
+            self.stage_rows(a, "tm_ha", &|l| wgmma_hoisted_offset((m, k), g, l))?;
+            self.close();
+        } else {
+            self.stage_rows(a, &s, &|l| format!("({l} / {k}u) * {ka}u + {l} % {k}u"))?;
+        }
         self.smem_write_end();
         self.hoisted.insert(dot, s);
         Ok(())
@@ -611,30 +687,23 @@ impl Lowering<'_> {
         self.set(v, super::lower::Repr::Block(arr));
     }
 
-    /// Writes block `src` (rows of `row` elements) to `arr[base + r * pitch + c]`: a whole
-    /// chunk per vector store where chunks stay inside rows and stay aligned (16 bytes for
-    /// 8 halves: one `st.shared.v4`, and a warp's 32 stores cover 4 whole 128-byte rows of
-    /// a 64-wide tile, so they do not conflict), element by element otherwise.
-    fn stage_rows(
-        &mut self,
-        src: Value,
-        arr: &str,
-        base: usize,
-        row: usize,
-        pitch: usize,
-    ) -> Result<()> {
+    /// Writes block `src` (a `[rows, row]` tile) to `arr[pos(l)]` for each flat index `l`:
+    /// a whole chunk per vector store where chunks stay inside rows and `pos` keeps them
+    /// consecutive and aligned (16 bytes for 8 halves: one `st.shared.v4`, and a warp's 32
+    /// stores cover 4 whole 128-byte rows of a 64-wide tile, so they do not conflict),
+    /// element by element otherwise. Every `pos` here maps a run of 8 elements of a row
+    /// starting at a multiple of 8 to 8 consecutive positions starting at a multiple of 8.
+    fn stage_rows(&mut self, src: Value, arr: &str, pos: &dyn Fn(&str) -> String) -> Result<()> {
         let lay = self.layout(src);
         let v = lay.vec;
+        let row = self.ty(src).shape.last().copied().unwrap_or(1);
         let packed = v > 1
-            && row % v == 0
-            && pitch % v == 0
-            && base % v == 0
+            && 8 % v == 0
+            && row % 8 == 0
             && !lay.has_idle_threads()
             && matches!(self.repr(src), super::lower::Repr::Block(_));
         if !packed {
-            return self.stage(src, arr, base, &|l| {
-                format!("({l} / {row}u) * {pitch}u + {l} % {row}u")
-            });
+            return self.stage(src, arr, 0, pos);
         }
         let vt = self
             .d
@@ -649,7 +718,8 @@ impl Lowering<'_> {
             "for (uint tm_e = 0; tm_e < {v}u; ++tm_e) tm_v[tm_e] = {x};"
         ));
         self.line(format!(
-            "*reinterpret_cast<{vt}*>(&{arr}[{base}u + (tm_l / {row}u) * {pitch}u + tm_l % {row}u]) = tm_v;"
+            "*reinterpret_cast<{vt}*>(&{arr}[{}]) = tm_v;",
+            pos("tm_l")
         ));
         self.close();
         Ok(())
@@ -683,18 +753,30 @@ impl Lowering<'_> {
             }
             None => None,
         };
+        let hoisted = self.cur_op.and_then(|op| self.hoisted.get(&op).cloned());
         if let Some(op) = self.cur_op.filter(|&op| self.plan.wgmma(op)) {
-            if a_regs.is_some() || !self.in_ring(a) || !self.in_ring(b) {
+            let a_src = match (&a_regs, &hoisted) {
+                (Some((p, pfn)), _) => WgmmaA::Regs(p.clone(), *pfn),
+                (None, _) if self.in_ring(a) && g.fm == 1 => WgmmaA::Ring,
+                (None, Some(h)) => WgmmaA::Hoisted(h.clone()),
+                _ => {
+                    return Err(unsupported_on(
+                        self.d,
+                        self.k,
+                        format!("wgmma for {op} with operand A neither in the ring (one tile per warp), staged before the loop nor in fragments"),
+                    ))
+                }
+            };
+            if !self.in_ring(b) {
                 return Err(unsupported_on(
                     self.d,
                     self.k,
-                    format!("wgmma for {op} without both operands in the ring"),
+                    format!("wgmma for {op} with operand B not in the ring"),
                 ));
             }
-            return self.wgmma_accumulate(c, g, (a, b), (m, n, k));
+            return self.wgmma_accumulate(c, g, (a, b), (m, n, k), a_src);
         }
         let (ka, nb) = (k + PAD, n + PAD);
-        let hoisted = self.cur_op.and_then(|op| self.hoisted.get(&op).cloned());
         // Operands copied ahead sit in the loop's ring (`ahead.rs`), each in the layout
         // staged here; B may be there while A comes from registers or from before the loop,
         // or is staged here.
@@ -721,10 +803,13 @@ impl Lowering<'_> {
             let s = self.smem_buf(Role::Operands, din, elems)?;
             self.smem_write_begin();
             if a_here {
-                self.stage_rows(a, &s, 0, k, ka)?;
+                self.stage_rows(a, &s, &|l| format!("({l} / {k}u) * {ka}u + {l} % {k}u"))?;
             }
             if !b_ring {
-                self.stage_rows(b, &s, if a_here { m * ka } else { 0 }, n, nb)?;
+                let base = if a_here { m * ka } else { 0 };
+                self.stage_rows(b, &s, &|l| {
+                    format!("{base}u + ({l} / {n}u) * {nb}u + {l} % {n}u")
+                })?;
             }
             self.smem_write_end();
             Some(s)
@@ -864,17 +949,22 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// `c += a @ b` as `wgmma.mma_async`: A and B sit in the loop's ring in the swizzled
-    /// layout of [`crate::opt::plan::ring_operand_tile`]; warpgroup `g` (warps `4g .. 4g +
-    /// 4`) issues one `m64nNk16` per 16-wide K step on rows `64g .. 64g + 64`, and its
-    /// accumulator registers are this warp's C fragments of grid `g` (one 16-row tile per
-    /// warp, `n / 8` N tiles, in the order `mma.sync` keeps them).
+    /// `c += a @ b` as `wgmma.mma_async`. B sits in the loop's ring in the swizzled layout
+    /// of [`crate::opt::plan::ring_operand_tile`] (rows along K, or along N when the plan
+    /// copies it along K: [`crate::opt::plan::KernelPlan::kmajor`]); A in the ring too, in
+    /// its copy staged before the loop ([`wgmma_hoisted_offset`]), or in registers (the C
+    /// fragments of an earlier dot, two neighbouring N tiles per A fragment). Warpgroup
+    /// `g` (warps `4g .. 4g + 4`) issues one `m64nNk16` per 16-wide K step for each of its
+    /// warps' `fm` row tiles, and the accumulator registers of tile `i` are this warp's C
+    /// fragments of tile `i` of grid `g` (`n / 8` N tiles in the order `mma.sync` keeps
+    /// them).
     fn wgmma_accumulate(
         &mut self,
         c: &str,
         g: WarpGrid,
         (a, b): (Value, Value),
         (m, n, k): (usize, usize, usize),
+        a_src: WgmmaA,
     ) -> Result<()> {
         let din = self.edt(a);
         let ty = if din == DType::BF16 { "bf16" } else { "f16" };
@@ -886,18 +976,29 @@ impl Lowering<'_> {
                 "a wgmma operand that is not a ring buffer",
             )),
         };
-        let (sa, sb) = (block(a, self)?, block(b, self)?);
+        let sb = block(b, self)?;
+        let kmajor = self.cur_op.is_some_and(|op| self.plan.kmajor(op));
         self.helpers.insert("wgmma");
-        let w = crate::opt::plan::WGMMA_SWIZZLE_COLS;
-        // Bytes of one swizzled block of 64 columns: A's holds all `m` rows, B's all `k`.
-        let (a_block, b_block) = (m * w * 2, k * w * 2);
-        let regs = g.regs();
+        let w = WGMMA_SWIZZLE_COLS;
+        let steps = w / 16;
+        // Bytes of one swizzled block of 64 columns, and of its 64 rows one MMA reads.
+        let (a_block, rows64) = (m * w * 2, 64 * w * 2);
+        let per_tile = g.fn_ * 4;
         self.line("{");
         self.indent += 1;
-        self.line(format!(
-            "const uint tm_sa = (uint)__cvta_generic_to_shared({sa}) + (tm_lid >> 7) * {}u;",
-            64 * w * 2
-        ));
+        match &a_src {
+            WgmmaA::Ring => {
+                let sa = block(a, self)?;
+                self.line(format!(
+                    "const uint tm_sa = (uint)__cvta_generic_to_shared({sa});"
+                ));
+            }
+            WgmmaA::Hoisted(h) => self.line(format!(
+                "const uint tm_sa = (uint)__cvta_generic_to_shared({h}) + {};",
+                aligned_gap(h)
+            )),
+            WgmmaA::Regs(..) => {}
+        }
         self.line(format!(
             "const uint tm_sb = (uint)__cvta_generic_to_shared({sb});"
         ));
@@ -907,35 +1008,99 @@ impl Lowering<'_> {
             "for (uint tm_kk = 0; tm_kk < {}u; ++tm_kk)",
             k / 16
         ));
-        // A K step is 32 bytes inside a 128-byte row of A's block (the hardware applies
-        // the swizzle to the address), 16 rows of 128 bytes down B's.
-        let steps = w / 16;
-        self.line(format!(
-            "const unsigned long long tm_da = tm_wgmma_desc(tm_sa + (tm_kk / {steps}u) * {a_block}u + (tm_kk % {steps}u) * 32u, 16u, 1024u);"
-        ));
-        self.line(format!(
-            "const unsigned long long tm_db = tm_wgmma_desc(tm_sb + tm_kk * {}u, {b_block}u, 1024u);",
-            16 * w * 2
-        ));
-        let outs: Vec<String> = (0..regs).map(|r| format!("%{r}")).collect();
-        let binds: Vec<String> = (0..regs).map(|r| format!("\"+f\"({c}[{r}])")).collect();
-        // Scale D and the two operand scales are 1; A is K-major, B is N-major.
-        self.line(format!(
-            "asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{}}}, %{}, %{}, 1, 1, 1, 0, 1;\" : {} : \"l\"(tm_da), \"l\"(tm_db));",
-            outs.join(", "),
-            regs,
-            regs + 1,
-            binds.join(", ")
-        ));
+        // A K step is 32 bytes inside a 128-byte row of a K-major block (the hardware
+        // applies the swizzle to the address), 16 rows of 128 bytes down an N-major one.
+        let (db, trans_b) = if kmajor {
+            (
+                format!(
+                    "tm_wgmma_desc(tm_sb + (tm_kk / {steps}u) * {}u + (tm_kk % {steps}u) * 32u, 16u, 1024u)",
+                    n * w * 2
+                ),
+                0,
+            )
+        } else {
+            (
+                format!(
+                    "tm_wgmma_desc(tm_sb + tm_kk * {}u, {}u, 1024u)",
+                    16 * w * 2,
+                    k * w * 2
+                ),
+                1,
+            )
+        };
+        self.line(format!("const unsigned long long tm_db = {db};"));
+        let outs: Vec<String> = (0..per_tile).map(|r| format!("%{r}")).collect();
+        let bits = if din == DType::BF16 {
+            "__bfloat16_as_ushort"
+        } else {
+            "__half_as_ushort"
+        };
+        for i in 0..g.fm {
+            let binds: Vec<String> = (0..per_tile)
+                .map(|r| format!("\"+f\"({c}[{}])", i * per_tile + r))
+                .collect();
+            match &a_src {
+                WgmmaA::Regs(p, pfn) => {
+                    self.line("{");
+                    self.indent += 1;
+                    self.line(format!(
+                        "const uint tm_t0 = 4u * ({}u + 2u * tm_kk);",
+                        i * pfn
+                    ));
+                    let fa: Vec<String> = (0..4)
+                        .map(|q| {
+                            format!(
+                                "(uint({bits}({p}[tm_t0 + {h}u])) << 16) | uint({bits}({p}[tm_t0 + {l}u]))",
+                                l = 2 * q,
+                                h = 2 * q + 1
+                            )
+                        })
+                        .collect();
+                    self.line(format!("const uint tm_fa[4] = {{{}}};", fa.join(", ")));
+                    self.line(format!(
+                        "asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, 1, 1, 1, {trans_b};\" : {} : \"r\"(tm_fa[0]), \"r\"(tm_fa[1]), \"r\"(tm_fa[2]), \"r\"(tm_fa[3]), \"l\"(tm_db));",
+                        outs.join(", "),
+                        per_tile,
+                        per_tile + 1,
+                        per_tile + 2,
+                        per_tile + 3,
+                        per_tile + 4,
+                        binds.join(", ")
+                    ));
+                    self.close();
+                }
+                _ => {
+                    self.line(format!(
+                        "const unsigned long long tm_da{i} = tm_wgmma_desc(tm_sa + (tm_kk / {steps}u) * {a_block}u + ((tm_lid >> 7) * {}u + {i}u) * {rows64}u + (tm_kk % {steps}u) * 32u, 16u, 1024u);",
+                        g.fm
+                    ));
+                    // Scale D and the two operand scales are 1; A is K-major.
+                    self.line(format!(
+                        "asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{}}}, %{}, %{}, 1, 1, 1, 0, {trans_b};\" : {} : \"l\"(tm_da{i}), \"l\"(tm_db));",
+                        outs.join(", "),
+                        per_tile,
+                        per_tile + 1,
+                        binds.join(", ")
+                    ));
+                }
+            }
+        }
         self.close();
         self.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
         self.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
         self.close();
+        let a_from = match a_src {
+            WgmmaA::Ring => "A/B copied ahead (cp.async) into a ring of shared-memory buffers",
+            WgmmaA::Hoisted(_) => "A staged before the loop, B copied ahead (cp.async) into a ring of shared-memory buffers",
+            WgmmaA::Regs(..) => "A from registers, B copied ahead (cp.async) into a ring of shared-memory buffers",
+        };
+        let b_major = if kmajor { ", B K-major" } else { "" };
         self.layouts.push(LayoutChoice {
             op: format!("dot {m}x{n}x{k}"),
             layout: format!(
-                "wgmma m64n{n}k16 {ty}->f32: {} warpgroup(s), each warp 16x{n} (fragments in registers), A/B copied ahead (cp.async) into a ring of shared-memory buffers in the 128-byte swizzle",
-                g.wm / 4
+                "wgmma m64n{n}k16 {ty}->f32: {} warpgroup(s), each warp {}x{n} (fragments in registers), {a_from} in the 128-byte swizzle{b_major}",
+                g.wm / 4,
+                16 * g.fm
             ),
         });
         Ok(())

@@ -1446,6 +1446,11 @@ fn a_loop_invariant_operand_is_staged_once_before_the_loop() {
 /// head dim 32, running maximum `m_i` and denominator `l_i` carried with the rescaled
 /// accumulator, normalised and stored after the loop.
 fn attention_loop(k: &mut crate::tl::KernelBuilder) {
+    attention_loop_sized(k, (64, 32, 32));
+}
+
+/// Flash attention's loop on `m` query rows, `n` keys per step and head dimension `d`.
+fn attention_loop_sized(k: &mut crate::tl::KernelBuilder, (m, n, d): (i64, i64, i64)) {
     use crate::tl::{self, Tensor};
     let (q, kt, v, o) = (
         k.ptr(F16, "q"),
@@ -1454,31 +1459,31 @@ fn attention_loop(k: &mut crate::tl::KernelBuilder) {
         k.ptr(F32, "o"),
     );
     let n_ctx = k.scalar(I32, "N");
-    let (rows, keys, dims) = (tl::arange(0, 64), tl::arange(0, 32), tl::arange(0, 32));
-    let qt = tl::load(q + rows.col() * 32 + dims.row());
+    let (rows, keys, dims) = (tl::arange(0, m), tl::arange(0, n), tl::arange(0, d));
+    let qt = tl::load(q + rows.col() * d + dims.row());
     let init = (
-        tl::full([64], f32::NEG_INFINITY, F32),
-        tl::full([64], 1.0, F32),
-        tl::zeros([64, 32], F32),
+        tl::full([m as usize], f32::NEG_INFINITY, F32),
+        tl::full([m as usize], 1.0, F32),
+        tl::zeros([m as usize, d as usize], F32),
     );
-    let (_, l_i, acc) = tl::range(0, n_ctx, 32).fold(init, |start, (m_i, l_i, acc)| {
+    let (_, l_i, acc) = tl::range(0, n_ctx, n).fold(init, |start, (m_i, l_i, acc)| {
         let cols: Tensor = start + keys;
-        let kb = tl::load(kt + dims.col() + cols.row() * 32)
+        let kb = tl::load(kt + dims.col() + cols.row() * d)
             .mask(cols.row().lt(n_ctx))
             .other(0.0);
-        let s = tl::dot(qt, kb, tl::zeros([64, 32], F32)) * 0.25;
+        let s = tl::dot(qt, kb, tl::zeros([m as usize, n as usize], F32)) * 0.25;
         let s = tl::where_(cols.row().lt(n_ctx), s, f32::NEG_INFINITY);
         let m_ij = tl::maximum(m_i, s.max(1));
         let p = tl::exp2(s - m_ij.col());
         let alpha = tl::exp2(m_i - m_ij);
         let l_i = l_i * alpha + p.sum(1);
-        let vb = tl::load(v + cols.col() * 32 + dims.row())
+        let vb = tl::load(v + cols.col() * d + dims.row())
             .mask(cols.col().lt(n_ctx))
             .other(0.0);
         let acc = tl::dot(p.to(F16), vb, acc * alpha.col());
         (m_ij, l_i, acc)
     });
-    tl::store(o + rows.col() * 32 + dims.row(), acc / l_i.col());
+    tl::store(o + rows.col() * d + dims.row(), acc / l_i.col());
 }
 
 #[test]
@@ -1606,6 +1611,74 @@ fn attention_key_and_value_loads_are_copied_ahead() {
     if let Some(nv) = nvrtc() {
         for p in &progs {
             nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_80"))
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn attention_dots_take_wgmma_on_sm90() {
+    // 128 query rows on 4 warps: two 16-row tiles per warp, two m64 MMAs per warpgroup.
+    let k = build("attn_wgmma", &[], |k| {
+        attention_loop_sized(k, (128, 64, 64))
+    });
+    let sm90 = LaunchOptions::default().target(HardwareProfile::of(Chip::Sm90));
+    let dots: Vec<OpId> = (0..k.ops.len() as u32)
+        .map(OpId)
+        .filter(|&o| matches!(k.op(o).op, Op::Dot { .. }))
+        .collect();
+    let plan = cuda::plan(&k, &sm90);
+    // q @ k: q staged once before the loop, k copied along K; p @ v: p from registers.
+    for &d in &dots {
+        assert!(plan.wgmma(d), "{plan}");
+        assert!(
+            matches!(plan.dot(d), DotLowering::Mma(g) if g.fm == 2 && g.wm == 4),
+            "{plan}"
+        );
+    }
+    assert!(plan.kmajor(dots[0]) && plan.hoists(dots[0]), "{plan}");
+    let text = plan.to_string();
+    assert!(text.contains("A staged once before the loop"), "{text}");
+    assert!(
+        text.contains("A from the registers of an earlier dot"),
+        "{text}"
+    );
+    assert_eq!(KernelPlan::parse(&text).unwrap(), plan);
+    // Overrides: either dot back on mma.sync (the ring then pads its tiles).
+    let mut first_mma = plan.clone();
+    first_mma.set_wgmma(dots[0], false, "override");
+    first_mma.place_arena(&k, &sm90);
+    first_mma.verify(&k).unwrap();
+    let mut second_mma = plan.clone();
+    second_mma.set_wgmma(dots[1], false, "override");
+    second_mma.place_arena(&k, &sm90);
+    second_mma.verify(&k).unwrap();
+    // wgmma with A neither hoisted, in the ring, nor in registers is refused.
+    let mut unstaged = plan.clone();
+    unstaged.set_hoist(dots[0], false, "override");
+    let err = unstaged.verify(&k).unwrap_err().to_string();
+    assert!(err.contains("neither copied ahead"), "{err}");
+    let progs = [&plan, &first_mma, &second_mma].map(|p| cuda::compile_with(&k, &sm90, p).unwrap());
+    let wgmma = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16";
+    // Register A: `{a0, a1, a2, a3}` then B's descriptor, B untransposed for K-major k.
+    let reg_a = "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;";
+    let smem_a = "%32, %33, 1, 1, 1, 0, 0;";
+    assert_eq!(
+        progs[0].source.matches(wgmma).count(),
+        4,
+        "{}",
+        progs[0].source
+    );
+    assert!(progs[0].source.contains(reg_a) && progs[0].source.contains(smem_a));
+    assert!(!progs[0].source.contains("mma.sync"));
+    assert!(progs[1].source.contains(reg_a) && !progs[1].source.contains(smem_a));
+    assert!(!progs[2].source.contains(reg_a) && progs[2].source.contains(smem_a));
+    for p in &progs {
+        assert!(p.sm90a);
+    }
+    if let Some(nv) = nvrtc() {
+        for p in &progs {
+            nv.compile(&p.name, &p.standalone(), &p.nvrtc_arch("sm_90"))
                 .unwrap();
         }
     }

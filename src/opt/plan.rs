@@ -463,7 +463,12 @@ pub fn ring_operand_tile(
 ) -> (usize, usize, usize) {
     if operand == 1 && plan.kmajor(dot) {
         let (_, n, k) = mnk;
-        return (n, k, k + MMA_OPERAND_PAD);
+        let pitch = if plan.wgmma(dot) {
+            k
+        } else {
+            k + MMA_OPERAND_PAD
+        };
+        return (n, k, pitch);
     }
     let (rows, row, pitch) = mma_operand_tile(mnk, operand);
     if plan.wgmma(dot) {
@@ -782,17 +787,30 @@ pub fn plan(kernel: &Kernel, opts: &LaunchOptions, printer: Printer) -> KernelPl
 }
 
 /// Bytes of one stage of the ring for the dots of `loads`: each operand as
-/// [`ring_operand_tile`] stages it, 16-bit elements, each operand at a 16-byte multiple.
+/// [`ring_operand_tile`] stages it, 16-bit elements, each operand at a multiple of
+/// [`ring_operand_align`].
 fn stage_bytes(p: &KernelPlan, k: &Kernel, loads: &[super::pipeline::AheadLoad]) -> u64 {
+    let align = ring_operand_align(loads.iter().any(|l| p.wgmma(l.dot)));
     loads
         .iter()
         .map(|l| {
             dot_dims(k, l.dot).map_or(0, |mnk| {
                 let (rows, _, pitch) = ring_operand_tile(p, l.dot, mnk, l.operand);
-                (rows * pitch * 2).next_multiple_of(16) as u64
+                (rows * pitch * 2).next_multiple_of(align) as u64
             })
         })
         .sum()
+}
+
+/// Alignment in bytes of each operand tile inside a ring buffer: 16 for `cp.async`, or
+/// [`WGMMA_RING_ALIGN`] when a dot reading the ring is spelled as `wgmma`, whose swizzled
+/// blocks must start at that alignment.
+pub fn ring_operand_align(wgmma: bool) -> usize {
+    if wgmma {
+        WGMMA_RING_ALIGN
+    } else {
+        16
+    }
 }
 
 /// Bytes a ring whose operands feed `wgmma` takes beyond its buffers: its start is
@@ -1024,7 +1042,7 @@ impl KernelPlan {
         }
         // B loads whose elements are not proven to run along N are copied along K.
         for l in &loads {
-            if l.operand == 1 && !l.runs && !self.wgmma(l.dot) {
+            if l.operand == 1 && !l.runs {
                 self.kmajor.insert(
                     l.dot,
                     "B's load is not proven to run along N: the ring holds it column by column, copied along K".into(),
@@ -1560,9 +1578,14 @@ impl KernelPlan {
 
     /// Whether dot `dot`, with operand loads `loads` issued ahead, can be spelled as
     /// `wgmma.mma_async`: the warp grid it then takes and why, or why not. Each
-    /// warpgroup of 4 warps issues `m64nNk16` on 64 rows of the accumulator, warp `w`
-    /// holding rows `16w .. 16w + 16` in the `mma.sync` C-fragment order, so the grid is
-    /// one 16-row tile per warp, whole rows.
+    /// warpgroup of 4 warps issues `m64nNk16` on 64 rows of the accumulator at a time,
+    /// warp `w` of the group holding 16 of them in the `mma.sync` C-fragment order, so the
+    /// grid is whole rows per warp: `fm` 16-row tiles per warp, one `m64` MMA per tile.
+    /// B must be copied ahead into the loop's ring (along N, or along K: [`Self::kmajor`]).
+    /// A is copied ahead too (one tile per warp, as the ring holds its rows in order),
+    /// staged once before the loop ([`Self::hoistable`]: its rows are then staged in the
+    /// order the MMAs read them), or held in the fragments of an earlier dot on the same
+    /// grid (`wgmma`'s register operand A).
     pub fn wgmma_fit(
         &self,
         k: &Kernel,
@@ -1580,9 +1603,9 @@ impl KernelPlan {
         }
         let (m, n, kk) = dot_dims(k, dot).ok_or("not a 2-D dot")?;
         let warps = (self.printer.threads / 32).max(1);
-        if warps % 4 != 0 || m != 16 * warps {
+        if warps % 4 != 0 || m % (16 * warps) != 0 || m == 0 {
             return Err(format!(
-                "M = {m} on {warps} warps (wgmma needs warps in fours and M = 16 x warps)"
+                "M = {m} on {warps} warps (wgmma needs warps in fours and M a multiple of 16 x warps)"
             ));
         }
         if n % WGMMA_SWIZZLE_COLS != 0 || n > 256 || kk % WGMMA_SWIZZLE_COLS != 0 {
@@ -1591,26 +1614,50 @@ impl KernelPlan {
                  K a multiple of {WGMMA_SWIZZLE_COLS})"
             ));
         }
-        for operand in [0, 1] {
-            if !loads.iter().any(|l| l.dot == dot && l.operand == operand) {
+        let fm = m / (16 * warps);
+        let grid = WarpGrid {
+            wm: warps,
+            wn: 1,
+            fm,
+            fn_: n / 8,
+        };
+        if !loads.iter().any(|l| l.dot == dot && l.operand == 1) {
+            return Err("operand B is not copied ahead into the ring".into());
+        }
+        let a_ring = loads.iter().any(|l| l.dot == dot && l.operand == 0);
+        let a_from = if a_ring {
+            if fm != 1 {
                 return Err(format!(
-                    "operand {} is not copied ahead into the ring",
-                    ["A", "B"][operand]
+                    "A copied ahead with {fm} 16-row tiles per warp (the ring holds A's rows in order: one tile per warp)"
                 ));
             }
-        }
+            "A and B copied ahead into the ring"
+        } else if self.a_in_fragments(k, dot, grid) {
+            "A from the registers of an earlier dot's fragments, B copied ahead into the ring"
+        } else if self.hoistable(k, dot).is_some() {
+            "A staged once before the loop, B copied ahead into the ring"
+        } else {
+            return Err(
+                "operand A is neither copied ahead, staged before the loop, nor in fragments"
+                    .into(),
+            );
+        };
         Ok((
-            WarpGrid {
-                wm: warps,
-                wn: 1,
-                fm: 1,
-                fn_: n / 8,
-            },
+            grid,
             format!(
-                "sm_90a wgmma m64n{n}k16: {} warpgroup(s) of 64 rows, each warp 16 whole rows",
+                "sm_90a wgmma m64n{n}k16: {} warpgroup(s), each warp {fm} tile(s) of 16 whole rows; {a_from}",
                 warps / 4
             ),
         ))
+    }
+
+    /// Whether dot `dot` takes operand A from the fragments of an earlier dot kept on
+    /// grid `g` (whole rows per warp).
+    fn a_in_fragments(&self, k: &Kernel, dot: OpId, g: WarpGrid) -> bool {
+        self.fragment_regions(k).iter().any(|r| {
+            r.a_of.contains(&dot)
+                && matches!(self.dot(r.dot), DotLowering::Mma(h) if h.wn == 1 && h.wm == g.wm && h.fm == g.fm)
+        })
     }
 
     /// Whether `mma.sync` dot `op` keeps its result in its C fragments.
@@ -1904,7 +1951,18 @@ impl KernelPlan {
                         .ok_or("its operands are not copied ahead into a ring")?;
                     self.wgmma_fit(kernel, op, &loads)
                 });
+            let a_ring = self
+                .ahead_loop_of_dot(kernel, op)
+                .is_some_and(|loads| loads.iter().any(|l| l.dot == op && l.operand == 0));
             match fit {
+                Ok((g, _))
+                    if !a_ring && !self.hoists(op) && !self.a_in_fragments(kernel, op, g) =>
+                {
+                    return bad(
+                        op,
+                        "wgmma whose operand A is neither copied ahead, staged before the loop (hoist), nor in fragments".into(),
+                    )
+                }
                 Ok((g, _)) if self.dot(op) == DotLowering::Mma(g) => {}
                 Ok((g, _)) => {
                     return bad(
@@ -1965,10 +2023,10 @@ impl KernelPlan {
                     .iter()
                     .any(|l| l.dot == op && l.operand == 1 && l.carried.is_none())
             });
-            if !b_ring || self.wgmma(op) || !matches!(self.dot(op), DotLowering::Mma(_)) {
+            if !b_ring || !matches!(self.dot(op), DotLowering::Mma(_)) {
                 return bad(
                     op,
-                    "kmajor on a dot whose B is not a recomputed load of its loop's ring on mma.sync".into(),
+                    "kmajor on a dot whose B is not a recomputed load of its loop's ring on mma.sync or wgmma".into(),
                 );
             }
         }
