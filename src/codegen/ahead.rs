@@ -434,7 +434,9 @@ impl Lowering<'_> {
     /// ([`crate::opt::plan::KernelPlan::kmajor`]), into its tile `[n][k]` at byte `off` of
     /// buffer `stage`: 16 bytes along K per `cp.async`, each element's offset and mask from
     /// their recipes (recomputed for this iteration). A chunk whose offsets do not run +1,
-    /// are misaligned, or whose mask is mixed is copied element by element.
+    /// are misaligned, or whose mask is mixed is copied element by element; where
+    /// [`crate::opt::axis::step_along`] proves the offsets step by 1 along K, or the mask
+    /// constant along it, those are not tested.
     fn ring_issue_along_k(
         &mut self,
         l: &AheadLoad,
@@ -501,15 +503,23 @@ impl Lowering<'_> {
             )
         ));
         self.line(format!("const {ot} tm_o = {};", at(&rp, 0)));
-        let runs: Vec<String> = (1..v)
-            .map(|e| format!("{} == {ot}({uot}(tm_o) + {e}u)", at(&rp, e)))
-            .collect();
+        // Offsets proven to step by 1 along K, and a mask proven constant along it, need
+        // no test per element.
+        let runs_proven = crate::opt::axis::step_along(self.k, ptr, 0) == Some(1);
+        let mask_constant =
+            mask.is_some_and(|m| crate::opt::axis::step_along(self.k, m, 0) == Some(0));
         let mut conds = vec![format!(
             "(reinterpret_cast<ulong>({base} + tm_o) & {}ul) == 0",
             v * dt.size_bytes() - 1
         )];
-        conds.extend(runs);
+        if !runs_proven {
+            conds.extend((1..v).map(|e| format!("{} == {ot}({uot}(tm_o) + {e}u)", at(&rp, e))));
+        }
         let size = match &rm {
+            Some(r) if mask_constant => {
+                self.line(format!("const bool tm_m0 = {};", at(r, 0)));
+                format!("tm_m0 ? {}u : 0u", v * dt.size_bytes())
+            }
             Some(r) => {
                 for e in 0..v {
                     self.line(format!("const bool tm_m{e} = {};", at(r, e)));
@@ -534,8 +544,9 @@ impl Lowering<'_> {
         self.indent += 1;
         for e in 0..v {
             let a = format!("{base}[{}]", at(&rp, e));
+            let m = if mask_constant { 0 } else { e };
             match &rm {
-                Some(_) => self.line(format!("tm_d[{e}] = tm_m{e} ? {a} : {ct}(0);")),
+                Some(_) => self.line(format!("tm_d[{e}] = tm_m{m} ? {a} : {ct}(0);")),
                 None => self.line(format!("tm_d[{e}] = {a};")),
             }
         }

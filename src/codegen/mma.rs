@@ -1002,6 +1002,37 @@ impl Lowering<'_> {
         self.line(format!(
             "const uint tm_sb = (uint)__cvta_generic_to_shared({sb});"
         ));
+        let bits = if din == DType::BF16 {
+            "__bfloat16_as_ushort"
+        } else {
+            "__half_as_ushort"
+        };
+        // A from registers: every A fragment packed before the first MMA, so no other
+        // instruction writes a register the MMAs read while they are in flight (which
+        // would make the compiler serialise them).
+        if let WgmmaA::Regs(p, pfn) = &a_src {
+            self.line(format!("uint tm_fa[{}];", (k / 16) * g.fm * 4));
+            self.line("#pragma unroll");
+            self.open(format!(
+                "for (uint tm_kk = 0; tm_kk < {}u; ++tm_kk)",
+                k / 16
+            ));
+            for i in 0..g.fm {
+                self.line(format!(
+                    "const uint tm_t{i} = 4u * ({}u + 2u * tm_kk);",
+                    i * pfn
+                ));
+                for q in 0..4 {
+                    self.line(format!(
+                        "tm_fa[(tm_kk * {fm}u + {i}u) * 4u + {q}u] = (uint({bits}({p}[tm_t{i} + {h}u])) << 16) | uint({bits}({p}[tm_t{i} + {l}u]));",
+                        fm = g.fm,
+                        l = 2 * q,
+                        h = 2 * q + 1
+                    ));
+                }
+            }
+            self.close();
+        }
         self.line("asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
         self.line("#pragma unroll");
         self.open(format!(
@@ -1030,44 +1061,26 @@ impl Lowering<'_> {
         };
         self.line(format!("const unsigned long long tm_db = {db};"));
         let outs: Vec<String> = (0..per_tile).map(|r| format!("%{r}")).collect();
-        let bits = if din == DType::BF16 {
-            "__bfloat16_as_ushort"
-        } else {
-            "__half_as_ushort"
-        };
         for i in 0..g.fm {
             let binds: Vec<String> = (0..per_tile)
                 .map(|r| format!("\"+f\"({c}[{}])", i * per_tile + r))
                 .collect();
             match &a_src {
-                WgmmaA::Regs(p, pfn) => {
-                    self.line("{");
-                    self.indent += 1;
-                    self.line(format!(
-                        "const uint tm_t0 = 4u * ({}u + 2u * tm_kk);",
-                        i * pfn
-                    ));
+                WgmmaA::Regs(..) => {
                     let fa: Vec<String> = (0..4)
-                        .map(|q| {
-                            format!(
-                                "(uint({bits}({p}[tm_t0 + {h}u])) << 16) | uint({bits}({p}[tm_t0 + {l}u]))",
-                                l = 2 * q,
-                                h = 2 * q + 1
-                            )
-                        })
+                        .map(|q| format!("\"r\"(tm_fa[(tm_kk * {}u + {i}u) * 4u + {q}u])", g.fm))
                         .collect();
-                    self.line(format!("const uint tm_fa[4] = {{{}}};", fa.join(", ")));
                     self.line(format!(
-                        "asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, 1, 1, 1, {trans_b};\" : {} : \"r\"(tm_fa[0]), \"r\"(tm_fa[1]), \"r\"(tm_fa[2]), \"r\"(tm_fa[3]), \"l\"(tm_db));",
+                        "asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, 1, 1, 1, {trans_b};\" : {} : {}, \"l\"(tm_db));",
                         outs.join(", "),
                         per_tile,
                         per_tile + 1,
                         per_tile + 2,
                         per_tile + 3,
                         per_tile + 4,
-                        binds.join(", ")
+                        binds.join(", "),
+                        fa.join(", ")
                     ));
-                    self.close();
                 }
                 _ => {
                     self.line(format!(
