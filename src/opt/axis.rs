@@ -853,7 +853,7 @@ fn with_hints(k: &Kernel, v: Value, mut a: AxisInfo) -> AxisInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::{analyse, analyse_launch, Affine, Form, Launch};
+    use super::{analyse, analyse_launch, step_along, Affine, Form, Launch};
     use crate::dtype::DType::{self, F32, I32};
     use crate::ir::Op;
     use crate::tl;
@@ -1045,6 +1045,51 @@ mod tests {
             })
             .unwrap();
         assert_eq!(info[bcast.index()].div, 1);
+    }
+
+    /// Steps along one dimension: a transposed tile (`d` down, `n` across) steps by its
+    /// constant stride down and by the run-time stride across, its mask on `n` is constant
+    /// down; a product with a run-time value, a division or a mask on both dimensions is
+    /// not known.
+    #[test]
+    fn steps_along_a_dimension_follow_aranges_strides_and_masks() {
+        let k = tl::build("kt", &Default::default(), |k| {
+            let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+            let (stride, n) = (k.scalar(I32, "stride"), k.scalar(I32, "n"));
+            let d = tl::arange(0, 16);
+            let cols = tl::program_id(0) * 32 + tl::arange(0, 32);
+            let t = tl::load(x + d.col() * 3 + cols.row() * stride).mask(cols.row().lt(n));
+            let u = tl::load(x + d.col() * stride + tl::floordiv(d.col() + cols.row(), 2))
+                .mask(d.col().lt(cols.row()));
+            tl::store(o + d.col() * 32 + cols.row(), t + u);
+        })
+        .unwrap();
+        let loads: Vec<(crate::ir::Value, crate::ir::Value)> = k
+            .ops
+            .iter()
+            .filter_map(|d| match &d.op {
+                Op::Load { ptr, mask, .. } => Some((*ptr, (*mask)?)),
+                _ => None,
+            })
+            .collect();
+        let (p, m) = loads[0];
+        assert_eq!(step_along(&k, p, 0), Some(3));
+        assert_eq!(step_along(&k, p, 1), None);
+        assert_eq!(step_along(&k, m, 0), Some(0));
+        assert_eq!(step_along(&k, m, 1), None);
+        let (p, m) = loads[1];
+        assert_eq!(step_along(&k, p, 0), None);
+        assert_eq!(step_along(&k, m, 0), None);
+        let store = k
+            .ops
+            .iter()
+            .find_map(|d| match &d.op {
+                Op::Store { ptr, .. } => Some(*ptr),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(step_along(&k, store, 0), Some(32));
+        assert_eq!(step_along(&k, store, 1), Some(1));
     }
 
     /// A block pointer advanced in a loop carries its shape and strides through it
