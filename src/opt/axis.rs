@@ -851,6 +851,126 @@ fn with_hints(k: &Kernel, v: Value, mut a: AxisInfo) -> AxisInfo {
     a
 }
 
+/// The exact difference between neighbouring elements of integer, pointer or boolean
+/// block `v` along dimension `axis` (in elements for pointers): `Some(s)` when
+/// `v[.., i + 1, ..] - v[.., i, ..] == s` for every `i`, and `Some(0)` also for a boolean
+/// constant along it; `None` where the walk cannot tell. Scalars are constant along every
+/// axis. Like [`analyse`], this assumes index arithmetic does not wrap. The walk follows
+/// `arange`, shape ops that keep the dimension, `+`, `-`, products with an integer
+/// constant, casts widening within one signedness and pointer offsets; any other op keeps
+/// only constancy.
+pub fn step_along(k: &Kernel, v: Value, axis: usize) -> Option<i64> {
+    let mut memo = std::collections::HashMap::new();
+    step_memo(k, v, axis, &mut memo)
+}
+
+fn step_memo(
+    k: &Kernel,
+    v: Value,
+    axis: usize,
+    memo: &mut std::collections::HashMap<(Value, usize), Option<i64>>,
+) -> Option<i64> {
+    if let Some(&s) = memo.get(&(v, axis)) {
+        return s;
+    }
+    let s = step_of(k, v, axis, memo);
+    memo.insert((v, axis), s);
+    s
+}
+
+/// The integer value every element of `v` holds, when it is a constant.
+fn int_constant(k: &Kernel, v: Value) -> Option<i64> {
+    let d = k.def_op(v)?;
+    match &k.op(d).op {
+        Op::Constant {
+            value: Const::Int(c),
+        } => Some(*c),
+        Op::Splat { src } | Op::Broadcast { src } | Op::ExpandDims { src, .. } => {
+            int_constant(k, *src)
+        }
+        _ => None,
+    }
+}
+
+fn step_of(
+    k: &Kernel,
+    v: Value,
+    axis: usize,
+    memo: &mut std::collections::HashMap<(Value, usize), Option<i64>>,
+) -> Option<i64> {
+    let shape = &k.ty(v).shape;
+    if axis >= shape.len() || shape[axis] == 1 {
+        return Some(0);
+    }
+    let d = k.def_op(v)?;
+    let mut rec = |x: Value, a: usize| step_memo(k, x, a, memo);
+    // Constant along the axis when every operand is.
+    let all_const = |xs: &[Value], rec: &mut dyn FnMut(Value, usize) -> Option<i64>| {
+        xs.iter().all(|&x| rec(x, axis) == Some(0)).then_some(0)
+    };
+    match &k.op(d).op {
+        Op::Constant { .. } | Op::Splat { .. } | Op::ProgramId { .. } | Op::NumPrograms { .. } => {
+            Some(0)
+        }
+        Op::Arange { .. } => (axis == 0).then_some(1),
+        Op::ExpandDims { src, axis: e } => {
+            let e = *e as usize;
+            match axis.cmp(&e) {
+                std::cmp::Ordering::Equal => Some(0),
+                std::cmp::Ordering::Less => rec(*src, axis),
+                std::cmp::Ordering::Greater => rec(*src, axis - 1),
+            }
+        }
+        Op::Broadcast { src } => {
+            let ss = &k.ty(*src).shape;
+            let lead = shape.len().checked_sub(ss.len())?;
+            if axis < lead || ss[axis - lead] == 1 {
+                Some(0)
+            } else {
+                rec(*src, axis - lead)
+            }
+        }
+        Op::Binary { kind, lhs, rhs } => {
+            let (a, b) = (rec(*lhs, axis), rec(*rhs, axis));
+            match kind {
+                BinaryOp::Add => a?.checked_add(b?),
+                BinaryOp::Sub => a?.checked_sub(b?),
+                BinaryOp::Mul => match (a, b) {
+                    (Some(0), Some(0)) => Some(0),
+                    (Some(s), Some(0)) => s.checked_mul(int_constant(k, *rhs)?),
+                    (Some(0), Some(s)) => s.checked_mul(int_constant(k, *lhs)?),
+                    _ => None,
+                },
+                _ => (a == Some(0) && b == Some(0)).then_some(0),
+            }
+        }
+        Op::AddPtr { ptr, offset } => rec(*ptr, axis)?.checked_add(rec(*offset, axis)?),
+        Op::Cast { src } => {
+            let s = rec(*src, axis)?;
+            let (from, to) = (k.ty(*src).dtype, k.ty(v).dtype);
+            if s == 0 {
+                Some(0)
+            } else {
+                (from.is_int()
+                    && to.is_int()
+                    && from.is_signed_int() == to.is_signed_int()
+                    && to.bits() >= from.bits())
+                .then_some(s)
+            }
+        }
+        Op::Cmp { lhs, rhs, .. } => all_const(&[*lhs, *rhs], &mut rec),
+        Op::Select {
+            cond,
+            on_true,
+            on_false,
+        } => all_const(&[*cond, *on_true, *on_false], &mut rec),
+        Op::Unary { src, .. } | Op::Bitcast { src } | Op::IntToPtr { src } => {
+            all_const(&[*src], &mut rec)
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{analyse, analyse_launch, step_along, Affine, Form, Launch};
@@ -1121,125 +1241,5 @@ mod tests {
             })
             .unwrap();
         assert_eq!(info[ptr.index()].contig, 16, "{}", k.ir());
-    }
-}
-
-/// The exact difference between neighbouring elements of integer, pointer or boolean
-/// block `v` along dimension `axis` (in elements for pointers): `Some(s)` when
-/// `v[.., i + 1, ..] - v[.., i, ..] == s` for every `i`, and `Some(0)` also for a boolean
-/// constant along it; `None` where the walk cannot tell. Scalars are constant along every
-/// axis. Like [`analyse`], this assumes index arithmetic does not wrap. The walk follows
-/// `arange`, shape ops that keep the dimension, `+`, `-`, products with an integer
-/// constant, casts widening within one signedness and pointer offsets; any other op keeps
-/// only constancy.
-pub fn step_along(k: &Kernel, v: Value, axis: usize) -> Option<i64> {
-    let mut memo = std::collections::HashMap::new();
-    step_memo(k, v, axis, &mut memo)
-}
-
-fn step_memo(
-    k: &Kernel,
-    v: Value,
-    axis: usize,
-    memo: &mut std::collections::HashMap<(Value, usize), Option<i64>>,
-) -> Option<i64> {
-    if let Some(&s) = memo.get(&(v, axis)) {
-        return s;
-    }
-    let s = step_of(k, v, axis, memo);
-    memo.insert((v, axis), s);
-    s
-}
-
-/// The integer value every element of `v` holds, when it is a constant.
-fn int_constant(k: &Kernel, v: Value) -> Option<i64> {
-    let d = k.def_op(v)?;
-    match &k.op(d).op {
-        Op::Constant {
-            value: Const::Int(c),
-        } => Some(*c),
-        Op::Splat { src } | Op::Broadcast { src } | Op::ExpandDims { src, .. } => {
-            int_constant(k, *src)
-        }
-        _ => None,
-    }
-}
-
-fn step_of(
-    k: &Kernel,
-    v: Value,
-    axis: usize,
-    memo: &mut std::collections::HashMap<(Value, usize), Option<i64>>,
-) -> Option<i64> {
-    let shape = &k.ty(v).shape;
-    if axis >= shape.len() || shape[axis] == 1 {
-        return Some(0);
-    }
-    let d = k.def_op(v)?;
-    let mut rec = |x: Value, a: usize| step_memo(k, x, a, memo);
-    // Constant along the axis when every operand is.
-    let all_const = |xs: &[Value], rec: &mut dyn FnMut(Value, usize) -> Option<i64>| {
-        xs.iter().all(|&x| rec(x, axis) == Some(0)).then_some(0)
-    };
-    match &k.op(d).op {
-        Op::Constant { .. } | Op::Splat { .. } | Op::ProgramId { .. } | Op::NumPrograms { .. } => {
-            Some(0)
-        }
-        Op::Arange { .. } => (axis == 0).then_some(1),
-        Op::ExpandDims { src, axis: e } => {
-            let e = *e as usize;
-            match axis.cmp(&e) {
-                std::cmp::Ordering::Equal => Some(0),
-                std::cmp::Ordering::Less => rec(*src, axis),
-                std::cmp::Ordering::Greater => rec(*src, axis - 1),
-            }
-        }
-        Op::Broadcast { src } => {
-            let ss = &k.ty(*src).shape;
-            let lead = shape.len().checked_sub(ss.len())?;
-            if axis < lead || ss[axis - lead] == 1 {
-                Some(0)
-            } else {
-                rec(*src, axis - lead)
-            }
-        }
-        Op::Binary { kind, lhs, rhs } => {
-            let (a, b) = (rec(*lhs, axis), rec(*rhs, axis));
-            match kind {
-                BinaryOp::Add => a?.checked_add(b?),
-                BinaryOp::Sub => a?.checked_sub(b?),
-                BinaryOp::Mul => match (a, b) {
-                    (Some(0), Some(0)) => Some(0),
-                    (Some(s), Some(0)) => s.checked_mul(int_constant(k, *rhs)?),
-                    (Some(0), Some(s)) => s.checked_mul(int_constant(k, *lhs)?),
-                    _ => None,
-                },
-                _ => (a == Some(0) && b == Some(0)).then_some(0),
-            }
-        }
-        Op::AddPtr { ptr, offset } => rec(*ptr, axis)?.checked_add(rec(*offset, axis)?),
-        Op::Cast { src } => {
-            let s = rec(*src, axis)?;
-            let (from, to) = (k.ty(*src).dtype, k.ty(v).dtype);
-            if s == 0 {
-                Some(0)
-            } else {
-                (from.is_int()
-                    && to.is_int()
-                    && from.is_signed_int() == to.is_signed_int()
-                    && to.bits() >= from.bits())
-                .then_some(s)
-            }
-        }
-        Op::Cmp { lhs, rhs, .. } => all_const(&[*lhs, *rhs], &mut rec),
-        Op::Select {
-            cond,
-            on_true,
-            on_false,
-        } => all_const(&[*cond, *on_true, *on_false], &mut rec),
-        Op::Unary { src, .. } | Op::Bitcast { src } | Op::IntToPtr { src } => {
-            all_const(&[*src], &mut rec)
-        }
-        _ => None,
     }
 }
