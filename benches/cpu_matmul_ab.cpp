@@ -1,5 +1,6 @@
 // Alternating A/B of compiled CPU matmul kernels (the shared objects the compiled CPU
-// executor caches for examples/matmul.rs's kernel at 1024³ f32, 64×64×64 tiles, group 8):
+// executor caches for examples/matmul.rs's kernel at 1024³ f32, 64×64×64 tiles, group 8,
+// or other tiles: `PATH:PROGRAMS` gives an object's program count, 256 by default):
 // each round runs every object once over all 256 programs on this one thread, timed with
 // the process's CPU time, and checks every output element bit for bit against a reference
 // that sums `fma` in k order, as the kernel does. Prints each object's minimum and median.
@@ -41,7 +42,11 @@ int main(int argc, char** argv) {
   const int rounds = getenv("ROUNDS") ? atoi(getenv("ROUNDS")) : 11;
   const bool check = getenv("NOCHECK") == nullptr;
   std::vector<RunFn> fns;
+  std::vector<int64_t> programs;
   for (int i = 1; i < argc; ++i) {
+    char* colon = strrchr(argv[i], ':');
+    programs.push_back(colon ? atoll(colon + 1) : (n / 64) * (n / 64));
+    if (colon) *colon = 0;
     void* h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
     RunFn f = h ? (RunFn)dlsym(h, "tm_run") : nullptr;
     if (!f) {
@@ -66,13 +71,13 @@ int main(int argc, char** argv) {
   // a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn
   void* args[12] = {a, b, c, &d, &d, &d, &d, &one, &d, &one, &d, &one};
   int64_t lens[12] = {n * n, n * n, n * n, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-  int64_t grid[3] = {(n / 64) * (n / 64), 1, 1};
   std::vector<std::vector<double>> t(fns.size());
   for (int r = 0; r < rounds; ++r)
     for (size_t v = 0; v < fns.size(); ++v) {
       memset(c, 0xff, n * n * 4);  // NaN
       Ctx ctx;
       memset(&ctx, 0, sizeof ctx);
+      const int64_t grid[3] = {programs[v], 1, 1};
       const double t0 = cpu_seconds();
       fns[v](args, lens, grid, 0, grid[0], &ctx);
       t[v].push_back(cpu_seconds() - t0);

@@ -1243,6 +1243,21 @@ fn rows_read_in_place_change_the_code_not_the_result() {
             narrow.contains("vec<float, 8> tm_acc[4][2];") && narrow.contains("#endif"),
             "{narrow}"
         );
+        // The next iteration's rows are requested with the rows of C they go with: all four
+        // A rows (and B's share) before a 64-column chunk; a share per 16-column chunk, one
+        // A row each when the rows have four chunks.
+        let group = "for (uint tm_q = tm_m; tm_q < tm_m + 4u; ++tm_q)";
+        assert!(wide.contains(group), "{wide}");
+        if bn == 64 {
+            let spread = "for (uint tm_q = (tm_m * 4u + tm_c0 / 16u * 4u) / 4u; \
+                          tm_q < (tm_m * 4u + tm_c0 / 16u * 4u + 4u) / 4u; ++tm_q)";
+            assert!(
+                narrow.contains(spread) && !narrow.contains(group),
+                "{narrow}"
+            );
+        } else {
+            assert!(narrow.contains(group), "{narrow}");
+        }
         assert!(
             !copied.contains("_rows[") && !copied.contains("tm_acc"),
             "{copied}"

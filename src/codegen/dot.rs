@@ -189,14 +189,6 @@ impl Lowering<'_> {
             self.line(format!("{name}[tm_c] = {ct}({c0});"));
             self.close();
         }
-        let mut ahead = 0;
-        if batch == 1 {
-            // The next iteration's A rows of these C rows, and an equal share of B's rows.
-            ahead += self.prefetch_next(a, ("tm_m", &format!("tm_m + {rows}u")), k)? as usize;
-            let share = |r: &str| format!("{r} * {k}u / {m}u");
-            let hi = share(&format!("(tm_m + {rows}u)"));
-            ahead += self.prefetch_next(b, (&share("tm_m"), &hi), n)? as usize;
-        }
         let a_rows = self
             .cpu
             .as_ref()
@@ -219,9 +211,14 @@ impl Lowering<'_> {
             }
             _ => None,
         };
-        if let Some((t, y)) = &vectors {
-            self.dot_vectors(&name, t, y, k, n);
+        let ahead = if let Some((t, y)) = &vectors {
+            self.dot_vectors((&name, t, y), (a, b), (m, k, n))?
         } else {
+            let ahead = if batch == 1 {
+                self.prefetch_group((a, b), (m, k, n), rows, None)?
+            } else {
+                0
+            };
             self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
             for q in 0..rows {
                 let x = match &a_rows {
@@ -242,7 +239,8 @@ impl Lowering<'_> {
             }
             self.close();
             self.close();
-        }
+            ahead
+        };
         self.close();
         self.close();
         if narrow {
@@ -284,28 +282,37 @@ impl Lowering<'_> {
     /// registers, chosen when clang compiles the program: with AVX-512 (32 registers of 16
     /// floats) up to 64 columns in vectors of 16, 16 registers; elsewhere (16 registers of 8
     /// floats on AVX2) 16 columns in vectors of 8, 8 registers, where 64 columns would spill
-    /// the accumulators to memory at every k.
-    fn dot_vectors(&mut self, acc: &str, a_rows: &str, b: &str, k: usize, n: usize) {
+    /// the accumulators to memory at every k. The next iteration's rows of the operands
+    /// ([`Self::prefetch_group`]) are requested a share per chunk, spread over the chunks
+    /// of the four rows. Returns how many operands are prefetched.
+    fn dot_vectors(
+        &mut self,
+        names: (&str, &str, &str),
+        (a, b): (Value, Value),
+        (m, k, n): (usize, usize, usize),
+    ) -> Result<usize> {
         self.line("#if defined(__AVX512F__)");
         let w = [64, 32, 16].into_iter().find(|w| n % w == 0).unwrap_or(16);
-        self.dot_vector_chunks((acc, a_rows, b), k, n, 16, w);
+        let ahead = self.dot_vector_chunks(names, (a, b), (m, k, n), 16, w)?;
         self.line("#else");
-        self.dot_vector_chunks((acc, a_rows, b), k, n, 8, 16);
+        self.dot_vector_chunks(names, (a, b), (m, k, n), 8, 16)?;
         self.line("#endif");
+        Ok(ahead)
     }
 
     /// [`Self::dot_vectors`] in chunks of `w` columns, vectors of `lanes` floats.
     fn dot_vector_chunks(
         &mut self,
-        (acc, a_rows, b): (&str, &str, &str),
-        k: usize,
-        n: usize,
+        (acc, a_rows, b_name): (&str, &str, &str),
+        (a, b): (Value, Value),
+        (m, k, n): (usize, usize, usize),
         lanes: usize,
         w: usize,
-    ) {
+    ) -> Result<usize> {
         let v = w / lanes;
         let bytes = 4 * lanes;
         self.open(format!("for (uint tm_c0 = 0; tm_c0 < {n}u; tm_c0 += {w}u)"));
+        let ahead = self.prefetch_group((a, b), (m, k, n), 4, Some(w))?;
         self.line(format!("vec<float, {lanes}> tm_acc[4][{v}];"));
         for q in 0..4 {
             for j in 0..v {
@@ -319,7 +326,7 @@ impl Lowering<'_> {
         self.line(format!("vec<float, {lanes}> tm_y[{v}];"));
         for j in 0..v {
             self.line(format!(
-                "__builtin_memcpy(&tm_y[{j}], &{b}[tm_k * {n}u + tm_c0 + {}u], {bytes});",
+                "__builtin_memcpy(&tm_y[{j}], &{b_name}[tm_k * {n}u + tm_c0 + {}u], {bytes});",
                 lanes * j
             ));
         }
@@ -343,6 +350,47 @@ impl Lowering<'_> {
             }
         }
         self.close();
+        Ok(ahead)
+    }
+
+    /// Prefetch hints ([`Self::prefetch_next`]) for the next iteration's rows of operands
+    /// `a` (`m`×`k`) and `b` (`k`×`n`) that go with the `rows` rows of C from `tm_m`: those
+    /// rows of A and an equal share of B's rows. With `chunk` (a width of columns, inside
+    /// the loop over `tm_c0`), the hints are split between the `n / chunk` chunks of the
+    /// rows, each chunk requesting the next part of the rows, so they do not all wait for
+    /// the same few free miss buffers at the start of the rows. Returns how many operands
+    /// are prefetched.
+    fn prefetch_group(
+        &mut self,
+        (a, b): (Value, Value),
+        (m, k, n): (usize, usize, usize),
+        rows: usize,
+        chunk: Option<usize>,
+    ) -> Result<usize> {
+        // The A rows and the B rows of this chunk (of all chunks of the rows without one).
+        let (a_rows, b_rows) = match chunk {
+            Some(w) if n / w > 1 => {
+                // Positions in parts of a row of C: this chunk's part of rows `tm_m ..`.
+                let parts = n / w;
+                let lo = format!("(tm_m * {parts}u + tm_c0 / {w}u * {rows}u)");
+                let hi = format!("(tm_m * {parts}u + tm_c0 / {w}u * {rows}u + {rows}u)");
+                let share = |x: &str| format!("{x} * {k}u / {}u", m * parts);
+                (
+                    (format!("{lo} / {parts}u"), format!("{hi} / {parts}u")),
+                    (share(&lo), share(&hi)),
+                )
+            }
+            _ => {
+                let share = |x: &str| format!("{x} * {k}u / {m}u");
+                (
+                    ("tm_m".to_string(), format!("tm_m + {rows}u")),
+                    (share("tm_m"), share(&format!("(tm_m + {rows}u)"))),
+                )
+            }
+        };
+        let mut ahead = self.prefetch_next(a, (&a_rows.0, &a_rows.1), k)? as usize;
+        ahead += self.prefetch_next(b, (&b_rows.0, &b_rows.1), n)? as usize;
+        Ok(ahead)
     }
 
     /// Before `for` loop `id` of a one-thread program: the loop's `tl.dot` operand loads
