@@ -1,7 +1,7 @@
 // Alternating A/B of compiled CPU matmul kernels (the shared objects the compiled CPU
 // executor caches for examples/matmul.rs's kernel at 1024³ f32, 64×64×64 tiles, group 8,
 // or other tiles: `PATH:PROGRAMS` gives an object's program count, 256 by default):
-// each round runs every object once over all 256 programs on this one thread, timed with
+// each round runs every object once over all its programs on this one thread, timed with
 // the process's CPU time, and checks every output element bit for bit against a reference
 // that sums `fma` in k order, as the kernel does. Prints each object's minimum and median.
 //
