@@ -160,7 +160,7 @@ def cases():
                         tensors={"a_ptr": a, "b_ptr": b, "c_ptr": c3}, t_out=c1, g_out="c_ptr",
                         tol=None))
     z, h, d = 4, 32, 64
-    for n_ctx in (1024, 4096):
+    for n_ctx in (1024, 4096, 16384):
         for causal in (False, True):
             q, k, v = (torch.randn(z, h, n_ctx, d, device=dev, dtype=torch.float16)
                        for _ in range(3))

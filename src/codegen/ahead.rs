@@ -21,6 +21,8 @@
 //! tells whether every chunk of the thread is whole: then an iteration issues its copies
 //! with no test at all, the element-wise path being only in the other branch.
 
+use std::collections::HashMap;
+
 use super::lower::{unsigned_offset, unsupported_on, Lowering, Repr};
 use crate::error::Result;
 use crate::ir::{Op, OpId, RegionId, Value};
@@ -54,6 +56,12 @@ fn tile_offset(wgmma: bool, (rows, row, pitch): (usize, usize, usize), l: &str) 
         "({l} % {row}u) / {w}u * {}u + ({l} / {row}u) * {w}u + (((({l} % {w}u) >> 3) ^ (({l} / {row}u) & 7u)) << 3) + ({l} & 7u)",
         rows * w
     )
+}
+
+/// The flat index, in a `[k, n]` operand copied along K, of element `e` of the chunk at
+/// column `tm_n` starting at row `tm_k` ([`Lowering::open_k_chunks`]).
+fn k_chunk_flat(n: usize, e: usize) -> String {
+    format!("((tm_k + {e}u) * {n}u + tm_n)")
 }
 
 impl Lowering<'_> {
@@ -133,7 +141,11 @@ impl Lowering<'_> {
     /// (`tm_cr<load>`) where the axis analysis does not prove it. The loop adds the same
     /// step to every offset, so both hold for every iteration, and the copies need neither
     /// the carried offsets nor a test of each element.
-    fn ring_chunk_starts(&mut self, ring: &Ring) -> Result<()> {
+    ///
+    /// Returns what makes every carried load's chunks whole, aligned +1 runs (C conditions,
+    /// tested once before the loop), or `None` when some load can never be copied so;
+    /// recomputed loads are left to [`Self::ring_affine_starts`].
+    fn ring_chunk_starts(&mut self, ring: &Ring) -> Result<Option<Vec<String>>> {
         // Whether every chunk of this thread is aligned and runs +1, and every mask is
         // constant over each chunk: then each iteration copies with `cp.async` alone.
         let mut fast: Option<Vec<String>> = Some(Vec::new());
@@ -144,8 +156,7 @@ impl Lowering<'_> {
             };
             let (l, _) = &ring.loads[i];
             if l.carried.is_none() {
-                // Recomputed for each iteration: its chunks are tested where they are issued.
-                fast = None;
+                // Recomputed for each iteration: only its affine form can be tested once.
                 continue;
             }
             let load = self.k.op(l.load);
@@ -201,16 +212,7 @@ impl Lowering<'_> {
             }
             self.ring_chunks.insert(l.load, (co, cr));
         }
-        self.ring_fast = match fast {
-            Some(f) if !f.is_empty() => {
-                let first = ring.loads.first().map_or(0, |(l, _)| l.load.index());
-                let name = format!("tm_fast{first}");
-                self.line(format!("const bool {name} = {};", f.join(" && ")));
-                Some(name)
-            }
-            _ => None,
-        };
-        Ok(())
+        Ok(fast)
     }
 
     /// The recipe (element-index expression) of the first value of carried slot `slot`
@@ -239,7 +241,7 @@ impl Lowering<'_> {
     ) -> Result<()> {
         let (l, off) = &ring.loads[i];
         if l.operand == 1 && self.plan.kmajor(l.dot) {
-            return self.ring_issue_along_k(l, *off, stage, ring.stage_bytes);
+            return self.ring_issue_along_k(l, *off, stage, (ring.stage_bytes, abs), fast);
         }
         let load = self.k.op(l.load);
         let (Some(res), Op::Load { ptr, mask, .. }) = (load.result(), &load.op) else {
@@ -320,9 +322,12 @@ impl Lowering<'_> {
                     "{ct}* const tm_d = tm_rb + {};",
                     tile_offset(swz, tile, "tm_l")
                 ));
-                let first = match &co {
-                    Some(co) => from_start(&format!("{co}[tm_c]")),
-                    None => format!("{offs}[tm_i]"),
+                let first = match (&co, self.ring_affine.get(&l.load)) {
+                    (Some(co), _) => from_start(&format!("{co}[tm_c]")),
+                    (None, Some((ao, ad))) => {
+                        format!("{ot}({uot}({ao}[tm_c]) + {uot}({abs}) * {uot}({ad}))")
+                    }
+                    (None, None) => format!("{offs}[tm_i]"),
                 };
                 self.line(format!("const {ct}* const tm_s = {base} + {first};"));
                 // Offsets that are multiples of the chunk leave only the base's alignment
@@ -442,7 +447,8 @@ impl Lowering<'_> {
         l: &AheadLoad,
         off: usize,
         stage: &str,
-        stage_bytes: usize,
+        (stage_bytes, abs): (usize, &str),
+        fast: bool,
     ) -> Result<()> {
         let load = self.k.op(l.load);
         let (Some(res), Op::Load { ptr, mask, .. }) = (load.result(), &load.op) else {
@@ -470,29 +476,11 @@ impl Lowering<'_> {
         let ot = self.cty(self.off_dtype)?;
         let uot = unsigned_offset(self.off_dtype);
         let v = (16 / dt.size_bytes()).min(kk);
-        let chunks = n * kk / v;
-        let per = chunks.div_ceil(self.threads);
-        // Element `e` of the chunk sits at the load's flat index `(k + e) * n + n_`.
-        let at = |r: &str, e: usize| {
-            r.replace(
-                super::lower::FLAT,
-                &format!("((tm_k + {e}u) * {n}u + tm_n)"),
-            )
-        };
+        let at = |r: &str, e: usize| r.replace(super::lower::FLAT, &k_chunk_flat(n, e));
         self.line(format!(
             "{ct}* const tm_rb = reinterpret_cast<{ct}*>(tm_ring + ({stage}) * {stage_bytes}u + {off}u);"
         ));
-        self.line("#pragma unroll");
-        self.open(format!("for (uint tm_c = 0; tm_c < {per}u; ++tm_c)"));
-        self.line(format!(
-            "const uint tm_q = (tm_c * {}u + tm_lid) * {v}u;",
-            self.threads
-        ));
-        if per * self.threads != chunks {
-            self.line(format!("if (tm_q >= {}u) break;", n * kk));
-        }
-        self.line(format!("const uint tm_n = tm_q / {kk}u;"));
-        self.line(format!("const uint tm_k = tm_q % {kk}u;"));
+        self.open_k_chunks((n, kk), v);
         // Chunks of 8 along K stay inside one 16-byte unit of the swizzle.
         self.line(format!(
             "{ct}* const tm_d = tm_rb + {};",
@@ -502,7 +490,11 @@ impl Lowering<'_> {
                 &format!("(tm_n * {kk}u + tm_k)")
             )
         ));
-        self.line(format!("const {ot} tm_o = {};", at(&rp, 0)));
+        let first = match self.ring_affine.get(&l.load) {
+            Some((ao, ad)) => format!("{ot}({uot}({ao}[tm_c]) + {uot}({abs}) * {uot}({ad}))"),
+            None => at(&rp, 0),
+        };
+        self.line(format!("const {ot} tm_o = {first};"));
         // Offsets proven to step by 1 along K, and a mask proven constant along it, need
         // no test per element.
         let runs_proven = crate::opt::axis::step_along(self.k, ptr, 0) == Some(1);
@@ -535,10 +527,17 @@ impl Lowering<'_> {
             None => (v * dt.size_bytes()).to_string(),
         };
         let bytes = v * dt.size_bytes();
-        self.open(format!("if ({})", conds.join(" && ")));
-        self.line(format!(
+        let copy = format!(
             "asm volatile(\"cp.async.cg.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"((uint)__cvta_generic_to_shared(tm_d)), \"l\"({base} + tm_o), \"r\"({size}) : \"memory\");"
-        ));
+        );
+        if fast {
+            // Every chunk checked before the loop (`tm_fast`).
+            self.line(copy);
+            self.close();
+            return Ok(());
+        }
+        self.open(format!("if ({})", conds.join(" && ")));
+        self.line(copy);
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
@@ -553,6 +552,170 @@ impl Lowering<'_> {
         self.close();
         self.close();
         Ok(())
+    }
+
+    /// Opens the loop over this thread's chunks of `v` elements along K of a `[k, n]`
+    /// operand copied along K: `tm_c` counts them, `tm_n` and `tm_k` give the chunk's
+    /// column and first row (the element at flat index [`k_chunk_flat`]).
+    fn open_k_chunks(&mut self, (n, kk): (usize, usize), v: usize) {
+        let chunks = n * kk / v;
+        let per = chunks.div_ceil(self.threads);
+        self.line("#pragma unroll");
+        self.open(format!("for (uint tm_c = 0; tm_c < {per}u; ++tm_c)"));
+        self.line(format!(
+            "const uint tm_q = (tm_c * {}u + tm_lid) * {v}u;",
+            self.threads
+        ));
+        if per * self.threads != chunks {
+            self.line(format!("if (tm_q >= {}u) break;", n * kk));
+        }
+        self.line(format!("const uint tm_n = tm_q / {kk}u;"));
+        self.line(format!("const uint tm_k = tm_q % {kk}u;"));
+    }
+
+    /// Before the loop, for each recomputed load of `ring` whose pointers are affine in
+    /// the induction variable ([`crate::opt::pipeline::affine_in_iv`]) and whose offsets are
+    /// 32-bit: each chunk's first offset at the loop's start (`tm_ao<load>`, from the
+    /// pointer's recipe with the induction variable at `lo`) and its change per iteration
+    /// (`tm_ad<load>`, the recipe at `lo + step` less that). Iteration `t` then copies from
+    /// `tm_ao + t * tm_ad`, exact in wrapping 32-bit arithmetic, instead of evaluating the
+    /// offsets for its induction variable.
+    ///
+    /// Returns, per such load whose chunks can be copied whole with no test, what makes
+    /// them aligned in every iteration (C conditions on the first offsets and the change
+    /// per iteration, tested once before the loop).
+    fn ring_affine_starts(
+        &mut self,
+        ring: &Ring,
+        body: RegionId,
+        (lo, step): (&str, &str),
+        (iv_t, u): (&str, &str),
+    ) -> Result<HashMap<OpId, Vec<String>>> {
+        let mut fast = HashMap::new();
+        if self.off_dtype != crate::dtype::DType::I32 {
+            return Ok(fast);
+        }
+        let ot = self.cty(self.off_dtype)?;
+        let uot = unsigned_offset(self.off_dtype);
+        for i in 0..ring.loads.len() {
+            let (l, _) = &ring.loads[i];
+            let load = self.k.op(l.load);
+            let (Some(res), Op::Load { ptr, .. }) = (load.result(), &load.op) else {
+                continue;
+            };
+            let ptr = *ptr;
+            if l.carried.is_some() {
+                continue;
+            }
+            let Some(uniform) = crate::opt::pipeline::affine_in_iv(self.k, body, ptr) else {
+                continue;
+            };
+            let Some(dims) = dot_dims(self.k, l.dot) else {
+                continue;
+            };
+            let kmajor = l.operand == 1 && self.plan.kmajor(l.dot);
+            let dt = self.edt(res);
+            // The chunks, as the copies walk them, and the flat index of each one's first
+            // element.
+            let (chunks, flat, v) = if kmajor {
+                let (n, kk, _) = ring_operand_tile(&self.plan, l.dot, dims, 1);
+                let v = (16 / dt.size_bytes()).min(kk);
+                ((n * kk / v).div_ceil(self.threads), k_chunk_flat(n, 0), v)
+            } else {
+                let Some(v) = self.ring_chunk(ring, i) else {
+                    continue;
+                };
+                (self.layout(res).regs() / v, "tm_l".to_string(), v)
+            };
+            let mut recipes = Vec::new();
+            for at in [
+                format!("{iv_t}({u}({lo}))"),
+                format!("{iv_t}({u}({lo}) + {u}({step}))"),
+            ] {
+                self.relower(body, &l.ptr_ops, &at)?;
+                match self.recipe(ptr) {
+                    Some(r) => recipes.push(r),
+                    None => break,
+                }
+            }
+            let [r0, r1] = recipes.as_slice() else {
+                continue;
+            };
+            let at = |r: &str, f: &str| r.replace(super::lower::FLAT, &format!("({f})"));
+            let id = l.load.index();
+            let ao = format!("tm_ao{id}");
+            self.line(format!("{ot} {ao}[{chunks}];"));
+            // The change per iteration: one value when it is the same for every element
+            // (that of element 0), else one per chunk.
+            let ad = if uniform {
+                let ad = format!("tm_ad{id}");
+                self.line(format!(
+                    "const {ot} {ad} = {ot}({uot}({}) - {uot}({}));",
+                    at(r1, "0u"),
+                    at(r0, "0u")
+                ));
+                ad
+            } else {
+                self.line(format!("{ot} tm_ad{id}[{chunks}];"));
+                format!("tm_ad{id}[tm_c]")
+            };
+            if kmajor {
+                let (n, kk, _) = ring_operand_tile(&self.plan, l.dot, dims, 1);
+                self.open_k_chunks((n, kk), v);
+            } else {
+                self.line("#pragma unroll");
+                self.open_chunks(self.layout(res), true);
+            }
+            self.line(format!("{ao}[tm_c] = {};", at(r0, &flat)));
+            if !uniform {
+                self.line(format!(
+                    "{ad} = {ot}({uot}({}) - {uot}({ao}[tm_c]));",
+                    at(r1, &flat)
+                ));
+            }
+            self.close();
+            // Whole chunks with no test in every iteration: offsets proven to run +1 over a
+            // chunk, a mask proven constant over it, every thread holding its chunks, and
+            // the base, each first offset and each change per iteration multiples of a
+            // chunk.
+            let mask = match &self.k.op(l.load).op {
+                Op::Load { mask, .. } => *mask,
+                _ => None,
+            };
+            let (runs, mask_ok, whole) = if kmajor {
+                let (n, kk, _) = ring_operand_tile(&self.plan, l.dot, dims, 1);
+                (
+                    crate::opt::axis::step_along(self.k, ptr, 0) == Some(1),
+                    mask.is_none_or(|m| crate::opt::axis::step_along(self.k, m, 0) == Some(0)),
+                    (n * kk / v) % self.threads == 0,
+                )
+            } else {
+                (
+                    self.axis[ptr.index()].contig >= v as u64,
+                    mask.is_none_or(|m| self.axis[m.index()].cst >= v as u64),
+                    true,
+                )
+            };
+            if runs && mask_ok && whole {
+                let bytes = v * dt.size_bytes();
+                let base = self.param_name(ptr)?;
+                let mut c = vec![format!(
+                    "(reinterpret_cast<ulong>({base}) & {}ul) == 0",
+                    bytes - 1
+                )];
+                if v > 1 {
+                    c.extend((0..chunks).map(|k| format!("{uot}({ao}[{k}]) % {v}u == 0")));
+                    if uniform {
+                        c.push(format!("{uot}({ad}) % {v}u == 0"));
+                    } else {
+                        c.extend((0..chunks).map(|k| format!("{uot}(tm_ad{id}[{k}]) % {v}u == 0")));
+                    }
+                }
+                fast.insert(l.load, c);
+            }
+            self.ring_affine.insert(l.load, (ao, ad));
+        }
+        Ok(fast)
     }
 
     fn ring_issue_all(
@@ -587,8 +750,10 @@ impl Lowering<'_> {
             }
             Ok(())
         };
-        match self.ring_fast.clone() {
-            Some(f) => {
+        match (self.ring_fast.clone(), self.ring_version) {
+            // Inside one version of the loop ([`Lowering::for_loop`]): its copies only.
+            (Some(_), Some(fast)) => issue(self, fast)?,
+            (Some(f), None) => {
                 self.open(format!("if ({f})"));
                 issue(self, true)?;
                 self.indent -= 1;
@@ -597,7 +762,7 @@ impl Lowering<'_> {
                 issue(self, false)?;
                 self.close();
             }
-            None => issue(self, false)?,
+            (None, _) => issue(self, false)?,
         }
         self.close();
         self.close();
@@ -639,7 +804,34 @@ impl Lowering<'_> {
             self.op(op)?;
         }
         self.layouts.truncate(mark);
-        self.ring_chunk_starts(ring)?;
+        let mut fast = self.ring_chunk_starts(ring)?;
+        let affine = self.ring_affine_starts(ring, body, (lo, step), (iv_t, u))?;
+        for (l, _) in &ring.loads {
+            if l.carried.is_some() {
+                continue;
+            }
+            match (affine.get(&l.load), &mut fast) {
+                (Some(c), Some(f)) => f.extend(c.iter().cloned()),
+                _ => fast = None,
+            }
+        }
+        self.ring_fast = match fast {
+            Some(f) if !f.is_empty() => {
+                let first = ring.loads.first().map_or(0, |(l, _)| l.load.index());
+                let name = format!("tm_fast{first}");
+                // One value for the whole block, as it picks the version of the loop
+                // ([`Lowering::for_loop`]) and every warp of a warpgroup must run the same
+                // `wgmma` and barriers; reduced over the warp once more so the compiler
+                // holds it in a uniform register and keeps the chosen version's addresses
+                // on the uniform datapath.
+                self.line(format!(
+                    "const bool {name} = __reduce_and_sync(0xffffffffu, uint(__syncthreads_and({}))) != 0u;",
+                    f.join(" && ")
+                ));
+                Some(name)
+            }
+            _ => None,
+        };
         for p in 0..ring.stages - 1 {
             let iv = format!("{iv_t}({u}({lo}) + {p}u * {u}({step}))");
             self.ring_issue_all(
@@ -708,6 +900,7 @@ impl Lowering<'_> {
     pub(super) fn ring_epilogue(&mut self, ring: &Ring) {
         self.ring_fast = None;
         self.ring_chunks.clear();
+        self.ring_affine.clear();
         self.line("asm volatile(\"cp.async.wait_all;\" ::: \"memory\");");
         self.line(self.d.barrier);
         for (l, _) in &ring.loads {

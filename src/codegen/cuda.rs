@@ -591,6 +591,17 @@ __device__ inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0
 /// alone does not give (a row may start at any element), so each access checks the address
 /// and falls back to element accesses. The `_at` forms take an offset known to be a
 /// multiple of the chunk, so only the base pointer is checked.
+/// `exp2` of an fp32 as Triton's `tl.exp2` computes it on NVIDIA GPUs, bit for bit:
+/// `ex2.approx.ftz.f32` (relative error about 2^-22; subnormal inputs read as zero,
+/// subnormal results flushed to zero).
+pub(super) const EX2: &str = r#"
+__device__ __forceinline__ float tm_ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+"#;
+
 /// The 64-bit shared-memory matrix descriptor of `wgmma.mma_async` for an operand in the
 /// 128-byte swizzle (`opt::plan::ring_operand_tile`): start address, leading and stride
 /// byte offsets, each in 16-byte units in 14 bits, and the swizzle mode in bits 62-63.

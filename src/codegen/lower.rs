@@ -46,6 +46,7 @@ pub(super) struct Hazard {
     pub reads_pending: bool,
 }
 
+#[derive(Clone)]
 pub(super) struct Lowering<'k> {
     pub k: &'k Kernel,
     pub d: &'static Dialect,
@@ -129,9 +130,17 @@ pub(super) struct Lowering<'k> {
     /// of each chunk's first offset at the loop's start and, when the axis analysis cannot
     /// prove the chunk's offsets run +1, whether they do (`ahead.rs`).
     pub ring_chunks: HashMap<OpId, (String, Option<String>)>,
+    /// Per chunk of a recomputed ring load whose pointers are affine in the induction
+    /// variable ([`crate::opt::pipeline::affine_in_iv`]): its first offset at the loop's start
+    /// and its change per iteration, an array read at `tm_c` or one value (`ahead.rs`).
+    pub ring_affine: HashMap<OpId, (String, String)>,
     /// The loop's flag (declared before it) telling that every chunk of every load of its
     /// ring is copied whole, so each iteration issues its copies with no test.
     pub ring_fast: Option<String>,
+    /// While printing one version of a loop whose ring has a fast flag
+    /// ([`Lowering::for_loop`]): `true` in the version that runs when the flag holds (its
+    /// copies untested), `false` in the other.
+    pub ring_version: Option<bool>,
     /// Bytes of dynamic shared memory the rings need (the largest ring of the kernel).
     pub ring_bytes: usize,
     /// One-thread programs: dot operands loaded in a `for` loop through carried pointers
@@ -339,7 +348,9 @@ impl<'k> Lowering<'k> {
             dynamic: vec![false; k.values.len()],
             ring_vals: HashSet::new(),
             ring_chunks: HashMap::new(),
+            ring_affine: HashMap::new(),
             ring_fast: None,
+            ring_version: None,
             ring_bytes: 0,
             prefetch: HashMap::new(),
         };
@@ -1544,7 +1555,9 @@ impl<'k> Lowering<'k> {
         }
         let call = match self.d.override_for(func) {
             Some(t) => {
-                self.helpers.insert("erf");
+                // The helpers an override calls: `tm_erf`, and CUDA's `tm_ex2`.
+                self.helpers
+                    .insert(if func == "exp2" { "ex2" } else { "erf" });
                 t.to_string()
             }
             None => format!("{func}({{x}})"),
@@ -2559,6 +2572,38 @@ impl<'k> Lowering<'k> {
         Ok(())
     }
 
+    /// Goes back to `snap`, a copy of this lowering taken earlier, to print the same ops
+    /// again (another version of a loop): what was printed since, the names taken and what
+    /// the printed code needs stay.
+    fn restart_from(&mut self, snap: Lowering<'k>) {
+        let lines = std::mem::take(&mut self.lines);
+        let names = std::mem::take(&mut self.names);
+        let fresh = std::mem::take(&mut self.fresh_next);
+        let helpers = std::mem::take(&mut self.helpers);
+        let scratch = std::mem::take(&mut self.scratch);
+        let smem_used = std::mem::take(&mut self.smem_used);
+        let (local, ring_bytes) = (self.local_bytes, self.ring_bytes);
+        let (simd, atomics) = (self.uses_simd, self.atomic_outputs);
+        *self = snap;
+        self.lines = lines;
+        self.names = names;
+        self.fresh_next = fresh;
+        self.helpers.extend(helpers);
+        for (dt, n) in scratch {
+            let e = self.scratch.entry(dt).or_insert(0);
+            *e = (*e).max(n);
+        }
+        for u in smem_used {
+            if !self.smem_used.contains(&u) {
+                self.smem_used.push(u);
+            }
+        }
+        self.local_bytes = self.local_bytes.max(local);
+        self.ring_bytes = self.ring_bytes.max(ring_bytes);
+        self.uses_simd |= simd;
+        self.atomic_outputs |= atomics;
+    }
+
     fn for_loop(
         &mut self,
         id: OpId,
@@ -2704,37 +2749,64 @@ impl<'k> Lowering<'k> {
         if let Some(d) = &dbuf {
             self.dbuf_prologue(d, body, (&l, &trips))?;
         }
-        self.open(format!("for ({u} {t} = {start}; {t} < {trips}; ++{t})"));
-        if let Some(c) = self.cpu.as_mut() {
-            c.loops.push(t.clone());
-        }
-        self.line(format!(
-            "const {iv_t} {iv} = {iv_t}({u}({l}) + {t} * {u}({s}));"
-        ));
-        // The previous iteration's reads of scratch are pending at the top of the body.
-        self.hazard.reads_pending = true;
-        if let Some(ring) = &ring {
-            self.ring_iteration(ring, body, (&iv, &s, &trips, &t), (iv_t, u))?;
-        }
-        let next = match &dbuf {
-            Some(d) => self.dbuf_iteration(d, body, (&iv, &s, &trips, &t), (iv_t, u))?,
-            None => Vec::new(),
+        // A ring whose copies can all be issued untested (its flag computed before the
+        // loop) gets two versions of the loop, the flag choosing one: the version that runs
+        // on aligned operands holds no element-wise copy path at all.
+        let versions: &[Option<bool>] = match (&ring, &self.ring_fast) {
+            (Some(_), Some(_)) => &[Some(true), Some(false)],
+            _ => &[None],
         };
-        let ys = self.region_split(body)?;
-        if let Some(d) = &dbuf {
-            self.dbuf_iteration_end(d, &next, (&t, &trips))?;
+        let mut snapshot = None;
+        if let (Some(f), true) = (self.ring_fast.clone(), versions.len() > 1) {
+            self.open(format!("if ({f})"));
+            snapshot = Some(self.clone());
         }
-        let steps = self.stage_shifts(&shifts, &ys)?;
-        let body_ys: Vec<Value> = (0..ys.len())
-            .filter(|&k| assigned(k))
-            .map(|k| ys[k])
-            .collect();
-        self.assign_carried(&body_vars, &body_ys)?;
-        self.advance_shifts(&shifts, &steps)?;
-        self.end_splits();
-        self.close();
-        if let Some(c) = self.cpu.as_mut() {
-            c.loops.pop();
+        for (n, &version) in versions.iter().enumerate() {
+            if n > 0 {
+                if let Some(snap) = &snapshot {
+                    self.restart_from(snap.clone());
+                }
+                self.indent -= 1;
+                self.line("} else {");
+                self.indent += 1;
+            }
+            self.ring_version = version;
+            self.open(format!("for ({u} {t} = {start}; {t} < {trips}; ++{t})"));
+            if let Some(c) = self.cpu.as_mut() {
+                c.loops.push(t.clone());
+            }
+            self.line(format!(
+                "const {iv_t} {iv} = {iv_t}({u}({l}) + {t} * {u}({s}));"
+            ));
+            // The previous iteration's reads of scratch are pending at the top of the body.
+            self.hazard.reads_pending = true;
+            if let Some(ring) = &ring {
+                self.ring_iteration(ring, body, (&iv, &s, &trips, &t), (iv_t, u))?;
+            }
+            let next = match &dbuf {
+                Some(d) => self.dbuf_iteration(d, body, (&iv, &s, &trips, &t), (iv_t, u))?,
+                None => Vec::new(),
+            };
+            let ys = self.region_split(body)?;
+            if let Some(d) = &dbuf {
+                self.dbuf_iteration_end(d, &next, (&t, &trips))?;
+            }
+            let steps = self.stage_shifts(&shifts, &ys)?;
+            let body_ys: Vec<Value> = (0..ys.len())
+                .filter(|&k| assigned(k))
+                .map(|k| ys[k])
+                .collect();
+            self.assign_carried(&body_vars, &body_ys)?;
+            self.advance_shifts(&shifts, &steps)?;
+            self.end_splits();
+            self.close();
+            if let Some(c) = self.cpu.as_mut() {
+                c.loops.pop();
+            }
+        }
+        self.ring_version = None;
+        if snapshot.is_some() {
+            self.close();
         }
         if let Some(ring) = &ring {
             self.ring_epilogue(ring);

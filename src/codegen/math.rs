@@ -148,6 +148,9 @@ pub(super) const CPU_OVERRIDES: &[(&str, &str)] = &[
 
 /// CUDA's spellings: its math library's `float` functions.
 pub(super) const CUDA_OVERRIDES: &[(&str, &str)] = &[
+    // Triton's `exp2` on fp32: the special function unit's approximation, subnormal
+    // results flushed to zero (`super::cuda::EX2`).
+    ("exp2", "tm_ex2({x})"),
     ("tan", "tanf({x})"),
     ("asin", "asinf({x})"),
     ("acos", "acosf({x})"),

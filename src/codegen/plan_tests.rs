@@ -1663,11 +1663,37 @@ fn attention_dots_take_wgmma_on_sm90() {
     // Register A: `{a0, a1, a2, a3}` then B's descriptor, B untransposed for K-major k.
     let reg_a = "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;";
     let smem_a = "%32, %33, 1, 1, 1, 0, 0;";
+    // Two versions of the loop, four MMAs each: the block-uniform flag of aligned copies
+    // picks the one whose copies are untested.
     assert_eq!(
         progs[0].source.matches(wgmma).count(),
-        4,
+        8,
         "{}",
         progs[0].source
+    );
+    let src = &progs[0].source;
+    let flag = src
+        .lines()
+        .find(|l| l.contains("const bool tm_fast"))
+        .unwrap_or_else(|| panic!("{src}"));
+    assert!(flag.contains("__syncthreads_and("), "{flag}");
+    // Both loads are affine in the induction variable: each chunk's first offset and the
+    // change per iteration are tested once, before the loop.
+    assert!(flag.contains("% 8u == 0"), "{flag}");
+    let name = flag.split_whitespace().nth(2).unwrap();
+    let fast = src.split(&format!("if ({name}) {{")).nth(1).unwrap();
+    let (fast, slow) = fast.split_once("} else {").unwrap();
+    assert!(
+        fast.contains("for (uint t") && slow.contains("for (uint t"),
+        "{src}"
+    );
+    // Element-wise copies only in the other version (the `else` of each chunk's test).
+    assert!(!fast.contains("tm_d["), "{src}");
+    assert!(slow.contains("tm_d[0] ="), "{src}");
+    // `exp2` as Triton spells it on NVIDIA GPUs.
+    assert!(
+        progs[0].standalone().contains("ex2.approx.ftz.f32") && src.contains("tm_ex2("),
+        "{src}"
     );
     assert!(progs[0].source.contains(reg_a) && progs[0].source.contains(smem_a));
     assert!(!progs[0].source.contains("mma.sync"));

@@ -293,3 +293,201 @@ fn loads_of(
     }
     Some(out)
 }
+
+/// How a value of a loop body depends on the loop's induction variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IvDep {
+    /// The same on every iteration.
+    Invariant,
+    /// `a + iv * b` with `a`, `b` invariant, in wrapping integer arithmetic; `true` when
+    /// `b` is one value for every element.
+    Affine(bool),
+    /// Anything else.
+    Other,
+}
+
+/// Whether pointer `ptr`, computed in loop body `body` from its induction variable
+/// (a recomputed [`AheadLoad`]), is `a + iv * b` with `a` and `b` the same on every
+/// iteration, in arithmetic that wraps at a width of at most 32 bits: every op between
+/// the induction variable and `ptr` adds, subtracts, multiplies by an invariant value,
+/// casts between integers without widening, or only reshapes. Wrapping addition and
+/// multiplication keep such a form exact modulo `2^32`, so a 32-bit offset of iteration
+/// `t` is the first iteration's plus `t` times the difference of the first two.
+/// `Some(true)` when moreover the change per iteration is one value for every element.
+pub fn affine_in_iv(k: &Kernel, body: RegionId, ptr: Value) -> Option<bool> {
+    let mut memo = std::collections::HashMap::new();
+    match iv_dep(k, body, ptr, &mut memo) {
+        IvDep::Other => None,
+        IvDep::Invariant => Some(true),
+        IvDep::Affine(u) => Some(u),
+    }
+}
+
+/// Whether loop-invariant `v` holds one value for every element: a scalar, a constant, or
+/// a scalar splatted or broadcast.
+fn uniform(k: &Kernel, v: Value) -> bool {
+    if k.ty(v).shape.is_empty() {
+        return true;
+    }
+    match k.def_op(v).map(|d| &k.op(d).op) {
+        Some(Op::Constant { .. }) => true,
+        Some(Op::Splat { src } | Op::Broadcast { src } | Op::ExpandDims { src, .. }) => {
+            uniform(k, *src)
+        }
+        _ => false,
+    }
+}
+
+fn iv_dep(
+    k: &Kernel,
+    body: RegionId,
+    v: Value,
+    memo: &mut std::collections::HashMap<Value, IvDep>,
+) -> IvDep {
+    if let Some(&d) = memo.get(&v) {
+        return d;
+    }
+    let d = iv_dep_of(k, body, v, memo);
+    memo.insert(v, d);
+    d
+}
+
+fn iv_dep_of(
+    k: &Kernel,
+    body: RegionId,
+    v: Value,
+    memo: &mut std::collections::HashMap<Value, IvDep>,
+) -> IvDep {
+    use IvDep::{Affine, Invariant, Other};
+    let Some(info) = k.value(v) else {
+        return Other;
+    };
+    let id = match info.def {
+        ValueDef::Param(_) => return Invariant,
+        ValueDef::RegionArg(r, i) if r == body => return if i == 0 { Affine(true) } else { Other },
+        ValueDef::RegionArg(r, _) => {
+            return if is_outside(k, r, body) {
+                Invariant
+            } else {
+                Other
+            }
+        }
+        ValueDef::OpResult(id, _) => id,
+    };
+    let d = k.op(id);
+    if d.parent != body {
+        return if is_outside(k, d.parent, body) {
+            Invariant
+        } else {
+            Other
+        };
+    }
+    let mut dep = |x: Value| iv_dep(k, body, x, memo);
+    let add = |a: IvDep, b: IvDep| match (a, b) {
+        (Other, _) | (_, Other) => Other,
+        (Invariant, Invariant) => Invariant,
+        (Affine(u), Invariant) | (Invariant, Affine(u)) => Affine(u),
+        (Affine(u), Affine(w)) => Affine(u && w),
+    };
+    match &d.op {
+        Op::Constant { .. } | Op::Arange { .. } | Op::ProgramId { .. } | Op::NumPrograms { .. } => {
+            Invariant
+        }
+        Op::Splat { src }
+        | Op::Broadcast { src }
+        | Op::ExpandDims { src, .. }
+        | Op::Reshape { src } => dep(*src),
+        Op::Binary { kind, lhs, rhs } => {
+            let (a, b) = (dep(*lhs), dep(*rhs));
+            match kind {
+                crate::ir::BinaryOp::Add | crate::ir::BinaryOp::Sub => add(a, b),
+                crate::ir::BinaryOp::Mul => match (a, b) {
+                    (Invariant, Invariant) => Invariant,
+                    (Affine(u), Invariant) => Affine(u && uniform(k, *rhs)),
+                    (Invariant, Affine(u)) => Affine(u && uniform(k, *lhs)),
+                    _ => Other,
+                },
+                _ => add(a, b).min_invariant(),
+            }
+        }
+        Op::AddPtr { ptr, offset } => add(dep(*ptr), dep(*offset)),
+        Op::Cast { src } => {
+            let s = dep(*src);
+            let (from, to) = (k.ty(*src).dtype, k.ty(v).dtype);
+            if s == Invariant
+                || (from.is_int() && to.is_int() && to.bits() <= from.bits() && to.bits() <= 32)
+            {
+                s
+            } else {
+                Other
+            }
+        }
+        op => {
+            let mut all = Invariant;
+            op.for_each_operand(|x| {
+                if dep(x) != Invariant {
+                    all = Other;
+                }
+            });
+            all
+        }
+    }
+}
+
+impl IvDep {
+    /// An op that is neither a sum nor a product keeps only invariance.
+    fn min_invariant(self) -> IvDep {
+        if self == IvDep::Invariant {
+            self
+        } else {
+            IvDep::Other
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::affine_in_iv;
+    use crate::dtype::DType::{F32, I32};
+    use crate::ir::{Op, Value};
+    use crate::tl::{self, Tensor};
+
+    /// Pointers made of the induction variable by sums and products with loop-invariant
+    /// values are affine in it (one change per iteration when the factors are scalars);
+    /// a product of the induction variable with itself or a division is not.
+    #[test]
+    fn pointers_affine_in_the_induction_variable() {
+        let k = tl::build("aff", &Default::default(), |k| {
+            let (x, o) = (k.ptr(F32, "x"), k.ptr(F32, "o"));
+            let (n, stride) = (k.scalar(I32, "n"), k.scalar(I32, "stride"));
+            let r = tl::arange(0, 16);
+            let acc: Tensor = tl::range(0, n, 16).fold(tl::zeros([16], F32), |start, acc| {
+                let a = tl::load(x + (start + r) * stride);
+                let b = tl::load(x + (start + r) * r);
+                let c = tl::load(x + start * start + r);
+                let d = tl::load(x + tl::floordiv(start, 2) + r);
+                let e = tl::load(x + r * 3);
+                acc + a + b + c + d + e
+            });
+            tl::store(o + r, acc);
+        })
+        .unwrap();
+        let loads: Vec<(Value, crate::ir::RegionId)> = k
+            .ops
+            .iter()
+            .filter_map(|d| match &d.op {
+                Op::Load { ptr, .. } => Some((*ptr, d.parent)),
+                _ => None,
+            })
+            .collect();
+        let got: Vec<Option<bool>> = loads
+            .iter()
+            .map(|&(p, body)| affine_in_iv(&k, body, p))
+            .collect();
+        assert_eq!(
+            got,
+            [Some(true), Some(false), None, None, Some(true)],
+            "{k}"
+        );
+    }
+}

@@ -51,6 +51,7 @@ mod unswitch;
 /// What the one-thread specialisations need while the shared printer runs: the plan's
 /// decisions ([`KernelPlan::cpu`]) and what spelling them has printed so far. Only the
 /// compiled CPU executor's printer carries one.
+#[derive(Clone)]
 pub(super) struct CpuStage {
     /// The decisions spelled.
     pub plan: CpuPlan,
