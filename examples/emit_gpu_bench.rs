@@ -179,21 +179,24 @@ fn cases() -> Result<Vec<Case>> {
             });
         }
     }
-    // Attention forward (tutorial 06's benchmark shape: batch 4, 32 heads, head dim 64),
+    // Attention forward (tutorial 06's benchmark shape: batch 4, 32 heads, head dim 64, and
+    // head dim 128 at 4096),
     // with the tile and warps of `triton_ref.attention`.
-    let (z, h, d) = (4i64, 32i64, 64i64);
+    let (z, h) = (4i64, 32i64);
     let (bm, bn, warps) = (128i64, 64i64, 4u32);
-    for n_ctx in [1024i64, 4096, 16384] {
+    for (n_ctx, d) in [(1024i64, 64i64), (4096, 64), (16384, 64), (4096, 128)] {
         for causal in [false, true] {
             let stride = |dim: i64| Val::I(dim);
             v.push(Case {
-                case: match (n_ctx, causal) {
-                    (1024, false) => "attention_1024",
-                    (1024, true) => "attention_1024_causal",
-                    (4096, false) => "attention_4096",
-                    (4096, true) => "attention_4096_causal",
-                    (_, false) => "attention_16384",
-                    (_, true) => "attention_16384_causal",
+                case: match (n_ctx, d, causal) {
+                    (1024, _, false) => "attention_1024",
+                    (1024, _, true) => "attention_1024_causal",
+                    (4096, 128, false) => "attention_4096_d128",
+                    (4096, 128, true) => "attention_4096_d128_causal",
+                    (4096, _, false) => "attention_4096",
+                    (4096, _, true) => "attention_4096_causal",
+                    (_, _, false) => "attention_16384",
+                    (_, _, true) => "attention_16384_causal",
                 },
                 kernel: fused_attention::attn_fwd_kernel()?,
                 arrays: Vec::new(),

@@ -159,13 +159,13 @@ def cases():
                         ref=(lambda a=a, b=b: a @ b),
                         tensors={"a_ptr": a, "b_ptr": b, "c_ptr": c3}, t_out=c1, g_out="c_ptr",
                         tol=None))
-    z, h, d = 4, 32, 64
-    for n_ctx in (1024, 4096, 16384):
+    z, h = 4, 32
+    for n_ctx, d in ((1024, 64), (4096, 64), (16384, 64), (4096, 128)):
         for causal in (False, True):
             q, k, v = (torch.randn(z, h, n_ctx, d, device=dev, dtype=torch.float16)
                        for _ in range(3))
             o1, o2 = torch.empty_like(q), torch.empty_like(q)
-            name = f"attention_{n_ctx}" + ("_causal" if causal else "")
+            name = f"attention_{n_ctx}" + ("_d128" if d == 128 else "") + ("_causal" if causal else "")
             flops = 4 * z * h * n_ctx * n_ctx * d * (0.5 if causal else 1.0)
             out.append(dict(
                 case=name, what=f"attention fwd f16 {z}x{h}x{n_ctx}x{d}" + (" causal" if causal else ""),
