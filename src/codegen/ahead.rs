@@ -15,11 +15,15 @@
 //! 4-, 8- or 16-byte `cp.async` when its elements are consecutive in memory and aligned; a
 //! mask constant over the chunk gives the copy's source size (0: the chunk is filled with
 //! zeros, nothing read). Any other chunk is written element by element (masked elements
-//! take 0, as `other` is 0 or absent), so every load's meaning is kept. The loop adds the
-//! same step to every pointer, so before it each chunk's first offset is kept, whether its
-//! offsets run +1 is tested once where the axis analysis does not prove it, and one flag
-//! tells whether every chunk of the thread is whole: then an iteration issues its copies
-//! with no test at all, the element-wise path being only in the other branch.
+//! take 0, as `other` is 0 or absent), so every load's meaning is kept. A loop that adds
+//! the same step to every pointer keeps each chunk's first offset before it, and tests
+//! once whether its offsets run +1 where the axis analysis does not prove it; pointers the
+//! loop recomputes from its induction variable, when affine in it
+//! ([`crate::opt::pipeline::affine_in_iv`]), are copied from their first offsets plus `t`
+//! times their change per iteration. One flag, the same for the whole block, then tells
+//! whether every chunk of every thread is whole and aligned in every iteration, and picks
+//! between two versions of the loop ([`Lowering::for_loop`]): one issues its copies with
+//! no test at all, the other keeps the element-wise path.
 
 use std::collections::HashMap;
 
