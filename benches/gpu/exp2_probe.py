@@ -32,7 +32,12 @@ def cmp(name, y):
 cmp("ex2.approx.f32", o[1]); cmp("ex2.approx.ftz.f32", o[2])
 sub = (ex > 0) & (ex < 2.0 ** -126)
 print("subnormal-result inputs:", sub.sum().item(), "tl.exp2 zero there:", (o[0][sub] == 0).sum().item())
-rel = ((o[0].double() - ex).abs() / ex.abs().clamp_min(2.0 ** -149))[~torch.isnan(ex) & torch.isfinite(ex) & (ex >= 2.0 ** -126)]
-print("max rel err (normal results):", rel.max().item())
+# Relative error where the exact result is a normal fp32 (below 2^128 and at least 2^-126),
+# and the largest difference in units of the last place of the exact result.
+normal = torch.isfinite(ex) & (ex >= 2.0 ** -126) & (ex < 2.0 ** 128)
+rel = ((o[0].double() - ex).abs() / ex)[normal]
+ulp = torch.exp2(torch.floor(torch.log2(ex[normal])) - 23)
+print("max rel err (normal results): %.3e = 2^%.2f" % (rel.max().item(), torch.log2(rel.max()).item()))
+print("max error in ulps of the exact result: %.2f" % ((o[0].double()[normal] - ex[normal]).abs() / ulp).max().item())
 for v in [-126.5, -140.0, -149.0, 1e-40]:
     j = (x == v).nonzero()[0].item(); print(v, o[0][j].item(), o[1][j].item(), o[2][j].item(), ex[j].item())

@@ -326,11 +326,9 @@ impl Lowering<'_> {
                     "{ct}* const tm_d = tm_rb + {};",
                     tile_offset(swz, tile, "tm_l")
                 ));
-                let first = match (&co, self.ring_affine.get(&l.load)) {
+                let first = match (&co, self.affine_offset(l, abs)?) {
                     (Some(co), _) => from_start(&format!("{co}[tm_c]")),
-                    (None, Some((ao, ad))) => {
-                        format!("{ot}({uot}({ao}[tm_c]) + {uot}({abs}) * {uot}({ad}))")
-                    }
+                    (None, Some(o)) => o,
                     (None, None) => format!("{offs}[tm_i]"),
                 };
                 self.line(format!("const {ct}* const tm_s = {base} + {first};"));
@@ -494,8 +492,8 @@ impl Lowering<'_> {
                 &format!("(tm_n * {kk}u + tm_k)")
             )
         ));
-        let first = match self.ring_affine.get(&l.load) {
-            Some((ao, ad)) => format!("{ot}({uot}({ao}[tm_c]) + {uot}({abs}) * {uot}({ad}))"),
+        let first = match self.affine_offset(l, abs)? {
+            Some(o) => o,
             None => at(&rp, 0),
         };
         self.line(format!("const {ot} tm_o = {first};"));
@@ -558,6 +556,20 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// The offset of chunk `tm_c` of load `l` in iteration `abs` (counted from the loop's
+    /// first), when its pointers are affine in the induction variable
+    /// ([`Self::ring_affine_starts`]): the first offset plus `abs` times the change.
+    fn affine_offset(&self, l: &AheadLoad, abs: &str) -> Result<Option<String>> {
+        let Some((ao, ad)) = self.ring_affine.get(&l.load) else {
+            return Ok(None);
+        };
+        let ot = self.cty(self.off_dtype)?;
+        let uot = unsigned_offset(self.off_dtype);
+        Ok(Some(format!(
+            "{ot}({uot}({ao}[tm_c]) + {uot}({abs}) * {uot}({ad}))"
+        )))
+    }
+
     /// Opens the loop over this thread's chunks of `v` elements along K of a `[k, n]`
     /// operand copied along K: `tm_c` counts them, `tm_n` and `tm_k` give the chunk's
     /// column and first row (the element at flat index [`k_chunk_flat`]).
@@ -604,10 +616,10 @@ impl Lowering<'_> {
         for i in 0..ring.loads.len() {
             let (l, _) = &ring.loads[i];
             let load = self.k.op(l.load);
-            let (Some(res), Op::Load { ptr, .. }) = (load.result(), &load.op) else {
+            let (Some(res), Op::Load { ptr, mask, .. }) = (load.result(), &load.op) else {
                 continue;
             };
-            let ptr = *ptr;
+            let (ptr, mask) = (*ptr, *mask);
             if l.carried.is_some() {
                 continue;
             }
@@ -617,13 +629,15 @@ impl Lowering<'_> {
             let Some(dims) = dot_dims(self.k, l.dot) else {
                 continue;
             };
-            let kmajor = l.operand == 1 && self.plan.kmajor(l.dot);
             let dt = self.edt(res);
+            // Operand B copied along K: its tile `[n][k]` and the chunk width there.
+            let along_k = (l.operand == 1 && self.plan.kmajor(l.dot)).then(|| {
+                let (n, kk, _) = ring_operand_tile(&self.plan, l.dot, dims, 1);
+                (n, kk, (16 / dt.size_bytes()).min(kk))
+            });
             // The chunks, as the copies walk them, and the flat index of each one's first
             // element.
-            let (chunks, flat, v) = if kmajor {
-                let (n, kk, _) = ring_operand_tile(&self.plan, l.dot, dims, 1);
-                let v = (16 / dt.size_bytes()).min(kk);
+            let (chunks, flat, v) = if let Some((n, kk, v)) = along_k {
                 ((n * kk / v).div_ceil(self.threads), k_chunk_flat(n, 0), v)
             } else {
                 let Some(v) = self.ring_chunk(ring, i) else {
@@ -663,8 +677,7 @@ impl Lowering<'_> {
                 self.line(format!("{ot} tm_ad{id}[{chunks}];"));
                 format!("tm_ad{id}[tm_c]")
             };
-            if kmajor {
-                let (n, kk, _) = ring_operand_tile(&self.plan, l.dot, dims, 1);
+            if let Some((n, kk, _)) = along_k {
                 self.open_k_chunks((n, kk), v);
             } else {
                 self.line("#pragma unroll");
@@ -682,12 +695,7 @@ impl Lowering<'_> {
             // chunk, a mask proven constant over it, every thread holding its chunks, and
             // the base, each first offset and each change per iteration multiples of a
             // chunk.
-            let mask = match &self.k.op(l.load).op {
-                Op::Load { mask, .. } => *mask,
-                _ => None,
-            };
-            let (runs, mask_ok, whole) = if kmajor {
-                let (n, kk, _) = ring_operand_tile(&self.plan, l.dot, dims, 1);
+            let (runs, mask_ok, whole) = if let Some((n, kk, _)) = along_k {
                 (
                     crate::opt::axis::step_along(self.k, ptr, 0) == Some(1),
                     mask.is_none_or(|m| crate::opt::axis::step_along(self.k, m, 0) == Some(0)),
@@ -790,9 +798,8 @@ impl Lowering<'_> {
                 .max(ring.stages * ring.stage_bytes + WGMMA_RING_ALIGN);
             self.line("extern __shared__ __align__(16) uchar tm_ring_base[];");
             self.line(format!(
-                "uchar* const tm_ring = tm_ring_base + (({a}u - ((uint)__cvta_generic_to_shared(tm_ring_base) & {m}u)) & {m}u);",
-                a = WGMMA_RING_ALIGN,
-                m = WGMMA_RING_ALIGN - 1
+                "uchar* const tm_ring = tm_ring_base + {};",
+                super::mma::aligned_gap("tm_ring_base")
             ));
         } else {
             self.ring_bytes = self.ring_bytes.max(ring.stages * ring.stage_bytes);

@@ -587,12 +587,8 @@ __device__ inline tm_uint4 tm_philox(uint c0, uint c1, uint c2, uint c3, uint k0
     "  tm_uint4 out = {{c0, c1, c2, c3}};\n  return out;\n}\n"
 );
 
-/// Chunk loads and stores. CUDA's wide accesses need natural alignment, which contiguity
-/// alone does not give (a row may start at any element), so each access checks the address
-/// and falls back to element accesses. The `_at` forms take an offset known to be a
-/// multiple of the chunk, so only the base pointer is checked.
 /// `exp2` of an fp32 as Triton's `tl.exp2` computes it on NVIDIA GPUs, bit for bit:
-/// `ex2.approx.ftz.f32` (relative error about 2^-22; subnormal inputs read as zero,
+/// `ex2.approx.ftz.f32` (an approximation of a few ulp; subnormal inputs read as zero,
 /// subnormal results flushed to zero).
 pub(super) const EX2: &str = r#"
 __device__ __forceinline__ float tm_ex2(float x) {
@@ -612,6 +608,10 @@ __device__ inline unsigned long long tm_wgmma_desc(uint addr, uint lead, uint st
 }
 "#;
 
+/// Chunk loads and stores. CUDA's wide accesses need natural alignment, which contiguity
+/// alone does not give (a row may start at any element), so each access checks the address
+/// and falls back to element accesses. The `_at` forms take an offset known to be a
+/// multiple of the chunk, so only the base pointer is checked.
 pub(super) const PACKED: &str = r#"
 template <typename T, int N>
 struct __align__(sizeof(T) * N) tm_vec {

@@ -397,7 +397,7 @@ pub const CUDA: Dialect = Dialect {
         ("philox", super::cuda::PHILOX),
         ("packed", super::cuda::PACKED),
         ("wgmma", super::cuda::WGMMA),
-        ("ex2", super::cuda::EX2),
+        ("exp2", super::cuda::EX2),
         ("minmax", CUDA_MINMAX),
         ("f2i", CUDA_VALUES.1),
     ],

@@ -43,7 +43,7 @@ enum WgmmaA {
 
 /// Bytes from shared-memory array `s` to the first [`WGMMA_RING_ALIGN`]-byte boundary at
 /// or after it (a C expression).
-fn aligned_gap(s: &str) -> String {
+pub(super) fn aligned_gap(s: &str) -> String {
     let m = WGMMA_RING_ALIGN - 1;
     format!(
         "(({a}u - ((uint)__cvta_generic_to_shared({s}) & {m}u)) & {m}u)",
