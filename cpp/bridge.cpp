@@ -2,10 +2,12 @@
 // is declared `Result` in src/ffi.rs); nothing here may abort the process.
 #include "bridge.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <unordered_set>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -294,11 +296,16 @@ class StdoutCapture {
   explicit StdoutCapture(const std::string& path) : path_(path) {
     std::fflush(stdout);
     std::cout.flush();
+    // A new private file only: a file or link already at `path` is refused, not followed.
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::runtime_error("cannot capture stdout to " + path + ": " + std::strerror(errno));
     saved_ = dup(1);
-    FILE* f = std::fopen(path.c_str(), "w");
-    if (!f || saved_ < 0) throw std::runtime_error("cannot capture stdout to " + path);
-    dup2(fileno(f), 1);
-    std::fclose(f);
+    if (saved_ < 0) {
+      close(fd);
+      throw std::runtime_error("cannot capture stdout to " + path + ": " + std::strerror(errno));
+    }
+    dup2(fd, 1);
+    close(fd);
   }
   std::string finish() {
     std::cout.flush();

@@ -4,6 +4,7 @@
 //! Everything about MLX's calling convention for custom kernels lives here and in
 //! `cpp/bridge.cpp`; code generators only produce kernel bodies.
 
+#[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -280,14 +281,27 @@ impl MadeKernel {
         outputs: &[OutputSpec],
         dims: ([usize; 3], [usize; 3]),
     ) -> Result<String> {
+        // The scratch files (MLX's export and the captured stdout) go to the user's private
+        // cache folder, never to a shared temp folder where another user could plant a link
+        // under a predictable name.
+        let dir = crate::cache::dir(crate::cache::Purpose::Root)?;
+        let scratch = crate::cache::unique_path(&dir, "trace", "");
+        self.traced_source_at(inputs, outputs, dims, &scratch)
+    }
+
+    /// [`Self::traced_source`] with its scratch files at `scratch` plus `.stdout` and
+    /// `.mlxfn`; a file or link already at the `.stdout` path is an error, never followed.
+    fn traced_source_at(
+        &self,
+        inputs: &[&Array],
+        outputs: &[OutputSpec],
+        dims: ([usize; 3], [usize; 3]),
+        scratch: &std::path::Path,
+    ) -> Result<String> {
         let p = Parts::of(self, inputs, outputs, dims)?;
         // The capture redirects the whole process's stdout: one trace at a time.
         static TRACE_LOCK: Mutex<()> = Mutex::new(());
         let _guard = TRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let scratch =
-            std::env::temp_dir().join(format!("triton-metal-trace-{}-{n}", std::process::id()));
         let scratch = scratch.to_string_lossy().to_string();
         // SAFETY: as in `launch`.
         let out = unsafe {
@@ -432,6 +446,47 @@ impl CudaKernelCall<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_trace_never_writes_through_a_planted_link() {
+        let dir = crate::cache::dir(crate::cache::Purpose::Root).unwrap();
+        let victim = crate::cache::unique_path(&dir, "victim", ".txt");
+        std::fs::write(&victim, "keep me").unwrap();
+        let scratch = crate::cache::unique_path(&dir, "trace", "");
+        let link = format!("{}.stdout", scratch.display());
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let made = MadeKernel::metal(
+            "planted",
+            &["x".into()],
+            &["out".into()],
+            ("out[0] = x[0];", ""),
+            false,
+        )
+        .unwrap();
+        let x = Array::from_slice(&[1.0f32], &[1]).unwrap();
+        let spec = OutputSpec {
+            shape: vec![1],
+            dtype: DType::F32,
+        };
+        let got = made.traced_source_at(
+            &[&x],
+            std::slice::from_ref(&spec),
+            ([1, 1, 1], [1, 1, 1]),
+            &scratch,
+        );
+        let read = std::fs::read_to_string(&victim).unwrap();
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_file(&victim);
+        let e = got.expect_err("a planted link must be refused").to_string();
+        assert!(e.contains("cannot capture stdout"), "{e}");
+        assert_eq!(read, "keep me");
+        // The same call through a fresh private path works.
+        let traced = made
+            .traced_source(&[&x], std::slice::from_ref(&spec), ([1, 1, 1], [1, 1, 1]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(traced.contains("out[0] = x[0];"), "{traced}");
+    }
 
     #[test]
     fn a_metal_kernel_call_runs_in_the_emulator() {
