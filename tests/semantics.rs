@@ -834,6 +834,38 @@ fn unstored_outputs_and_exact_fills() {
     }
 }
 
+/// A grid with an axis of 0 programs runs no program, as Triton's launcher launches nothing
+/// then: every output comes back holding its fill or the array it updates in place, on
+/// every target (MLX's custom kernels refuse an empty grid, so the GPU paths launch none).
+#[test]
+fn a_grid_with_a_zero_axis_runs_no_program() {
+    let k = tl::jit("zero_grid", |k| {
+        let (x, y, z) = (k.ptr(F32, "x"), k.ptr(I32, "y"), k.ptr(F32, "z"));
+        let offs = tl::program_id(1) * 16 + tl::arange(0, 16);
+        tl::store(y + offs, offs);
+        let v = tl::load(z + offs);
+        tl::store(z + offs, v + tl::load(x + offs));
+    })
+    .unwrap();
+    let x = Array::from_slice(&[1.0f32; 32], &[32]).unwrap();
+    let zs: Vec<f32> = (0..32).map(|i| i as f32 - 3.5).collect();
+    let z = Array::from_slice(&zs, &[32]).unwrap();
+    for grid in [[0, 2, 1], [1, 0, 1], [1, 2, 0]] {
+        // 16777217 is not a float32: the GPU paths carry it as an in-place update.
+        let got = every_target(&k, |l| {
+            l.grid(grid).args((
+                &x,
+                out(&[32], I32).fill(16777217.0),
+                triton_metal::runtime::inout(&z),
+            ))
+        });
+        for (t, o) in &got {
+            assert_eq!(o[0].to_vec::<i32>().unwrap(), vec![16777217; 32], "{t:?}");
+            assert_eq!(o[1].to_vec::<f32>().unwrap(), zs, "{t:?} {grid:?}");
+        }
+    }
+}
+
 // ---- math ------------------------------------------------------------------------------------
 
 /// `tanh` within 2 ulp-ish (4e-7 relative) of the exact value over a wide range of

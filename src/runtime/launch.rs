@@ -593,7 +593,9 @@ impl JitKernel {
 }
 
 impl<'k> Launch<'k> {
-    /// Programs per axis: `[n]`, `[x, y]`, `[x, y, z]`, or [`grid`]`(|meta| ..)`.
+    /// Programs per axis: `[n]`, `[x, y]`, `[x, y, z]`, or [`grid`]`(|meta| ..)`. At most
+    /// [`MAX_GRID`]; an axis of 0 runs no program, as in Triton (the outputs hold their
+    /// fills, or the arrays they update in place).
     pub fn grid(mut self, g: impl Into<Grid>) -> Self {
         self.grid = Some(g.into());
         self
@@ -993,12 +995,18 @@ impl<'k> Launch<'k> {
                 let init = gpu_fills(&kernel, &mut plan, true)?;
                 let prog = self.metal_program(&kernel, &in_place_params(&kernel, &plan))?;
                 self.check_metal_threads(&prog, grid)?;
+                if grid.contains(&0) {
+                    return no_programs(&plan);
+                }
                 run_metal(&kernel, &prog, grid, &plan, init)
             }
             Target::Cuda => {
                 let mut plan = plan;
                 let init = gpu_fills(&kernel, &mut plan, false)?;
                 let prog = self.cuda_program(&kernel, &in_place_params(&kernel, &plan))?;
+                if grid.contains(&0) {
+                    return no_programs(&plan);
+                }
                 run_cuda(&kernel, &prog, grid, &plan, init)
             }
             Target::Emulated(order) => {
@@ -1006,6 +1014,9 @@ impl<'k> Launch<'k> {
                 let init = gpu_fills(&kernel, &mut plan, true)?;
                 let prog = self.metal_program(&kernel, &in_place_params(&kernel, &plan))?;
                 self.check_metal_threads(&prog, grid)?;
+                if grid.contains(&0) {
+                    return no_programs(&plan);
+                }
                 run_emulated(&kernel, &prog, grid, &plan, (order, init))
             }
         })();
@@ -1878,6 +1889,17 @@ fn in_place_params(kernel: &Kernel, plan: &Bound) -> Vec<usize> {
         })
         .map(|(i, _)| i)
         .collect()
+}
+
+/// The outputs of a GPU launch whose grid has an axis of 0 programs, which launches
+/// nothing (as Triton's launcher does, and as the CPU targets run no program): each holds
+/// its fill (zeros without one) or the array it updates in place, in parameter order.
+/// MLX's custom kernels refuse an empty grid, so none is made.
+fn no_programs(plan: &Bound) -> Result<Vec<Array>> {
+    Ok(unstored_outputs(&[], plan)?
+        .into_iter()
+        .map(|(_, a)| a)
+        .collect())
 }
 
 /// Outputs this specialisation never stores to (not outputs of the GPU program): made here,
