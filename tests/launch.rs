@@ -137,13 +137,16 @@ fn bad_launches_are_clear_errors() {
         e.contains("power of two") || e.contains("power of 2"),
         "{e}"
     );
-    let e = launch_err(
-        base()
-            .constexpr("NOPE", 1)
-            .args((&x, out_like(&x), 8, 1.0f32))
-            .run(),
-    );
-    assert!(e.contains("NOPE"), "{e}");
+    // A constexpr the kernel does not declare: the error is at the line that gave it.
+    let l = base().args((&x, out_like(&x), 8, 1.0f32));
+    let (l, line) = (l.constexpr("NOPE", 1), line!());
+    let e = launch_err(l.run());
+    let at = format!("{}:{line}:", file!());
+    assert!(e.contains("NOPE") && e.contains(&at), "{e}");
+    let (r, line) = (k.specialize_with(&[("BLOCK", 8), ("NOPE", 1)]), line!());
+    let e = r.expect_err("NOPE is not declared").to_string();
+    let at = format!("{}:{line}:", file!());
+    assert!(e.contains("NOPE") && e.contains(&at), "{e}");
 }
 
 #[test]

@@ -58,7 +58,7 @@ use crate::codegen::{
 use crate::device::{self, Backend, Device, HardwareInfo};
 use crate::dtype::DType;
 use crate::emu::{self, EmuBuffer, LaneOrder};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SourceLoc};
 use crate::exec::{ExecArg, PtrTable, ReduceStrategy};
 use crate::ir::{Kernel, Op, ParamKind};
 use crate::opt::plan::KernelPlan;
@@ -556,6 +556,8 @@ pub struct Launch<'k> {
     grid: Option<Grid>,
     args: Vec<Arg>,
     constexprs: BTreeMap<String, ConstexprValue>,
+    /// Where each constexpr was given, for an error naming one the kernel does not declare.
+    constexpr_locs: BTreeMap<String, SourceLoc>,
     num_warps: usize,
     num_stages: u32,
     target: Target,
@@ -580,6 +582,7 @@ impl JitKernel {
             grid: None,
             args: Vec::new(),
             constexprs: BTreeMap::new(),
+            constexpr_locs: BTreeMap::new(),
             num_warps: 4,
             num_stages: LaunchOptions::default().num_stages,
             target: Target::Auto,
@@ -616,8 +619,11 @@ impl<'k> Launch<'k> {
     /// Gives a constexpr (specialises the kernel): an integer, a bool, a float, a string
     /// or a dtype (`.constexpr("BLOCK", 1024)`, `.constexpr("ACTIVATION", "leaky_relu")`,
     /// `.constexpr("ACC_TYPE", DType::F32)`; see [`ConstexprValue`]).
+    #[track_caller]
     pub fn constexpr(mut self, name: &str, value: impl Into<ConstexprValue>) -> Self {
         self.constexprs.insert(name.to_string(), value.into());
+        self.constexpr_locs
+            .insert(name.to_string(), SourceLoc::caller());
         self
     }
 
@@ -773,6 +779,7 @@ impl<'k> Launch<'k> {
     /// edit. `Unsupported` for [`Target::Cpu`], which interprets the IR without a plan
     /// (choose a compiled target with [`Launch::target`]), and errors as
     /// [`Launch::run`] would give for a plan the kernel cannot take.
+    #[track_caller]
     pub fn plan(&self) -> Result<KernelPlan> {
         let kernel = self.specialize_for(false)?;
         let name = kernel.name.clone();
@@ -924,15 +931,20 @@ impl<'k> Launch<'k> {
     /// per constexpr set and options: [`JitKernel::specialize_optimized`]), with the facts
     /// of its integer arguments applied unless [`Launch::specialize_integers`] turned them
     /// off.
+    #[track_caller]
     pub fn specialize(&self) -> Result<Arc<Kernel>> {
         self.specialize_for(true)
     }
 
     /// The specialisation for a target whose default is to apply the integer facts
     /// (`facts`: the CPU targets and CUDA) or not (Metal and the emulator).
+    #[track_caller]
     fn specialize_for(&self, facts: bool) -> Result<Arc<Kernel>> {
         let sig = self.signature();
-        let general = self.kernel.specialize(&sig)?;
+        let general = self
+            .kernel
+            .specialize(&sig)
+            .map_err(|e| self.at_unknown_constexpr(e))?;
         // `do_not_specialize`'s names are checked whether or not facts apply.
         let found = self.int_facts(&general)?;
         let ints = if self.int_spec.unwrap_or(facts) {
@@ -944,8 +956,40 @@ impl<'k> Launch<'k> {
             .specialize_for_ints(&sig, self.passes.as_ref(), &ints)
     }
 
+    /// A build error naming constexprs the kernel does not declare, placed at the line
+    /// that gave the first of them (`.constexpr(..)`).
+    fn at_unknown_constexpr(&self, e: Error) -> Error {
+        let Error::Build {
+            kernel,
+            op,
+            loc,
+            msg,
+        } = e
+        else {
+            return e;
+        };
+        let unknown = (op == "constexpr")
+            .then(|| msg.strip_prefix("unknown constexpr(s) "))
+            .flatten()
+            .and_then(|m| m.split_once(';'))
+            .map(|(names, _)| names);
+        let given = unknown.and_then(|names| {
+            self.constexpr_locs
+                .iter()
+                .find(|(n, _)| names.contains(&format!("{n:?}")))
+                .map(|(_, l)| *l)
+        });
+        Error::Build {
+            kernel,
+            op,
+            loc: given.unwrap_or(loc),
+            msg,
+        }
+    }
+
     /// Checks everything and runs; returns the outputs (the stored-to pointer arguments)
     /// in parameter order, as lazy MLX arrays.
+    #[track_caller]
     pub fn run(self) -> Result<Vec<Array>> {
         if !self.num_warps.is_power_of_two() || self.num_warps > 32 {
             return Err(self.err(format!(
@@ -1069,6 +1113,7 @@ impl<'k> Launch<'k> {
     /// The Metal program this launch would run (generated once per kernel, options and set
     /// of parameters updated in place: those of [`inout`] arguments, and outputs whose fill
     /// MLX's float32 init value cannot carry, once the arguments are given).
+    #[track_caller]
     pub fn msl(&self) -> Result<Arc<MetalProgram>> {
         let kernel = self.specialize_for(false)?;
         let in_place = self.gpu_in_place(&kernel, true)?;
@@ -1089,6 +1134,7 @@ impl<'k> Launch<'k> {
     /// The launch [`Target::Emulated`] would make: the generated MSL with its inputs bound
     /// and outputs described, to run under chosen schedules ([`emu::run_all_orders`]) or
     /// to inspect or edit before running ([`emu::run`]).
+    #[track_caller]
     pub fn emulated(&self) -> Result<emu::MetalLaunch> {
         let kernel = self.specialize_for(false)?;
         let grid = self.eval_grid()?;
@@ -1102,6 +1148,7 @@ impl<'k> Launch<'k> {
 
     /// The CUDA program this launch would run on an NVIDIA GPU (see [`Launch::msl`] for
     /// parameters updated in place).
+    #[track_caller]
     pub fn cuda(&self) -> Result<Arc<CudaProgram>> {
         let kernel = self.specialize_for(true)?;
         let in_place = self.gpu_in_place(&kernel, false)?;

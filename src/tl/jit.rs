@@ -676,6 +676,32 @@ fn build_signature(
     finish(b)
 }
 
+/// Where errors found while specialising, not at any op of the body, are placed until
+/// [`at_caller`] gives them the line that asked for the specialisation.
+const SPECIALIZE_LOC: SourceLoc = SourceLoc {
+    file: "<specialize>",
+    line: 0,
+    column: 0,
+};
+
+/// `e` placed at `caller` if it was found while specialising rather than at an op.
+fn at_caller(e: Error, caller: SourceLoc) -> Error {
+    match e {
+        Error::Build {
+            kernel,
+            op,
+            loc,
+            msg,
+        } if loc == SPECIALIZE_LOC => Error::Build {
+            kernel,
+            op,
+            loc: caller,
+            msg,
+        },
+        e => e,
+    }
+}
+
 fn finish(b: Builder) -> Result<Kernel> {
     if let Some(e) = b.error {
         return Err(e);
@@ -692,11 +718,7 @@ fn finish(b: Builder) -> Result<Kernel> {
         return Err(Error::Build {
             kernel: k.name.clone(),
             op: "constexpr".into(),
-            loc: SourceLoc {
-                file: "<specialize>",
-                line: 0,
-                column: 0,
-            },
+            loc: SPECIALIZE_LOC,
             msg: format!("unknown constexpr(s) {unknown:?}; the kernel declares {known:?}"),
         });
     }
@@ -791,8 +813,14 @@ impl JitKernel {
     /// arguments' dtypes, which a kernel with generic pointers needs). Built once per
     /// signature, then cached; signatures that differ only in the dtypes of arguments of
     /// fixed-dtype pointers share one build.
+    /// A mistake that no line of the kernel's body made (a constexpr the body does not
+    /// declare) is reported at the caller's line.
+    #[track_caller]
     pub fn specialize(&self, sig: &(impl IntoSignature + ?Sized)) -> Result<Arc<Kernel>> {
-        self.resolve(&sig.signature()).map(|(_, k)| k)
+        let caller = SourceLoc::caller();
+        self.resolve(&sig.signature())
+            .map(|(_, k)| k)
+            .map_err(|e| at_caller(e, caller))
     }
 
     /// The cache key and the kernel of `sig`, built if needed.
@@ -832,11 +860,7 @@ impl JitKernel {
             return Err(Error::Build {
                 kernel: self.name.clone(),
                 op: "param".into(),
-                loc: SourceLoc {
-                    file: "<specialize>",
-                    line: 0,
-                    column: 0,
-                },
+                loc: SPECIALIZE_LOC,
                 msg: format!(
                     "the kernel declares different generic pointers ({:?}, before: {:?}) for \
                      arguments of other dtypes; which pointers are generic may depend on \
@@ -856,6 +880,7 @@ impl JitKernel {
     }
 
     /// [`JitKernel::specialize`] from `(name, value)` pairs of integer constexprs.
+    #[track_caller]
     pub fn specialize_with(&self, constexprs: &[(&str, i64)]) -> Result<Arc<Kernel>> {
         let map: BTreeMap<String, i64> = constexprs
             .iter()
