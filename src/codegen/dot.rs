@@ -19,7 +19,7 @@
 //! loop), the fragments live across the loop and C goes through threadgroup memory only
 //! before (not at all for a constant start) and after it.
 
-use super::layout::{MATRIX_TILE, SIMD_WIDTH};
+use super::layout::{deposit_expr, MATRIX_TILE, SIMD_WIDTH};
 use super::lower::{unsupported_on, Lowering, Repr};
 use super::LayoutChoice;
 
@@ -857,6 +857,17 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// `tl.dot` by scalar FMAs, for the shapes and types the matrix tiles cannot take (and
+    /// every dot where the target has none): A and B are staged row-major in threadgroup
+    /// memory and each thread accumulates its C elements in registers. The elements of one
+    /// thread form a product set, batches × rows × columns: the register bits of C's blocked
+    /// layout each land in the batch, row or column field of the flat index, and the thread
+    /// bits fix the rest ([`ScalarDotGeometry`]). The K loop is outer, in steps of up to four
+    /// (consecutive elements of a row of A, read together); per step each of the thread's
+    /// columns of B is read once per k and each of its rows of A once, and every element
+    /// takes its products in k order, one `fma` per k (`c + x * y` for integers), so the
+    /// sums are those of the plain per-element loop. 16-bit float accumulators sum in
+    /// `float` and round once at the end.
     #[allow(clippy::too_many_arguments)]
     fn dot_scalar(
         &mut self,
@@ -879,46 +890,181 @@ impl Lowering<'_> {
         let na = batch * m * k;
         let s = self.smem_buf(Role::Operands, din, na + batch * k * n)?;
         self.smem_write_begin();
-        self.stage(a, &s, 0, &|l| l.to_string())?;
+        match self.cpu.as_ref().and_then(|c| c.row_ptrs.get(&a).cloned()) {
+            // A one-thread program whose A rows are read in place (2-D f32 tiles,
+            // `CpuPlan::rows_in_place`): the block holds only the rows that were copied,
+            // the table of row pointers every row.
+            Some(t) => {
+                self.open(format!("for (uint tm_l = 0; tm_l < {na}u; ++tm_l)"));
+                self.line(format!("{s}[tm_l] = {t}[tm_l / {k}u][tm_l % {k}u];"));
+                self.close();
+            }
+            None => self.stage(a, &s, 0, &|l| l.to_string())?,
+        }
         self.stage(b, &s, na, &|l| l.to_string())?;
         self.smem_write_end();
         let ct = self.cty(dacc)?;
         let lay = self.layout(res);
+        let g = ScalarDotGeometry::new(lay, m, n);
         let name = self.declare_block("dot", dacc, lay.n)?;
-        let accs = self.el(acc, "tm_i");
-        self.open_regs(lay, true);
-        if lay.has_idle_threads() {
-            self.line(format!(
-                "if (tm_l >= {}u) {{ {name}[tm_i] = {ct}(0); continue; }}",
-                lay.n
-            ));
-        }
-        self.line(format!("const uint tm_b = tm_l / {}u;", m * n));
-        self.line(format!("const uint tm_m = (tm_l / {n}u) % {m}u;"));
-        self.line(format!("const uint tm_n = tm_l % {n}u;"));
-        // 16-bit float accumulators sum in `float`, rounded once at the end of the dot.
         let narrow = matches!(dacc, DType::F16 | DType::BF16);
         let at = if narrow { "float" } else { ct };
-        self.line(format!("{at} tm_c = {at}({accs});"));
-        self.open(format!("for (uint tm_k = 0; tm_k < {k}u; ++tm_k)"));
-        let x = format!("{at}({s}[tm_b * {}u + tm_m * {k}u + tm_k])", m * k);
-        let y = format!("{at}({s}[{na}u + tm_b * {}u + tm_k * {n}u + tm_n])", k * n);
-        if dacc.is_float() {
-            self.line(format!("tm_c = fma({x}, {y}, tm_c);"));
+        let c = if narrow {
+            self.declare_block("dot_acc", DType::F32, lay.n)?
         } else {
-            self.line(format!("tm_c = tm_c + {x} * {y};"));
+            name.clone()
+        };
+        let accs = self.el(acc, "tm_i");
+        let idle = lay.has_idle_threads();
+        self.open_regs(lay, true);
+        if idle {
+            self.line(format!(
+                "{c}[tm_i] = tm_l < {}u ? {at}({accs}) : {at}(0);",
+                lay.n
+            ));
+        } else {
+            self.line(format!("{c}[tm_i] = {at}({accs});"));
         }
         self.close();
-        self.line(format!("{name}[tm_i] = {ct}(tm_c);"));
+        // The flat index of the thread's register 0: its batch, row and column bits.
+        let (lm, ln) = (m.trailing_zeros(), n.trailing_zeros());
+        let f0 = match lay.vec_bits() {
+            0 => "tm_lid".to_string(),
+            vb => format!("tm_lid << {vb}"),
+        };
+        self.open("if (true)");
+        self.line(format!("const uint tm_f0 = {f0};"));
+        if idle {
+            self.open(format!("if (tm_f0 < {}u)", lay.n));
+        }
+        self.line(format!("const uint tm_b0 = tm_f0 >> {};", lm + ln));
+        self.line(format!("const uint tm_m0 = (tm_f0 >> {ln}) & {}u;", m - 1));
+        self.line(format!("const uint tm_n0 = tm_f0 & {}u;", n - 1));
+        // Consecutive k per step: a row of A's run is read as one vector where it can be.
+        let kv = [4, 2, 1].into_iter().find(|v| k % v == 0).unwrap_or(1);
+        let (nb, nr, nc) = (g.batches(), g.rows(), g.cols());
+        let reg = [
+            deposit_expr("tm_q", &g.batch.iter().map(|f| f.0).collect::<Vec<_>>()),
+            deposit_expr("tm_r", &g.row.iter().map(|f| f.0).collect::<Vec<_>>()),
+            deposit_expr("tm_c", &g.col.iter().map(|f| f.0).collect::<Vec<_>>()),
+        ]
+        .join(" | ");
+        let boff = deposit_expr("tm_q", &g.batch.iter().map(|f| f.1).collect::<Vec<_>>());
+        let roff = deposit_expr("tm_r", &g.row.iter().map(|f| f.1).collect::<Vec<_>>());
+        let coff = deposit_expr("tm_c", &g.col.iter().map(|f| f.1).collect::<Vec<_>>());
+        // Unrolled, the loops over the thread's elements index C's registers by constants,
+        // so they stay in registers; a one-thread program (the CPU's, whose "registers"
+        // are the whole block) keeps plain loops.
+        let unroll = lay.regs() <= 256;
+        let unrolled = |me: &mut Self, var: &str, count: usize| {
+            if unroll {
+                me.line("#pragma unroll");
+            }
+            me.open(format!("for (uint {var} = 0; {var} < {count}u; ++{var})"));
+        };
+        self.open(format!("for (uint tm_k = 0; tm_k < {k}u; tm_k += {kv}u)"));
+        unrolled(self, "tm_q", nb);
+        self.line(format!("const uint tm_b = tm_b0 + ({boff});"));
+        // This step's k of the thread's columns of B.
+        self.line(format!("{at} tm_y[{kv}][{nc}];"));
+        unrolled(self, "tm_j", kv);
+        unrolled(self, "tm_c", nc);
+        self.line(format!(
+            "tm_y[tm_j][tm_c] = {at}({s}[{na}u + tm_b * {}u + (tm_k + tm_j) * {n}u + tm_n0 + ({coff})]);",
+            k * n
+        ));
         self.close();
+        self.close();
+        unrolled(self, "tm_r", nr);
+        // This step's k of one of the thread's rows of A, used by all its columns.
+        self.line(format!(
+            "const uint tm_row = tm_b * {}u + (tm_m0 + ({roff})) * {k}u + tm_k;",
+            m * k
+        ));
+        self.line(format!("{at} tm_x[{kv}];"));
+        unrolled(self, "tm_j", kv);
+        self.line(format!("tm_x[tm_j] = {at}({s}[tm_row + tm_j]);"));
+        self.close();
+        unrolled(self, "tm_j", kv);
+        unrolled(self, "tm_c", nc);
+        self.line(format!("const uint tm_i = {reg};"));
+        let (x, y, ci) = ("tm_x[tm_j]", "tm_y[tm_j][tm_c]", format!("{c}[tm_i]"));
+        if dacc.is_float() {
+            self.line(format!("{ci} = fma({x}, {y}, {ci});"));
+        } else {
+            self.line(format!("{ci} = {ci} + {x} * {y};"));
+        }
+        self.close();
+        self.close();
+        self.close();
+        self.close();
+        self.close();
+        if idle {
+            self.close();
+        }
+        self.close();
+        if narrow {
+            self.open_regs(lay, false);
+            self.line(format!("{name}[tm_i] = {ct}({c}[tm_i]);"));
+            self.close();
+        }
         self.smem_read_done();
         self.set(res, Repr::Block(name));
         self.layouts.push(LayoutChoice {
             op: format!("dot {}x{m}x{n}x{k}", batch),
-            layout: "scalar FMA: operands staged in threadgroup memory, one C element per register"
-                .into(),
+            layout: format!(
+                "scalar FMA: operands staged in threadgroup memory, C in registers, \
+                 {nb}x{nr}x{nc} (batches x rows x columns) per thread, K in steps of {kv}"
+            ),
         });
         Ok(())
+    }
+}
+
+/// Which register bits of a thread's C elements (under C's blocked layout) are bits of
+/// the batch, row and column indices of a `[batch, m, n]` block (`m`, `n` powers of two):
+/// per field, `(register bit, bit of that index)` pairs. Every register bit is a flat-index
+/// bit above, below or among the thread bits, so it lands in exactly one field, and the
+/// thread's elements are the product of its batches, rows and columns.
+#[derive(Debug, PartialEq, Eq)]
+struct ScalarDotGeometry {
+    batch: Vec<(u32, u32)>,
+    row: Vec<(u32, u32)>,
+    col: Vec<(u32, u32)>,
+}
+
+impl ScalarDotGeometry {
+    fn new(lay: super::layout::BlockedLayout, m: usize, n: usize) -> ScalarDotGeometry {
+        let (lm, ln) = (m.trailing_zeros(), n.trailing_zeros());
+        let (vb, tb) = (lay.vec_bits(), lay.thread_bits());
+        let mut g = ScalarDotGeometry {
+            batch: Vec::new(),
+            row: Vec::new(),
+            col: Vec::new(),
+        };
+        for j in 0..lay.regs().trailing_zeros() {
+            let p = if j < vb { j } else { j + tb };
+            if p < ln {
+                g.col.push((j, p));
+            } else if p < ln + lm {
+                g.row.push((j, p - ln));
+            } else {
+                g.batch.push((j, p - ln - lm));
+            }
+        }
+        g
+    }
+
+    fn batches(&self) -> usize {
+        1 << self.batch.len()
+    }
+
+    fn rows(&self) -> usize {
+        1 << self.row.len()
+    }
+
+    fn cols(&self) -> usize {
+        1 << self.col.len()
     }
 }
 

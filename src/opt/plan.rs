@@ -212,7 +212,7 @@ pub enum DotLowering {
     Mma(WarpGrid),
     /// One thread per program: rows of C accumulate along rows of B.
     Rows,
-    /// One C element per register, a scalar FMA loop over K with A and B staged.
+    /// Scalar FMAs, A and B staged: each thread's C elements in registers, the K loop outside.
     Fma,
 }
 
