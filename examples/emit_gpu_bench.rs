@@ -179,6 +179,35 @@ fn cases() -> Result<Vec<Case>> {
             });
         }
     }
+    // The tutorial's kernel on f32 operands and output: `tl.dot`'s default input precision
+    // ("ieee") takes plain f32 FMAs on CUDA. 128x128x32 tiles on 8 warps (64 C elements per
+    // thread, 32 KB of staged operands), as bench.py runs Triton's kernel.
+    let size = 4096i64;
+    let (bm, bn, bk, warps) = (128i64, 128i64, 32i64, 8u32);
+    v.push(Case {
+        case: "matmul_f32_4096",
+        kernel: matmul::matmul_kernel()?,
+        arrays: vec![DType::F32; 3],
+        constexprs: vec![
+            ("BLOCK_SIZE_M", bm),
+            ("BLOCK_SIZE_N", bn),
+            ("BLOCK_SIZE_K", bk),
+            ("GROUP_SIZE_M", 8),
+        ],
+        num_warps: warps,
+        scalars: vec![
+            ("M", Val::I(size)),
+            ("N", Val::I(size)),
+            ("K", Val::I(size)),
+            ("stride_am", Val::I(size)),
+            ("stride_ak", Val::I(1)),
+            ("stride_bk", Val::I(size)),
+            ("stride_bn", Val::I(1)),
+            ("stride_cm", Val::I(size)),
+            ("stride_cn", Val::I(1)),
+        ],
+        programs: [((size / bm) * (size / bn)) as usize, 1, 1],
+    });
     // Attention forward (tutorial 06's benchmark shape: batch 4, 32 heads, head dim 64, and
     // head dim 128 at 4096),
     // with the tile and warps of `triton_ref.attention`.

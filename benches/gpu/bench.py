@@ -159,6 +159,21 @@ def cases():
                         ref=(lambda a=a, b=b: a @ b),
                         tensors={"a_ptr": a, "b_ptr": b, "c_ptr": c3}, t_out=c1, g_out="c_ptr",
                         tol=None))
+    # f32 operands and output, 128x128x32 tiles on 8 warps on both sides: `tl.dot`'s "ieee"
+    # precision (plain f32 FMAs; triton-metal's default), then Triton's default "tf32"
+    # (tensor cores) for reference, which triton-metal's kernel does not run.
+    size = 4096
+    fa = torch.randn(size, size, device=dev)
+    fb = torch.randn(size, size, device=dev)
+    fc1, fc2, fc3 = (torch.empty_like(fa) for _ in range(3))
+    for prec, case in (("ieee", f"matmul_f32_{size}"), ("tf32", f"matmul_f32_tf32_{size}")):
+        out.append(dict(case=case, what=f"matmul f32 {size}^3, input_precision {prec}",
+                        flops=2 * size ** 3,
+                        triton=(lambda p=prec, c=(fc1 if prec == "ieee" else fc3): triton_ref.matmul(
+                            fa, fb, c, bm=128, bn=128, bk=32, num_warps=8, precision=p)),
+                        ref=(lambda: fa.double().matmul(fb.double()).float()),
+                        tensors={"a_ptr": fa, "b_ptr": fb, "c_ptr": fc2},
+                        t_out=(fc1 if prec == "ieee" else fc3), g_out="c_ptr", tol=1e-2))
     z, h = 4, 32
     for n_ctx, d in ((1024, 64), (4096, 64), (16384, 64), (4096, 128)):
         for causal in (False, True):

@@ -101,7 +101,8 @@ def layer_norm(x, w, b, out, eps=1e-5, block=8192, num_warps=8):
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
-                  BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+                  BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+                  INPUT_PRECISION: tl.constexpr):
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
@@ -120,10 +121,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
         a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
-        accumulator = tl.dot(a, b, accumulator)
+        accumulator = tl.dot(a, b, accumulator, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
-    c = accumulator.to(tl.float16)
+    c = accumulator.to(c_ptr.dtype.element_ty)
     offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
     offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
     c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
@@ -131,14 +132,17 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
     tl.store(c_ptrs, c, mask=c_mask)
 
 
-def matmul(a, b, c, bm=128, bn=128, bk=64, group=8, num_warps=8, num_stages=3):
+def matmul(a, b, c, bm=128, bn=128, bk=64, group=8, num_warps=8, num_stages=3,
+           precision="tf32"):
+    """The tutorial's matmul; `precision` is `tl.dot`'s input_precision, which only f32
+    operands use ("tf32", Triton's default, on tensor cores; "ieee", plain f32 FMAs)."""
     M, K = a.shape
     _, N = b.shape
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                         c.stride(0), c.stride(1), BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn,
-                        BLOCK_SIZE_K=bk, GROUP_SIZE_M=group, num_warps=num_warps,
-                        num_stages=num_stages)
+                        BLOCK_SIZE_K=bk, GROUP_SIZE_M=group, INPUT_PRECISION=precision,
+                        num_warps=num_warps, num_stages=num_stages)
 
 
 @triton.jit
