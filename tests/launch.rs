@@ -105,7 +105,15 @@ fn bad_launches_are_clear_errors() {
     let e = launch_err(base().args((&x, out_like(&x), 8, &x)).run());
     assert!(e.contains("`s`") && e.contains("scalar"), "{e}");
     let e = launch_err(base().args((8, out_like(&x), 8, 1.0f32)).run());
-    assert!(e.contains("`x_ptr`") && e.contains("array"), "{e}");
+    assert!(
+        e.contains("`x_ptr`") && e.contains("array") && e.contains("got the integer 8"),
+        "{e}"
+    );
+    let e = launch_err(base().args((&x, out_like(&x), 8.5f32, 1.0f32)).run());
+    assert!(
+        e.contains("`n`") && e.contains("scalar of i32, got the float 8.5"),
+        "{e}"
+    );
     let e = launch_err(
         k.launch()
             .grid([1])

@@ -397,6 +397,17 @@ impl From<bool> for Scalar {
     }
 }
 
+/// As launch errors name it: `the float 10.5`, `the integer -3`, `the bool true`.
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Bool(b) => write!(f, "the bool {b}"),
+            Scalar::Int(v) => write!(f, "the integer {v}"),
+            Scalar::Float(v) => write!(f, "the float {v}"),
+        }
+    }
+}
+
 impl From<&Array> for Arg {
     fn from(a: &Array) -> Arg {
         Arg::Array(a.clone())
@@ -1287,9 +1298,7 @@ impl<'k> Launch<'k> {
                     ));
                 }
                 (ParamKind::Ptr(d), Arg::Scalar(s)) => {
-                    return Err(
-                        self.err(format!("{at}: expected an array of {d}, got scalar {s:?}"))
-                    )
+                    return Err(self.err(format!("{at}: expected an array of {d}, got {s}")))
                 }
                 (ParamKind::Ptr(d), Arg::PtrTable(entries)) => {
                     if d != DType::I64 || p.stored {
@@ -1486,7 +1495,7 @@ fn check_scalar(s: Scalar, d: DType) -> std::result::Result<ScalarValue, String>
         (Scalar::Int(v), DType::U64) => range(0, i64::MAX, v),
         (Scalar::Int(v), f) if f.is_float() => float_fits(v as f64, f),
         (Scalar::Float(v), f) if f.is_float() => float_fits(v, f),
-        (s, d) => Err(format!("expected a {d} scalar, got {s:?}")),
+        (s, d) => Err(format!("expected a scalar of {d}, got {s}")),
     }
 }
 
