@@ -932,7 +932,8 @@ impl Lowering<'_> {
             0 => "tm_lid".to_string(),
             vb => format!("tm_lid << {vb}"),
         };
-        self.open("if (true)");
+        self.line("{");
+        self.indent += 1;
         self.line(format!("const uint tm_f0 = {f0};"));
         if idle {
             self.open(format!("if (tm_f0 < {}u)", lay.n));
@@ -943,15 +944,11 @@ impl Lowering<'_> {
         // Consecutive k per step: a row of A's run is read as one vector where it can be.
         let kv = [4, 2, 1].into_iter().find(|v| k % v == 0).unwrap_or(1);
         let (nb, nr, nc) = (g.batches(), g.rows(), g.cols());
-        let reg = [
-            deposit_expr("tm_q", &g.batch.iter().map(|f| f.0).collect::<Vec<_>>()),
-            deposit_expr("tm_r", &g.row.iter().map(|f| f.0).collect::<Vec<_>>()),
-            deposit_expr("tm_c", &g.col.iter().map(|f| f.0).collect::<Vec<_>>()),
-        ]
-        .join(" | ");
-        let boff = deposit_expr("tm_q", &g.batch.iter().map(|f| f.1).collect::<Vec<_>>());
-        let roff = deposit_expr("tm_r", &g.row.iter().map(|f| f.1).collect::<Vec<_>>());
-        let coff = deposit_expr("tm_c", &g.col.iter().map(|f| f.1).collect::<Vec<_>>());
+        let fields = [("tm_q", &g.batch), ("tm_r", &g.row), ("tm_c", &g.col)];
+        let reg = fields
+            .map(|(var, f)| ScalarDotGeometry::deposit(var, f, true))
+            .join(" | ");
+        let [boff, roff, coff] = fields.map(|(var, f)| ScalarDotGeometry::deposit(var, f, false));
         // Unrolled, the loops over the thread's elements index C's registers by constants,
         // so they stay in registers; a one-thread program (the CPU's, whose "registers"
         // are the whole block) keeps plain loops.
@@ -1053,6 +1050,15 @@ impl ScalarDotGeometry {
             }
         }
         g
+    }
+
+    /// `var`'s bits deposited at the field's register bits (`reg`) or at its index bits.
+    fn deposit(var: &str, field: &[(u32, u32)], reg: bool) -> String {
+        let bits: Vec<u32> = field
+            .iter()
+            .map(|&(r, i)| if reg { r } else { i })
+            .collect();
+        deposit_expr(var, &bits)
     }
 
     fn batches(&self) -> usize {
